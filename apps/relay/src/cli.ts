@@ -1,0 +1,66 @@
+import { isConfigError, isMigrationError, isValidationError } from '@ferry/core';
+import { Command, CommanderError } from 'commander';
+import { migrateCommand } from './commands/migrate.js';
+import type { CommandContext } from './context.js';
+import { EXIT } from './exit-codes.js';
+
+const EXIT_HELP = `
+Exit codes:
+  0  success
+  1  runtime failure (a server unreachable, a statement failed)
+  2  bad usage: an unknown or invalid option; nothing was done
+  3  migration refused or failed (e.g. the database is newer than this Ferry)
+
+Environment:
+  FERRY_DATABASE_URL (then DATABASE_URL), FERRY_SCHEMA and the FERRY_* variables
+  each command's --help lists. A flag wins over its variable.`;
+
+export function buildProgram(ctx: CommandContext): Command {
+  const program = new Command('ferry')
+    .description('Ferry: transactional outbox and inbox for PostgreSQL and NATS JetStream')
+    .version('0.1.0')
+    .showHelpAfterError('(run with --help for usage)')
+    .addHelpText('after', EXIT_HELP)
+    .configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) })
+    .exitOverride();
+  program.addCommand(migrateCommand(ctx));
+  for (const cmd of program.commands)
+    cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
+  return program;
+}
+
+/** Runs the CLI and returns the exit code; never throws. */
+export async function main(
+  argv: string[],
+  ctx: CommandContext = {
+    out: (l) => process.stdout.write(`${l}\n`),
+    err: (l) => process.stderr.write(`${l}\n`),
+    env: process.env,
+  },
+): Promise<number> {
+  const program = buildProgram(ctx);
+  if (argv.length <= 2) {
+    ctx.out(program.helpInformation().trimEnd());
+    return EXIT.usage;
+  }
+  try {
+    await program.parseAsync(argv);
+    return EXIT.ok;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return EXIT.ok;
+      return EXIT.usage;
+    }
+    const message = err instanceof Error ? err.message : String(err);
+    if (isConfigError(err) || isValidationError(err)) {
+      ctx.err(`ferry: ${message}`);
+      return EXIT.usage;
+    }
+    if (isMigrationError(err)) {
+      ctx.err(`ferry: ${message}`);
+      return EXIT.migration;
+    }
+    ctx.err(`ferry: ${message.split('\n')[0]}`);
+    return EXIT.failure;
+  }
+}

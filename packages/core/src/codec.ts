@@ -1,0 +1,144 @@
+import type { FerryEvent } from './envelope.js';
+import { describeValue, ValidationError } from './errors.js';
+import { TRACE_HEADERS } from './validate.js';
+
+/**
+ * Wire header names: CloudEvents 1.0, NATS protocol binding, binary mode.
+ * The one place these strings are spelled.
+ */
+export const WIRE_HEADERS = {
+  msgId: 'Nats-Msg-Id',
+  specVersion: 'ce-specversion',
+  id: 'ce-id',
+  source: 'ce-source',
+  type: 'ce-type',
+  time: 'ce-time',
+  subject: 'ce-subject',
+  partitionKey: 'ce-partitionkey',
+  sequence: 'ce-sequence',
+  contentType: 'Content-Type',
+} as const;
+
+export const SPEC_VERSION = '1.0';
+/** Width of the zero-padded `ce-sequence`: wide enough for any unsigned 64-bit value, so text order is numeric order. */
+export const SEQUENCE_WIDTH = 20;
+
+export interface EncodedEvent {
+  readonly subject: string;
+  /** Header name/value pairs in a stable order. */
+  readonly headers: ReadonlyArray<readonly [string, string]>;
+  readonly body: Uint8Array;
+}
+
+export interface EncodeOptions {
+  /** `Nats-Msg-Id`; defaults to the event id. `ferry replay` passes a distinct one. */
+  msgId?: string;
+}
+
+export function formatSequence(version: bigint): string {
+  return version.toString().padStart(SEQUENCE_WIDTH, '0');
+}
+
+/** Event → NATS headers + body. */
+export function encodeEvent(event: FerryEvent, options: EncodeOptions = {}): EncodedEvent {
+  const headers: Array<readonly [string, string]> = [
+    [WIRE_HEADERS.msgId, options.msgId ?? event.id],
+    [WIRE_HEADERS.specVersion, SPEC_VERSION],
+    [WIRE_HEADERS.id, event.id],
+    [WIRE_HEADERS.source, event.source],
+    [WIRE_HEADERS.type, event.type],
+    [WIRE_HEADERS.time, event.time.toISOString()],
+    [WIRE_HEADERS.subject, event.subject],
+    [WIRE_HEADERS.partitionKey, event.key],
+    [WIRE_HEADERS.sequence, formatSequence(event.version)],
+    [WIRE_HEADERS.contentType, event.contentType],
+  ];
+  for (const [name, value] of Object.entries(event.headers)) headers.push([name, value]);
+  return { subject: event.subject, headers, body: event.data };
+}
+
+const NATS_HEADER_PREAMBLE = 'NATS/1.0\r\n'.length;
+/** Bytes the message takes against the server's `max_payload` (headers block + body). */
+export function encodedSize(encoded: EncodedEvent): number {
+  let size = NATS_HEADER_PREAMBLE + 2; // preamble and the closing CRLF
+  for (const [name, value] of encoded.headers) size += Buffer.byteLength(name) + 2 + Buffer.byteLength(value) + 2;
+  return size + encoded.body.byteLength;
+}
+
+/** Reads one header; `undefined` when absent. Works with nats.js `MsgHdrs` via `(n) => hdrs?.get(n) || undefined`. */
+export type HeaderReader = (name: string) => string | undefined;
+
+/** A record of headers as a reader (exact names first, then case-insensitive). */
+export function headerReader(headers: Readonly<Record<string, string>>): HeaderReader {
+  const lower = new Map(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
+  return (name) => headers[name] ?? lower.get(name.toLowerCase());
+}
+
+const DIGITS = /^[0-9]{1,20}$/;
+const RESERVED_PREFIX = /^(ce-|nats-)/i;
+
+function required(read: HeaderReader, name: string): string {
+  const v = read(name);
+  if (v === undefined || v === '') {
+    throw new ValidationError(name, `message has no ${name} header: it is not a Ferry/CloudEvents binary-mode event`);
+  }
+  return v;
+}
+
+/**
+ * NATS headers + body → event. Throws `ValidationError` (field = the header
+ * at fault) for anything that is not a well-formed Ferry event.
+ *
+ * @param userHeaderNames names of non-CloudEvents headers to keep in `event.headers`
+ *   (nats.js exposes `MsgHdrs.keys()`); trace headers are always kept.
+ */
+export function decodeEvent(
+  read: HeaderReader,
+  body: Uint8Array,
+  natsSubject?: string,
+  userHeaderNames: Iterable<string> = [],
+): FerryEvent {
+  const spec = required(read, WIRE_HEADERS.specVersion);
+  if (spec !== SPEC_VERSION) {
+    throw new ValidationError(
+      WIRE_HEADERS.specVersion,
+      `unsupported ${WIRE_HEADERS.specVersion} ${describeValue(spec)}; Ferry reads ${SPEC_VERSION}`,
+    );
+  }
+  const id = required(read, WIRE_HEADERS.id);
+  const source = required(read, WIRE_HEADERS.source);
+  const type = required(read, WIRE_HEADERS.type);
+  const key = required(read, WIRE_HEADERS.partitionKey);
+  const seq = required(read, WIRE_HEADERS.sequence);
+  if (!DIGITS.test(seq) || BigInt(seq) < 1n) {
+    throw new ValidationError(WIRE_HEADERS.sequence, `${WIRE_HEADERS.sequence} ${describeValue(seq)} is not a positive decimal version`);
+  }
+  const timeText = read(WIRE_HEADERS.time);
+  const time = timeText === undefined ? new Date(0) : new Date(timeText);
+  if (Number.isNaN(time.getTime())) {
+    throw new ValidationError(WIRE_HEADERS.time, `${WIRE_HEADERS.time} ${describeValue(timeText)} is not an RFC 3339 timestamp`);
+  }
+  const subject = read(WIRE_HEADERS.subject) ?? natsSubject ?? '';
+  const headers: Record<string, string> = {};
+  for (const name of userHeaderNames) {
+    if (RESERVED_PREFIX.test(name) || name.toLowerCase() === 'content-type') continue;
+    const v = read(name);
+    if (v !== undefined) headers[name] = v;
+  }
+  for (const name of TRACE_HEADERS) {
+    const v = read(name);
+    if (v !== undefined) headers[name] = v;
+  }
+  return {
+    id,
+    key,
+    version: BigInt(seq),
+    subject,
+    type,
+    source,
+    time,
+    contentType: read(WIRE_HEADERS.contentType) ?? 'application/octet-stream',
+    data: body,
+    headers,
+  };
+}

@@ -1,0 +1,31 @@
+/** The event Ferry carries, as the relay reads it from the outbox and the inbox decodes it from the stream. */
+export interface FerryEvent {
+  /** Event id (UUID). Also the JetStream `Nats-Msg-Id`, so a re-send is dropped. */
+  readonly id: string;
+  /** Partition / aggregate key. Order is kept per key. */
+  readonly key: string;
+  /** Per-key version, 1, 2, 3… in commit order. */
+  readonly version: bigint;
+  /** NATS subject the event is published on. */
+  readonly subject: string;
+  /** Event type, e.g. `OrderPlaced`. */
+  readonly type: string;
+  /** Producing service, the CloudEvents `source`. */
+  readonly source: string;
+  /** When the event occurred. */
+  readonly time: Date;
+  /** MIME type of `data`, e.g. `application/json`. */
+  readonly contentType: string;
+  /** The payload bytes exactly as they travel. */
+  readonly data: Uint8Array;
+  /** Extra headers: user headers plus `traceparent`/`tracestate` when present. */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** The JSON content type Ferry uses when the caller passes a value rather than bytes. */
+export const JSON_CONTENT_TYPE = 'application/json';
+
+/** Decodes `event.data` as JSON. Throws a `SyntaxError` for bytes that are not JSON. */
+export function eventJson<T = unknown>(event: Pick<FerryEvent, 'data'>): T {
+  return JSON.parse(Buffer.from(event.data.buffer, event.data.byteOffset, event.data.byteLength).toString('utf8')) as T;
+}

@@ -1,0 +1,113 @@
+/**
+ * Ferry's typed errors. Every error has a stable `code`, a `name`, and a
+ * message that says what was wrong, with which value, and what to do.
+ */
+
+export const ERROR_CODES = {
+  invalid: 'FERRY_INVALID',
+  conflict: 'FERRY_CONFLICT',
+  migration: 'FERRY_MIGRATION',
+  config: 'FERRY_CONFIG',
+} as const;
+export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
+
+/** SQLSTATE codes Ferry reacts to (PostgreSQL appendix A). */
+export const SQLSTATE = {
+  uniqueViolation: '23505',
+  serializationFailure: '40001',
+  deadlockDetected: '40P01',
+  undefinedTable: '42P01',
+  insufficientPrivilege: '42501',
+  adminShutdown: '57P01',
+  crashShutdown: '57P02',
+  cannotConnectNow: '57P03',
+  queryCanceled: '57014',
+} as const;
+
+/** SQLSTATE classes after which the same statement may succeed when retried. */
+export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
+  SQLSTATE.serializationFailure,
+  SQLSTATE.deadlockDetected,
+  SQLSTATE.adminShutdown,
+  SQLSTATE.crashShutdown,
+  SQLSTATE.cannotConnectNow,
+]);
+
+export class FerryError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'FerryError';
+    this.code = code;
+  }
+}
+
+/** Bad input: a field or option is invalid. Raised before any SQL runs. */
+export class ValidationError extends FerryError {
+  /** The offending field or option, e.g. `subject` or `events[3].key`. */
+  readonly field: string;
+  constructor(field: string, message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.invalid, message, options);
+    this.name = 'ValidationError';
+    this.field = field;
+  }
+}
+
+/** The same event id (or key + version) already exists with other content. */
+export class ConflictError extends FerryError {
+  readonly eventId: string | undefined;
+  constructor(message: string, options?: { cause?: unknown; eventId?: string }) {
+    super(ERROR_CODES.conflict, message, options);
+    this.name = 'ConflictError';
+    this.eventId = options?.eventId;
+  }
+}
+
+/** The database's Ferry schema cannot be migrated or is newer than this Ferry. */
+export class MigrationError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.migration, message, options);
+    this.name = 'MigrationError';
+  }
+}
+
+/** A misconfiguration that no retry can fix. */
+export class ConfigError extends FerryError {
+  readonly option: string;
+  constructor(option: string, message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.config, message, options);
+    this.name = 'ConfigError';
+    this.option = option;
+  }
+}
+
+export const isFerryError = (e: unknown): e is FerryError => e instanceof FerryError;
+export const isValidationError = (e: unknown): e is ValidationError => e instanceof ValidationError;
+export const isConflictError = (e: unknown): e is ConflictError => e instanceof ConflictError;
+export const isMigrationError = (e: unknown): e is MigrationError => e instanceof MigrationError;
+export const isConfigError = (e: unknown): e is ConfigError => e instanceof ConfigError;
+
+/** The SQLSTATE of a `pg` error, if it is one. */
+export function sqlState(e: unknown): string | undefined {
+  if (typeof e === 'object' && e !== null && 'code' in e) {
+    const code = (e as { code: unknown }).code;
+    if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return code;
+  }
+  return undefined;
+}
+
+/** A short, safe rendering of a user value for an error message. */
+export function describeValue(value: unknown, max = 80): string {
+  let s: string;
+  if (typeof value === 'string') s = JSON.stringify(value);
+  else if (typeof value === 'bigint') s = `${value}n`;
+  else if (value === undefined) s = 'undefined';
+  else {
+    try {
+      s = JSON.stringify(value) ?? String(value);
+    } catch {
+      s = Object.prototype.toString.call(value);
+    }
+  }
+  return s.length > max ? `${s.slice(0, max)}…(${s.length} chars)` : s;
+}

@@ -1,0 +1,189 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describeValue, MigrationError, ValidationError } from './errors.js';
+import { quoteIdentifier, validateIdentifier } from './identifiers.js';
+import type { ConnectionPool, Queryable } from './queryable.js';
+
+/** The independent migration sets: producer side, consumer side, request edge. */
+export const MIGRATION_SETS = ['outbox', 'inbox', 'idempotency'] as const;
+export type MigrationSet = (typeof MIGRATION_SETS)[number];
+
+export const DEFAULT_SCHEMA = 'ferry';
+export const DEFAULT_LANES = 16;
+export const MAX_LANES = 1024;
+
+export interface Migration {
+  readonly set: MigrationSet;
+  readonly version: number;
+  readonly name: string;
+  /** SQL with `:SCHEMA` (and `:LANES`) placeholders. */
+  readonly template: string;
+}
+
+export interface MigrateOptions {
+  pool: ConnectionPool;
+  /** Default `ferry`. */
+  schema?: string;
+  /** Default `outbox`. */
+  set?: MigrationSet;
+  /** Outbox lanes, fixed by the first migrate (default 16). */
+  lanes?: number;
+}
+
+export interface MigrateResult {
+  readonly schema: string;
+  readonly set: MigrationSet;
+  /** Migrations this call applied, in order; empty when already current. */
+  readonly applied: ReadonlyArray<{ version: number; name: string }>;
+  readonly version: number;
+}
+
+const MIGRATIONS_DIR = fileURLToPath(new URL('../migrations/', import.meta.url));
+const FILE = /^(\d{6})_([a-z0-9_]+)\.sql$/;
+
+function validateSet(set: unknown): MigrationSet {
+  if (!MIGRATION_SETS.includes(set as MigrationSet)) {
+    throw new ValidationError('set', `unknown migration set ${describeValue(set)}; use one of ${MIGRATION_SETS.join(', ')}`);
+  }
+  return set as MigrationSet;
+}
+
+export function validateLanes(lanes: unknown): number {
+  if (typeof lanes !== 'number' || !Number.isInteger(lanes) || lanes < 1 || lanes > MAX_LANES) {
+    throw new ValidationError('lanes', `lanes must be an integer from 1 to ${MAX_LANES}, got ${describeValue(lanes)}`);
+  }
+  return lanes;
+}
+
+/** The migrations Ferry ships for a set, in order. */
+export function listMigrations(set: MigrationSet = 'outbox'): Migration[] {
+  validateSet(set);
+  const dir = `${MIGRATIONS_DIR}${set}/`;
+  let files: string[];
+  try {
+    files = readdirSync(dir);
+  } catch {
+    return [];
+  }
+  return files
+    .map((f) => FILE.exec(f))
+    .filter((m): m is RegExpExecArray => m !== null)
+    .map((m) => ({ set, version: Number(m[1]), name: m[2] ?? '', template: readFileSync(`${dir}${m[0]}`, 'utf8') }))
+    .sort((a, b) => a.version - b.version);
+}
+
+function render(template: string, schema: string, lanes: number): string {
+  return template.replaceAll(':SCHEMA', quoteIdentifier(schema)).replaceAll(':LANES', String(lanes));
+}
+
+function bookkeepingSql(schema: string): string {
+  const s = quoteIdentifier(schema);
+  return `CREATE SCHEMA IF NOT EXISTS ${s};
+CREATE TABLE IF NOT EXISTS ${s}.migrations (
+  migration_set text NOT NULL,
+  version    integer NOT NULL,
+  name       text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (migration_set, version)
+);`;
+}
+
+/**
+ * The whole SQL a DBA can apply by hand: the same statements `migrate` runs,
+ * recorded in `<schema>.migrations` so a later `ferry migrate` sees them.
+ */
+export function migrationSql(options: { schema?: string; set?: MigrationSet; lanes?: number } = {}): string {
+  const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
+  const set = validateSet(options.set ?? 'outbox');
+  const lanes = validateLanes(options.lanes ?? DEFAULT_LANES);
+  const parts = [`-- Ferry ${set} migrations for schema ${schema}`, 'BEGIN;', bookkeepingSql(schema)];
+  for (const m of listMigrations(set)) {
+    parts.push(`-- ${set} ${String(m.version).padStart(6, '0')}_${m.name}`, render(m.template, schema, lanes).trim());
+    parts.push(
+      `INSERT INTO ${quoteIdentifier(schema)}.migrations (migration_set, version, name) VALUES ('${set}', ${m.version}, '${m.name}') ON CONFLICT DO NOTHING;`,
+    );
+  }
+  parts.push('COMMIT;', '');
+  return parts.join('\n');
+}
+
+/**
+ * Applies the set's missing migrations in one transaction under an advisory
+ * lock: concurrent runs serialise, the later one finds nothing to do. A
+ * database migrated by a newer Ferry is refused.
+ */
+export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
+  const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
+  const set = validateSet(options.set ?? 'outbox');
+  if (options.lanes !== undefined) validateLanes(options.lanes);
+  const migrations = listMigrations(set);
+  const latest = migrations.at(-1)?.version ?? 0;
+  const s = quoteIdentifier(schema);
+  const client = await options.pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['ferry:migrate', schema]);
+    await client.query(bookkeepingSql(schema));
+    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations WHERE migration_set = $1`, [set]);
+    const done = new Set(rows.map((r) => r.version));
+    const newest = Math.max(0, ...done);
+    if (newest > latest) {
+      throw new MigrationError(
+        `schema "${schema}" was migrated by a newer Ferry (${set} migration ${newest}; this Ferry knows up to ${latest}): upgrade Ferry, or point it at another schema`,
+      );
+    }
+    let lanes = options.lanes ?? DEFAULT_LANES;
+    if (set === 'outbox' && done.size > 0) {
+      const stored = await client.query<{ value: string }>(`SELECT value FROM ${s}.settings WHERE name = 'lanes'`);
+      const current = Number(stored.rows[0]?.value ?? DEFAULT_LANES);
+      if (options.lanes !== undefined && options.lanes !== current) {
+        throw new MigrationError(
+          `schema "${schema}" already has ${current} lanes; lanes are fixed by the first migrate (asked for ${options.lanes}). Omit --lanes, or migrate a new schema`,
+        );
+      }
+      lanes = current;
+    }
+    const applied: Array<{ version: number; name: string }> = [];
+    for (const m of migrations) {
+      if (done.has(m.version)) continue;
+      try {
+        await client.query(render(m.template, schema, lanes));
+      } catch (err) {
+        throw new MigrationError(`${set} migration ${m.version} (${m.name}) failed on schema "${schema}": ${(err as Error).message}`, {
+          cause: err,
+        });
+      }
+      await client.query(`INSERT INTO ${s}.migrations (migration_set, version, name) VALUES ($1, $2, $3)`, [set, m.version, m.name]);
+      applied.push({ version: m.version, name: m.name });
+    }
+    await client.query('COMMIT');
+    return { schema, set, applied, version: latest };
+  } catch (err) {
+    try {
+      await client.query('ROLLBACK');
+    } catch (rollbackErr) {
+      broken = rollbackErr as Error;
+    }
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}
+
+/** The set's applied version (0 when never migrated) and the version this Ferry ships. */
+export async function migrationStatus(
+  db: Queryable,
+  options: { schema?: string; set?: MigrationSet } = {},
+): Promise<{ current: number; latest: number }> {
+  const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
+  const set = validateSet(options.set ?? 'outbox');
+  const latest = listMigrations(set).at(-1)?.version ?? 0;
+  const exists = await db.query<{ t: string | null }>('SELECT to_regclass($1) AS t', [`${quoteIdentifier(schema)}.migrations`]);
+  if (!exists.rows[0]?.t) return { current: 0, latest };
+  const { rows } = await db.query<{ v: number | null }>(
+    `SELECT max(version) AS v FROM ${quoteIdentifier(schema)}.migrations WHERE migration_set = $1`,
+    [set],
+  );
+  return { current: rows[0]?.v ?? 0, latest };
+}

@@ -1,0 +1,132 @@
+import { describeValue, ValidationError } from './errors.js';
+
+/** Limits enforced on every event before any I/O. */
+export const LIMITS = {
+  keyMaxLength: 256,
+  typeMaxLength: 256,
+  subjectMaxLength: 1024,
+  sourceMaxLength: 1024,
+  headerCountMax: 64,
+  headerNameMaxLength: 128,
+  headerValueMaxLength: 4096,
+  defaultMaxPayloadBytes: 1_048_576,
+} as const;
+
+// A NATS publish subject: dot-separated non-empty tokens of printable
+// non-space characters, no wildcards (`*`, `>`).
+// biome-ignore lint/suspicious/noControlCharactersInRegex: we are rejecting control characters
+const SUBJECT_TOKEN = /^[^\s.*>\u0000-\u001f\u007f]+$/u;
+
+export function validateSubject(subject: unknown, field = 'subject'): string {
+  if (typeof subject !== 'string' || subject.length === 0) {
+    throw new ValidationError(field, `${field} must be a non-empty string, got ${describeValue(subject)}`);
+  }
+  if (subject.length > LIMITS.subjectMaxLength) {
+    throw new ValidationError(field, `${field} is ${subject.length} characters; the limit is ${LIMITS.subjectMaxLength}`);
+  }
+  for (const token of subject.split('.')) {
+    if (!SUBJECT_TOKEN.test(token)) {
+      throw new ValidationError(
+        field,
+        `${field} ${describeValue(subject)} is not a valid NATS publish subject: use dot-separated tokens with no spaces, no empty tokens and no wildcards (* or >), e.g. "orders.placed"`,
+      );
+    }
+  }
+  return subject;
+}
+
+function validateText(value: unknown, field: string, max: number, example: string): string {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new ValidationError(field, `${field} must be a non-empty string, got ${describeValue(value)}; e.g. ${example}`);
+  }
+  if (value.length > max) {
+    throw new ValidationError(field, `${field} ${describeValue(value)} is ${value.length} characters; the limit is ${max}`);
+  }
+  // Control characters cannot travel in a NATS header (CR/LF would split it).
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: we are rejecting control characters
+  if (/[\u0000-\u001f\u007f]/.test(value)) {
+    throw new ValidationError(field, `${field} ${describeValue(value)} contains a control character; remove it`);
+  }
+  return value;
+}
+
+export const validateKey = (key: unknown, field = 'key'): string => validateText(key, field, LIMITS.keyMaxLength, '"order-42"');
+export const validateType = (type: unknown, field = 'type'): string => validateText(type, field, LIMITS.typeMaxLength, '"OrderPlaced"');
+export const validateSource = (source: unknown, field = 'source'): string =>
+  validateText(source, field, LIMITS.sourceMaxLength, '"orders-service"');
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export function validateEventId(id: unknown, field = 'id'): string {
+  if (typeof id !== 'string' || !UUID.test(id)) {
+    throw new ValidationError(field, `${field} must be a UUID such as "0190f2c4-6f2e-7c3a-9a47-1b2c3d4e5f60", got ${describeValue(id)}`);
+  }
+  return id.toLowerCase();
+}
+
+const MAX_BIGINT = 9_223_372_036_854_775_807n;
+/** A positive 64-bit version. */
+export function validateVersion(version: unknown, field = 'version'): bigint {
+  let v: bigint | undefined;
+  if (typeof version === 'bigint') v = version;
+  else if (typeof version === 'number' && Number.isSafeInteger(version)) v = BigInt(version);
+  if (v === undefined || v < 1n || v > MAX_BIGINT) {
+    throw new ValidationError(
+      field,
+      `${field} must be a positive integer (number or bigint) of at most 2^63-1, got ${describeValue(version)}`,
+    );
+  }
+  return v;
+}
+
+/** Header names the codec owns; a caller may not set them. Compared case-insensitively. */
+const RESERVED_HEADER = /^(ce-|nats-)|^content-type$/i;
+/** Passed through as given: W3C trace context. */
+export const TRACE_HEADERS = ['traceparent', 'tracestate'] as const;
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+export function validateHeaders(headers: unknown, field = 'headers'): Record<string, string> {
+  if (headers === undefined || headers === null) return {};
+  if (typeof headers !== 'object' || Array.isArray(headers)) {
+    throw new ValidationError(field, `${field} must be an object of string values, got ${describeValue(headers)}`);
+  }
+  const entries = Object.entries(headers as Record<string, unknown>);
+  if (entries.length > LIMITS.headerCountMax) {
+    throw new ValidationError(field, `${field} has ${entries.length} entries; the limit is ${LIMITS.headerCountMax}`);
+  }
+  const out: Record<string, string> = {};
+  const seen = new Set<string>();
+  for (const [name, value] of entries) {
+    if (!HEADER_NAME.test(name) || name.length > LIMITS.headerNameMaxLength) {
+      throw new ValidationError(
+        `${field}.${name}`,
+        `header name ${describeValue(name)} is not a valid header token (letters, digits and !#$%&'*+-.^_\`|~, at most ${LIMITS.headerNameMaxLength} characters)`,
+      );
+    }
+    if (RESERVED_HEADER.test(name)) {
+      throw new ValidationError(
+        `${field}.${name}`,
+        `header ${describeValue(name)} is reserved: Ferry sets ce-*, Nats-* and Content-Type itself; pass the value as an event field or rename the header`,
+      );
+    }
+    const lower = name.toLowerCase();
+    if (seen.has(lower)) {
+      throw new ValidationError(`${field}.${name}`, `header ${describeValue(name)} is given twice (names are case-insensitive)`);
+    }
+    seen.add(lower);
+    if (typeof value !== 'string') {
+      throw new ValidationError(`${field}.${name}`, `header ${describeValue(name)} must be a string, got ${describeValue(value)}`);
+    }
+    if (value.length > LIMITS.headerValueMaxLength) {
+      throw new ValidationError(
+        `${field}.${name}`,
+        `header ${describeValue(name)} is ${value.length} characters; the limit is ${LIMITS.headerValueMaxLength}`,
+      );
+    }
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: we are rejecting control characters
+    if (/[\u0000-\u0008\u000a-\u001f\u007f]/.test(value)) {
+      throw new ValidationError(`${field}.${name}`, `header ${describeValue(name)} has a control character in its value; remove it`);
+    }
+    out[name] = value;
+  }
+  return out;
+}

@@ -1,0 +1,30 @@
+import type { Queryable } from '@ferry/core';
+
+/** The part of a Knex transaction Ferry uses. */
+export interface KnexLike {
+  raw(sql: string, bindings: readonly unknown[]): PromiseLike<unknown>;
+}
+
+/**
+ * A Knex transaction (pg client) as a Ferry `Queryable`.
+ *
+ * @example
+ * await knex.transaction(async (trx) => {
+ *   await trx('orders').insert({ id });
+ *   await publisher.publish(fromKnex(trx), { subject: 'orders.placed', key: id, type: 'OrderPlaced', data: { id } });
+ * });
+ */
+export function fromKnex(trx: KnexLike): Queryable {
+  return {
+    async query<R>(text: string, values: unknown[] = []) {
+      // Knex binds with `?`; rewrite `$n` (which may repeat) into positional bindings.
+      const bindings: unknown[] = [];
+      const sql = text.replace(/\?/g, '\\?').replace(/\$(\d+)/g, (_, n: string) => {
+        bindings.push(values[Number(n) - 1]);
+        return '?';
+      });
+      const result = (await trx.raw(sql, bindings)) as { rows: R[] };
+      return { rows: result.rows };
+    },
+  };
+}

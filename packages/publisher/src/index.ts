@@ -1,0 +1,11 @@
+export {
+  ConflictError,
+  type ConnectionPool,
+  isConflictError,
+  isValidationError,
+  type Queryable,
+  ValidationError,
+  withTransaction,
+} from '@ferry/core';
+export { compilePublisherOptions, createPublisher, MAX_BATCH } from './outbox-publisher.js';
+export type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';

@@ -1,0 +1,241 @@
+import {
+  ConflictError,
+  DEFAULT_SCHEMA,
+  describeValue,
+  encodedSize,
+  encodeEvent,
+  JSON_CONTENT_TYPE,
+  LIMITS,
+  notifyChannel,
+  type Queryable,
+  quoteIdentifier,
+  SQLSTATE,
+  sqlState,
+  ValidationError,
+  validateEventId,
+  validateHeaders,
+  validateIdentifier,
+  validateKey,
+  validateSource,
+  validateSubject,
+  validateType,
+  validateVersion,
+} from '@ferry/core';
+import { v7 as uuidv7 } from 'uuid';
+import { insertEventsSql } from './sql/insert-events.js';
+import type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';
+
+const MIN_PAYLOAD = 1024;
+const MAX_PAYLOAD = 64 * 1024 * 1024;
+const CONTENT_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]*\/[a-z0-9][a-z0-9!#$&^_.+-]*(\s*;.*)?$/i;
+/** Per batch: PostgreSQL accepts at most 65,535 bind values but arrays travel as one value each; this bounds memory. */
+export const MAX_BATCH = 10_000;
+
+export function compilePublisherOptions(options: PublisherOptions): Readonly<Required<PublisherOptions>> {
+  if (typeof options !== 'object' || options === null) {
+    throw new ValidationError('options', 'createPublisher needs an options object, e.g. { source: "orders-service" }');
+  }
+  const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
+  const source = validateSource(options.source, 'source');
+  const maxPayloadBytes = options.maxPayloadBytes ?? LIMITS.defaultMaxPayloadBytes;
+  if (!Number.isInteger(maxPayloadBytes) || maxPayloadBytes < MIN_PAYLOAD || maxPayloadBytes > MAX_PAYLOAD) {
+    throw new ValidationError(
+      'maxPayloadBytes',
+      `maxPayloadBytes must be an integer from ${MIN_PAYLOAD} to ${MAX_PAYLOAD} (match the NATS server's max_payload), got ${describeValue(maxPayloadBytes)}`,
+    );
+  }
+  const notify = options.notify ?? false;
+  if (typeof notify !== 'boolean') throw new ValidationError('notify', `notify must be true or false, got ${describeValue(notify)}`);
+  return Object.freeze({ schema, source, maxPayloadBytes, notify });
+}
+
+/** An event validated and encoded, ready for the statement's arrays. */
+interface Prepared {
+  id: string;
+  key: string;
+  version: bigint | null;
+  subject: string;
+  type: string;
+  contentType: string;
+  data: Buffer;
+  headers: Record<string, string>;
+  time: Date;
+}
+
+function encodeData(data: unknown, contentType: unknown, field: string): { bytes: Buffer; contentType: string } {
+  if (contentType !== undefined && (typeof contentType !== 'string' || !CONTENT_TYPE.test(contentType))) {
+    throw new ValidationError(
+      `${field}.contentType`,
+      `${field}.contentType ${describeValue(contentType)} is not a MIME type such as "application/json"`,
+    );
+  }
+  if (data instanceof Uint8Array) {
+    if (contentType === undefined) {
+      throw new ValidationError(`${field}.contentType`, `${field}.data is bytes: give contentType too, e.g. "application/octet-stream"`);
+    }
+    return { bytes: Buffer.from(data.buffer, data.byteOffset, data.byteLength), contentType: contentType as string };
+  }
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(data);
+  } catch (err) {
+    throw new ValidationError(
+      `${field}.data`,
+      `${field}.data is not JSON-serialisable (${(err as Error).message}); convert it first, e.g. bigint to string`,
+      {
+        cause: err,
+      },
+    );
+  }
+  if (text === undefined) {
+    throw new ValidationError(
+      `${field}.data`,
+      `${field}.data is ${describeValue(data)}, which has no JSON form; pass an object, array, string, number, boolean or null`,
+    );
+  }
+  return { bytes: Buffer.from(text, 'utf8'), contentType: (contentType as string | undefined) ?? JSON_CONTENT_TYPE };
+}
+
+class OutboxPublisher<E extends EventMap> implements Publisher<E> {
+  readonly options: Readonly<Required<PublisherOptions>>;
+  readonly #sql: string;
+  readonly #channel: string;
+
+  constructor(options: PublisherOptions) {
+    this.options = compilePublisherOptions(options);
+    this.#sql = insertEventsSql(quoteIdentifier(this.options.schema), this.options.notify);
+    this.#channel = notifyChannel(this.options.schema);
+  }
+
+  #prepare(input: PublishInput<E>, field: string): Prepared {
+    if (typeof input !== 'object' || input === null) {
+      throw new ValidationError(field, `${field} must be an event object with subject, key, type and data, got ${describeValue(input)}`);
+    }
+    const subject = validateSubject(input.subject, `${field}.subject`);
+    const key = validateKey(input.key, `${field}.key`);
+    const type = validateType(input.type, `${field}.type`);
+    const id = input.id === undefined ? uuidv7() : validateEventId(input.id, `${field}.id`);
+    const version = input.version === undefined ? null : validateVersion(input.version, `${field}.version`);
+    const headers = validateHeaders(input.headers, `${field}.headers`);
+    const time = input.time ?? new Date();
+    if (!(time instanceof Date) || Number.isNaN(time.getTime())) {
+      throw new ValidationError(`${field}.time`, `${field}.time must be a valid Date, got ${describeValue(input.time)}`);
+    }
+    const { bytes, contentType } = encodeData(input.data, input.contentType, field);
+    const size = encodedSize(
+      encodeEvent({ id, key, version: version ?? 1n, subject, type, source: this.options.source, time, contentType, data: bytes, headers }),
+    );
+    if (size > this.options.maxPayloadBytes) {
+      throw new ValidationError(
+        `${field}.data`,
+        `event ${id} encodes to ${size} bytes, over maxPayloadBytes ${this.options.maxPayloadBytes}: store the payload elsewhere and send a reference, or raise maxPayloadBytes together with the NATS server's max_payload`,
+      );
+    }
+    return { id, key, version, subject, type, contentType, data: bytes, headers, time };
+  }
+
+  publish(tx: Queryable, event: PublishInput<E>): Promise<PublishResult> {
+    return this.#publish(tx, [event], true).then((r) => r[0] as PublishResult);
+  }
+
+  publishMany(tx: Queryable, events: ReadonlyArray<PublishInput<E>>): Promise<PublishResult[]> {
+    return this.#publish(tx, events, false);
+  }
+
+  async #publish(tx: Queryable, events: ReadonlyArray<PublishInput<E>>, single: boolean): Promise<PublishResult[]> {
+    if (!tx || typeof (tx as Queryable).query !== 'function') {
+      throw new ValidationError(
+        'tx',
+        'publish needs the transaction to write in: a pg client inside BEGIN (or fromKysely/fromKnex/fromDrizzle(trx)); use withTransaction(pool, fn) if you have none',
+      );
+    }
+    if (!Array.isArray(events)) throw new ValidationError('events', `publishMany needs an array of events, got ${describeValue(events)}`);
+    if (events.length === 0) return [];
+    if (events.length > MAX_BATCH) {
+      throw new ValidationError('events', `publishMany got ${events.length} events; the limit per call is ${MAX_BATCH}: split the array`);
+    }
+    const prepared = events.map((e, i) => this.#prepare(e, single ? 'event' : `events[${i}]`));
+    const ids = new Set<string>();
+    const explicitKeys = new Map<string, boolean>();
+    prepared.forEach((p, i) => {
+      if (ids.has(p.id))
+        throw new ValidationError(`events[${i}].id`, `event id ${p.id} appears twice in one publishMany; give each event its own id`);
+      ids.add(p.id);
+      const explicit = p.version !== null;
+      const seen = explicitKeys.get(p.key);
+      if (seen !== undefined && seen !== explicit) {
+        throw new ValidationError(
+          `events[${i}].version`,
+          `key ${describeValue(p.key)} has events both with and without a version in one publishMany; give all of them a version or none`,
+        );
+      }
+      explicitKeys.set(p.key, explicit);
+    });
+
+    const values: unknown[] = [
+      prepared.map((p) => p.id),
+      prepared.map((p) => p.key),
+      prepared.map((p) => (p.version === null ? null : p.version.toString())),
+      prepared.map((p) => p.subject),
+      prepared.map((p) => p.type),
+      prepared.map(() => this.options.source),
+      prepared.map((p) => p.contentType),
+      prepared.map((p) => p.data),
+      prepared.map((p) => JSON.stringify(p.headers)),
+      prepared.map((p) => p.time.toISOString()),
+    ];
+    if (this.options.notify) values.push(this.#channel);
+
+    let rows: Array<{ ord: string; seq: string | null; version: string | null; existing: boolean; same: boolean }>;
+    try {
+      ({ rows } = await tx.query(this.#sql, values));
+    } catch (err) {
+      throw this.#translate(err, prepared);
+    }
+    const conflict = rows.find((r) => !r.same && Number(r.ord) !== 0);
+    if (conflict) {
+      const p = prepared[Number(conflict.ord) - 1] as Prepared;
+      throw new ConflictError(
+        `event id ${p.id} is already in the outbox with other content (key, subject, type, data, headers or version differ); nothing was written. Use a new id for a new event`,
+        { eventId: p.id },
+      );
+    }
+    const results = new Array<PublishResult>(prepared.length);
+    for (const r of rows) {
+      const ord = Number(r.ord);
+      if (ord === 0) continue; // the notify row
+      const p = prepared[ord - 1] as Prepared;
+      results[ord - 1] = { id: p.id, key: p.key, version: BigInt(r.version as string), seq: BigInt(r.seq as string), existing: r.existing };
+    }
+    return results;
+  }
+
+  #translate(err: unknown, prepared: Prepared[]): unknown {
+    if (sqlState(err) !== SQLSTATE.uniqueViolation) return err;
+    const constraint = (err as { constraint?: string }).constraint;
+    if (constraint === 'outbox_id_key') {
+      return new ConflictError(
+        `an event with one of the ids [${prepared.map((p) => p.id).join(', ')}] was published by a concurrent transaction that has now committed; this transaction is aborted: roll it back and retry, and the retry returns the stored event`,
+        { cause: err },
+      );
+    }
+    if (constraint === 'outbox_key_version_key') {
+      return new ConflictError(
+        `a caller-supplied version is already used by another event of the same key (${(err as { detail?: string }).detail ?? 'see cause'}); this transaction is aborted: roll it back and publish with the next version or without one`,
+        { cause: err },
+      );
+    }
+    return err;
+  }
+}
+
+/**
+ * Creates a publisher. Options are validated here, once.
+ *
+ * @example
+ * type OrderEvents = { OrderPlaced: { id: string; total: number } };
+ * const publisher = createPublisher<OrderEvents>({ source: 'orders-service' });
+ */
+export function createPublisher<E extends EventMap = EventMap>(options: PublisherOptions): Publisher<E> {
+  return new OutboxPublisher<E>(options);
+}

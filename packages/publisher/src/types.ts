@@ -1,0 +1,67 @@
+import type { Queryable } from '@ferry/core';
+
+/** Event type → payload shape. `createPublisher<MyEvents>()` makes `publish` check `data` against `type`. */
+export type EventMap = Record<string, unknown>;
+
+/** One event to publish. */
+export type PublishInput<E extends EventMap = EventMap> = {
+  [T in keyof E & string]: {
+    /** NATS subject, e.g. `orders.placed`. No wildcards. */
+    subject: string;
+    /** Partition / aggregate key (1-256 characters). Order is kept per key. */
+    key: string;
+    /** Event type, e.g. `OrderPlaced`. */
+    type: T;
+    /** JSON-serialisable payload, or raw bytes together with `contentType`. */
+    data: E[T] | Uint8Array;
+    /** MIME type; required for bytes, defaults to `application/json`. */
+    contentType?: string;
+    /** Event id (UUID). Supply it to make the publish idempotent; default a new UUIDv7. */
+    id?: string;
+    /** Explicit per-key version. Default: the next one, assigned in commit order. */
+    version?: bigint | number;
+    /** Extra headers (not `ce-*`, `Nats-*` or `Content-Type`); `traceparent`/`tracestate` pass through. */
+    headers?: Record<string, string>;
+    /** When it happened; default now. */
+    time?: Date;
+  };
+}[keyof E & string];
+
+export interface PublishResult {
+  readonly id: string;
+  readonly key: string;
+  readonly version: bigint;
+  /** Outbox sequence number: the relay's order. */
+  readonly seq: bigint;
+  /** True when this id was already in the outbox with identical content and nothing was written. */
+  readonly existing: boolean;
+}
+
+export interface PublisherOptions {
+  /** Schema of the outbox tables. Default `ferry`. */
+  schema?: string;
+  /** CloudEvents `source` of every event, e.g. `orders-service`. Required. */
+  source: string;
+  /** Largest encoded event (headers + body) accepted. Default 1 MiB, NATS's default `max_payload`. */
+  maxPayloadBytes?: number;
+  /** NOTIFY the relay at commit (a latency hint). Default false: see docs/benchmarks.md. */
+  notify?: boolean;
+}
+
+/**
+ * Writes events into the outbox on the caller's connection, inside the
+ * caller's transaction. Never issues BEGIN or COMMIT.
+ *
+ * @example
+ * const publisher = createPublisher({ source: 'orders-service' });
+ * await withTransaction(pool, async (tx) => {
+ *   await tx.query('INSERT INTO orders (id) VALUES ($1)', [id]);
+ *   await publisher.publish(tx, { subject: 'orders.placed', key: id, type: 'OrderPlaced', data: { id } });
+ * });
+ */
+export interface Publisher<E extends EventMap = EventMap> {
+  readonly options: Readonly<Required<PublisherOptions>>;
+  publish(tx: Queryable, event: PublishInput<E>): Promise<PublishResult>;
+  /** All events in one round trip; results in input order. */
+  publishMany(tx: Queryable, events: ReadonlyArray<PublishInput<E>>): Promise<PublishResult[]>;
+}

@@ -1,0 +1,4 @@
+export * from './nats-server.js';
+export * from './postgres.js';
+export * from './stream.js';
+export * from './wait.js';

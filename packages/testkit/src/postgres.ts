@@ -1,0 +1,47 @@
+import { type MigrationSet, migrate, quoteIdentifier } from '@ferry/core';
+import pg from 'pg';
+import { uniqueName } from './wait.js';
+
+/** The machine's shared PostgreSQL (trust auth). Override with FERRY_TEST_DATABASE_URL. */
+export function databaseUrl(): string {
+  return process.env.FERRY_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+}
+
+export interface TestDatabase {
+  readonly url: string;
+  readonly schema: string;
+  readonly pool: pg.Pool;
+  /** Drops the schema (and anything in it) and ends the pool. */
+  close(): Promise<void>;
+}
+
+/**
+ * A pool on the shared PostgreSQL and a schema of this test's own, migrated
+ * with the given sets. Close it in `after()`.
+ */
+export async function createTestDatabase(
+  options: { prefix?: string; migrate?: MigrationSet[]; lanes?: number; max?: number } = {},
+): Promise<TestDatabase> {
+  const url = databaseUrl();
+  const schema = uniqueName(options.prefix ?? 't');
+  const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10 });
+  for (const set of options.migrate ?? ['outbox']) {
+    await migrate({ pool, schema, set, ...(options.lanes === undefined ? {} : { lanes: options.lanes }) });
+  }
+  if ((options.migrate ?? ['outbox']).length === 0) await pool.query(`CREATE SCHEMA ${quoteIdentifier(schema)}`);
+  let closed = false;
+  return {
+    url,
+    schema,
+    pool,
+    async close() {
+      if (closed) return;
+      closed = true;
+      try {
+        await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(schema)} CASCADE`);
+      } finally {
+        await pool.end();
+      }
+    },
+  };
+}
