@@ -47,6 +47,13 @@ function validateText(value: unknown, field: string, max: number, example: strin
   if (/[\u0000-\u001f\u007f]/.test(value)) {
     throw new ValidationError(field, `${field} ${describeValue(value)} contains a control character; remove it`);
   }
+  // NATS (like HTTP) trims header values, so edge whitespace would not survive the trip.
+  if (value.trim() !== value) {
+    throw new ValidationError(
+      field,
+      `${field} ${describeValue(value)} starts or ends with whitespace, which headers do not carry; trim it`,
+    );
+  }
   return value;
 }
 
@@ -125,6 +132,12 @@ export function validateHeaders(headers: unknown, field = 'headers'): Record<str
     // biome-ignore lint/suspicious/noControlCharactersInRegex: we are rejecting control characters
     if (/[\u0000-\u0008\u000a-\u001f\u007f]/.test(value)) {
       throw new ValidationError(`${field}.${name}`, `header ${describeValue(name)} has a control character in its value; remove it`);
+    }
+    if (value.trim() !== value) {
+      throw new ValidationError(
+        `${field}.${name}`,
+        `header ${describeValue(name)} value starts or ends with whitespace, which NATS trims; trim it`,
+      );
     }
     out[name] = value;
   }
