@@ -1,0 +1,111 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { quoteIdentifier } from '@ferry/core';
+import { databaseUrl, uniqueName } from '@ferry/testkit';
+import pg from 'pg';
+
+const FERRY = fileURLToPath(new URL('../../apps/relay/bin/ferry.js', import.meta.url));
+let pool: pg.Pool;
+const schemas: string[] = [];
+before(() => {
+  pool = new pg.Pool({ connectionString: databaseUrl(), max: 2 });
+});
+after(async () => {
+  for (const s of schemas) await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(s)} CASCADE`);
+  await pool.end();
+});
+
+function ferry(args: string[], env: Record<string, string | undefined> = {}) {
+  const clean = { ...process.env, FERRY_DATABASE_URL: undefined, DATABASE_URL: undefined, FERRY_SCHEMA: undefined, ...env };
+  const r = spawnSync(process.execPath, [FERRY, ...args], { env: clean as NodeJS.ProcessEnv, encoding: 'utf8', timeout: 30_000 });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+async function schemaExists(s: string) {
+  const r = await pool.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [s]);
+  return r.rowCount === 1;
+}
+
+describe('ferry migrate', () => {
+  test('ferry migrate - --help describes every option', () => {
+    const r = ferry(['migrate', '--help']);
+    assert.equal(r.code, 0);
+    for (const opt of [
+      '--database-url',
+      '--schema',
+      '--inbox',
+      '--idempotency',
+      '--lanes',
+      '--print-sql',
+      '--json',
+      'FERRY_DATABASE_URL',
+      'FERRY_SCHEMA',
+    ]) {
+      assert.ok(r.out.includes(opt), `help mentions ${opt}`);
+    }
+    const top = ferry(['--help']);
+    assert.equal(top.code, 0);
+    assert.match(top.out, /migrate/);
+    assert.match(top.out, /Exit codes/);
+  });
+
+  test('ferry migrate - migrates, then reports the schema current', async () => {
+    const schema = uniqueName('cli');
+    schemas.push(schema);
+    const first = ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]);
+    assert.equal(first.code, 0, first.err);
+    assert.match(first.out, /applied 1 outbox/);
+    const second = ferry(['migrate', '--schema', schema, '--json'], { FERRY_DATABASE_URL: databaseUrl() });
+    assert.equal(second.code, 0, second.err);
+    assert.deepEqual(JSON.parse(second.out).applied, []);
+    const third = ferry(['migrate', '--inbox'], { DATABASE_URL: databaseUrl(), FERRY_SCHEMA: schema });
+    assert.equal(third.code, 0, third.err);
+    assert.match(third.out, /inbox/);
+  });
+
+  test('ferry migrate - a hostile schema name exits 2 naming the value, and nothing is created', async () => {
+    for (const bad of ['x"; drop table t; --', 'ＦＥＲＲＹ', 'a'.repeat(10_000)]) {
+      const viaFlag = ferry(['migrate', '--database-url', databaseUrl(), '--schema', bad]);
+      assert.equal(viaFlag.code, 2);
+      assert.match(viaFlag.err, /schema/);
+      assert.ok(viaFlag.err.includes(bad.slice(0, 20)), viaFlag.err);
+      const viaEnv = ferry(['migrate', '--database-url', databaseUrl()], { FERRY_SCHEMA: bad });
+      assert.equal(viaEnv.code, 2);
+    }
+    assert.equal(await schemaExists('x"; drop table t; --'), false);
+  });
+
+  test('ferry migrate - no database URL exits 2 with the fix', () => {
+    const r = ferry(['migrate']);
+    assert.equal(r.code, 2);
+    assert.match(r.err, /FERRY_DATABASE_URL/);
+    assert.equal(r.err.trim().split('\n').length, 1);
+    const bad = ferry(['migrate', '--database-url', 'mysql://x']);
+    assert.equal(bad.code, 2);
+    const lanes = ferry(['migrate', '--database-url', databaseUrl(), '--lanes', 'many']);
+    assert.equal(lanes.code, 2);
+    assert.match(lanes.err, /lanes/);
+  });
+
+  test('ferry migrate - --print-sql prints the SQL and touches nothing', async () => {
+    const schema = uniqueName('cli');
+    const r = ferry(['migrate', '--print-sql', '--schema', schema, '--lanes', '8']);
+    assert.equal(r.code, 0);
+    assert.match(r.out, new RegExp(`CREATE TABLE "${schema}".outbox`));
+    assert.match(r.out, /% 8/);
+    assert.equal(await schemaExists(schema), false);
+  });
+
+  test('ferry migrate - a newer database exits 3, and the password never appears', async () => {
+    const schema = uniqueName('cli');
+    schemas.push(schema);
+    assert.equal(ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]).code, 0);
+    await pool.query(`INSERT INTO ${quoteIdentifier(schema)}.migrations (migration_set, version, name) VALUES ('outbox', 999, 'future')`);
+    const withPassword = databaseUrl().replace('postgres://postgres@', 'postgres://postgres:s3cr3t-pw@');
+    const r = ferry(['migrate', '--database-url', withPassword, '--schema', schema]);
+    assert.equal(r.code, 3, r.err);
+    assert.match(r.err, /newer Ferry/);
+    assert.ok(!`${r.out}${r.err}`.includes('s3cr3t-pw'));
+  });
+});

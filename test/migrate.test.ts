@@ -1,0 +1,108 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { listMigrations, MigrationError, migrate, migrationSql, migrationStatus, quoteIdentifier, ValidationError } from '@ferry/core';
+import { databaseUrl, uniqueName } from '@ferry/testkit';
+import pg from 'pg';
+
+let pool: pg.Pool;
+const schemas: string[] = [];
+const fresh = (p = 'mig') => {
+  const s = uniqueName(p);
+  schemas.push(s);
+  return s;
+};
+before(() => {
+  pool = new pg.Pool({ connectionString: databaseUrl(), max: 6 });
+});
+after(async () => {
+  for (const s of schemas) await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(s)} CASCADE`);
+  await pool.end();
+});
+
+async function tables(schema: string): Promise<string[]> {
+  const r = await pool.query('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [schema]);
+  return r.rows.map((x) => x.table_name);
+}
+
+describe('migrate', () => {
+  test('migrate - creates the outbox tables once and is a no-op after', async () => {
+    const schema = fresh();
+    const first = await migrate({ pool, schema });
+    assert.deepEqual(
+      first.applied.map((m) => m.version),
+      listMigrations('outbox').map((m) => m.version),
+    );
+    assert.ok((await tables(schema)).includes('outbox'));
+    assert.ok((await tables(schema)).includes('key_versions'));
+    const second = await migrate({ pool, schema });
+    assert.deepEqual(second.applied, []);
+    assert.deepEqual(await migrationStatus(pool, { schema }), { current: first.version, latest: first.version });
+  });
+
+  test('migrate - two concurrent runs: one applies, the other waits and does nothing', async () => {
+    const schema = fresh();
+    const results = await Promise.all([migrate({ pool, schema }), migrate({ pool, schema }), migrate({ pool, schema })]);
+    const applied = results.filter((r) => r.applied.length > 0);
+    assert.equal(applied.length, 1);
+    const count = await pool.query(`SELECT count(*)::int AS n FROM ${quoteIdentifier(schema)}.migrations`);
+    assert.equal(count.rows[0].n, listMigrations('outbox').length);
+  });
+
+  test('migrate - a database migrated by a newer Ferry is refused', async () => {
+    const schema = fresh();
+    await migrate({ pool, schema });
+    await pool.query(`INSERT INTO ${quoteIdentifier(schema)}.migrations (migration_set, version, name) VALUES ('outbox', 999, 'future')`);
+    await assert.rejects(
+      migrate({ pool, schema }),
+      (e: unknown) => e instanceof MigrationError && /newer Ferry/.test(e.message) && e.message.includes('999'),
+    );
+  });
+
+  test('migrate - an invalid schema name is refused before anything is created', async () => {
+    for (const bad of ['x"; drop table t; --', 'Ferry', 'ferrу', 'a'.repeat(10_000), '']) {
+      await assert.rejects(migrate({ pool, schema: bad }), (e: unknown) => e instanceof ValidationError && e.field === 'schema');
+    }
+    const r = await pool.query(`SELECT count(*)::int AS n FROM pg_namespace WHERE nspname LIKE 'x"%' OR nspname = 'Ferry'`);
+    assert.equal(r.rows[0].n, 0);
+  });
+
+  test('migrate - lanes are fixed by the first migrate and every row lands in one', async () => {
+    const schema = fresh();
+    await migrate({ pool, schema, lanes: 4 });
+    await assert.rejects(migrate({ pool, schema, lanes: 8 }), (e: unknown) => e instanceof MigrationError && /4 lanes/.test(e.message));
+    await migrate({ pool, schema }); // no lanes given: keeps 4
+    await pool.query(
+      `INSERT INTO ${quoteIdentifier(schema)}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at)
+       SELECT gen_random_uuid(), 'key-' || i, 1, 's', 't', 'src', 'application/json', '\\x7b7d', now() FROM generate_series(1, 400) i`,
+    );
+    const r = await pool.query(`SELECT lane, count(*)::int AS n FROM ${quoteIdentifier(schema)}.outbox GROUP BY lane ORDER BY lane`);
+    assert.deepEqual(
+      r.rows.map((x) => x.lane),
+      [0, 1, 2, 3],
+    );
+    assert.ok(
+      r.rows.every((x) => x.n > 50),
+      'keys spread over the lanes',
+    );
+    await assert.rejects(migrate({ pool, schema: fresh(), lanes: 0 }), ValidationError);
+  });
+
+  test('migrate - the printed SQL applied by hand is recognised by migrate', async () => {
+    const schema = fresh();
+    const text = migrationSql({ schema });
+    assert.match(text, new RegExp(`CREATE TABLE "${schema}".outbox`));
+    await pool.query(text);
+    const again = await migrate({ pool, schema });
+    assert.deepEqual(again.applied, []);
+  });
+
+  test('migrate - the inbox set migrates on its own, beside or apart from the outbox', async () => {
+    const schema = fresh();
+    const r = await migrate({ pool, schema, set: 'inbox' });
+    assert.ok(r.applied.length > 0);
+    assert.deepEqual(await tables(schema), ['inbox_messages', 'inbox_versions', 'migrations']);
+    await migrate({ pool, schema, set: 'outbox' });
+    assert.ok((await tables(schema)).includes('outbox'));
+    assert.deepEqual((await migrate({ pool, schema, set: 'inbox' })).applied, []);
+  });
+});
