@@ -1,3 +1,8 @@
 export { buildProgram, main } from './cli.js';
 export type { CommandContext } from './context.js';
+export { type Classified, classifyPublishError } from './errors.js';
 export { EXIT } from './exit-codes.js';
+export { lockNamespace } from './lane-leaser.js';
+export { createRelay } from './relay.js';
+export { backoffDelayMs, compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
+export * from './types.js';

@@ -1,0 +1,315 @@
+import type { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { encodeEvent, type FerryEvent } from '@ferry/core';
+import type { JetStreamClient } from '@nats-io/jetstream';
+import { headers as natsHeaders } from '@nats-io/transport-node';
+import { BrokenCircuitError, type CircuitBreakerPolicy, CircuitState, IsolatedCircuitError } from 'cockatiel';
+import type pg from 'pg';
+import { type Classified, classifyPublishError, NatsUnavailableError } from './errors.js';
+import type { LaneLeaser } from './lane-leaser.js';
+import type { RelayMetrics } from './metrics.js';
+import { backoffDelayMs } from './relay-options.js';
+import { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
+import { markFailedSql } from './sql/mark-failed.js';
+import { markPublishedSql } from './sql/mark-published.js';
+import type { CompiledRelayOptions, Logger } from './types.js';
+
+type Outcome = { ok: true; ackAt: number } | ({ ok: false } & Classified);
+
+export interface DispatcherDeps {
+  options: CompiledRelayOptions;
+  schemaSql: string;
+  pool: pg.Pool;
+  js: JetStreamClient;
+  leaser: LaneLeaser;
+  breaker: CircuitBreakerPolicy;
+  metrics: RelayMetrics;
+  events: EventEmitter;
+  logger: Logger;
+  /** Whether the NATS connection is up right now. */
+  natsUp: () => boolean;
+}
+
+/** Tries a statement a few times (a terminated pool connection is replaced by the next attempt). */
+async function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>, attempts = 5): Promise<T> {
+  let last: unknown;
+  for (let i = 0; i < attempts; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      last = err;
+      logger.debug({ err, attempt: i + 1 }, `${what} failed, retrying`);
+      await sleep(Math.min(2000, 50 * 2 ** i) * Math.random());
+    }
+  }
+  throw last;
+}
+
+/**
+ * The publishing loop of one relay instance. It claims due rows of the leased
+ * lanes, publishes them pipelined on the one NATS connection, and marks the
+ * acknowledged ones published in one statement per batch. Batches overlap
+ * (up to `maxInFlight` rows), but a key with a row in flight is left out of
+ * the next claim, so a key's rows are never in two batches at once.
+ */
+export class Dispatcher {
+  readonly #d: DispatcherDeps;
+  readonly #claimSql: string;
+  readonly #markPublishedSql: string;
+  readonly #markFailedSql: string;
+  readonly #inflightKeys = new Map<string, number>();
+  readonly #inflightLanes = new Map<number, number>();
+  readonly #batches = new Set<Promise<void>>();
+  #inflightRows = 0;
+  #running = false;
+  #loop: Promise<void> | undefined;
+  #wake: (() => void) | undefined;
+  #woken = false;
+  #laneRotation = 0;
+  #lastTick = 0;
+  #idleDelayMs: number;
+  #dbDown = false;
+
+  constructor(deps: DispatcherDeps) {
+    this.#d = deps;
+    this.#claimSql = claimBatchSql(deps.schemaSql);
+    this.#markPublishedSql = markPublishedSql(deps.schemaSql);
+    this.#markFailedSql = markFailedSql(deps.schemaSql);
+    this.#idleDelayMs = deps.options.pollIntervalMs;
+  }
+
+  get inflightRows(): number {
+    return this.#inflightRows;
+  }
+
+  /** Lanes with rows in flight: the leaser must not release them. */
+  busy = (lane: number): boolean => (this.#inflightLanes.get(lane) ?? 0) > 0;
+
+  /** A hint that there may be new rows (NOTIFY, a reconnect): poll now. */
+  wake(): void {
+    this.#woken = true;
+    this.#idleDelayMs = 0;
+    this.#wake?.();
+  }
+
+  start(): void {
+    if (this.#running) return;
+    this.#running = true;
+    this.#loop = this.#run();
+  }
+
+  /** Stops claiming, then waits for every in-flight batch to be acknowledged and marked. */
+  async stop(): Promise<void> {
+    this.#running = false;
+    this.#wake?.();
+    await this.#loop;
+    while (this.#batches.size > 0) await Promise.allSettled([...this.#batches]);
+  }
+
+  async #pause(ms: number): Promise<void> {
+    if (this.#woken || !this.#running) {
+      this.#woken = false;
+      return;
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.#wake = done;
+    });
+    this.#wake = undefined;
+    this.#woken = false;
+  }
+
+  async #run(): Promise<void> {
+    const o = this.#d.options;
+    while (this.#running) {
+      const now = Date.now();
+      if (now - this.#lastTick >= o.pollIntervalMs || this.#d.leaser.lanes.length === 0) {
+        this.#lastTick = now;
+        const lanes = await this.#d.leaser.tick(this.busy);
+        this.#d.metrics.lanesOwned.set(lanes.length);
+        if (!this.#running) break;
+      }
+      const lanes = this.#d.leaser.lanes;
+      const state = this.#d.breaker.state;
+      if (lanes.length === 0 || !this.#d.natsUp() || state === CircuitState.Open || state === CircuitState.Isolated) {
+        await this.#pause(o.pollIntervalMs);
+        continue;
+      }
+      const capacity = o.maxInFlight - this.#inflightRows;
+      if (capacity <= 0 || (state === CircuitState.HalfOpen && this.#inflightRows > 0)) {
+        await this.#pause(o.pollIntervalMs);
+        continue;
+      }
+      const limit = state === CircuitState.HalfOpen ? 1 : Math.min(o.batchSize, capacity);
+      let rows: ClaimedRow[];
+      try {
+        rows = await this.#claim(lanes, limit);
+        if (this.#dbDown) this.#d.logger.info({ event: 'database-restored' }, 'database answering again: claiming resumed');
+        this.#dbDown = false;
+      } catch (err) {
+        if (!this.#dbDown) this.#d.logger.warn({ err }, 'claiming failed: the database does not answer; retrying every poll interval');
+        this.#dbDown = true;
+        await this.#pause(o.pollIntervalMs);
+        continue;
+      }
+      if (rows.length > 0) this.#launch(rows);
+      if (rows.length === limit && state !== CircuitState.HalfOpen) {
+        this.#idleDelayMs = 0;
+        continue;
+      }
+      // Adaptive: right after finding rows, look again soon; each empty poll doubles the wait up to the poll interval.
+      this.#idleDelayMs = rows.length > 0 ? 5 : Math.min(o.pollIntervalMs, Math.max(5, this.#idleDelayMs * 2));
+      await this.#pause(this.#idleDelayMs);
+    }
+  }
+
+  async #claim(lanes: readonly number[], limit: number): Promise<ClaimedRow[]> {
+    this.#laneRotation = (this.#laneRotation + 1) % lanes.length;
+    const rotated = [...lanes.slice(this.#laneRotation), ...lanes.slice(0, this.#laneRotation)];
+    const { rows } = await this.#d.pool.query<ClaimedRow>(this.#claimSql, [rotated, [...this.#inflightKeys.keys()], limit]);
+    return rows;
+  }
+
+  #launch(rows: ClaimedRow[]): void {
+    for (const r of rows) {
+      this.#inflightKeys.set(r.key, (this.#inflightKeys.get(r.key) ?? 0) + 1);
+      this.#inflightLanes.set(r.lane, (this.#inflightLanes.get(r.lane) ?? 0) + 1);
+    }
+    this.#inflightRows += rows.length;
+    const batch = this.#batch(rows).finally(() => {
+      for (const r of rows) {
+        const k = (this.#inflightKeys.get(r.key) ?? 1) - 1;
+        if (k === 0) this.#inflightKeys.delete(r.key);
+        else this.#inflightKeys.set(r.key, k);
+        const l = (this.#inflightLanes.get(r.lane) ?? 1) - 1;
+        if (l === 0) this.#inflightLanes.delete(r.lane);
+        else this.#inflightLanes.set(r.lane, l);
+      }
+      this.#inflightRows -= rows.length;
+      this.#batches.delete(batch);
+      // Capacity came back, or the keys of this batch may have more rows: look again.
+      this.#wake?.();
+    });
+    this.#batches.add(batch);
+  }
+
+  async #batch(rows: ClaimedRow[]): Promise<void> {
+    const started = performance.now();
+    let outcomes: Outcome[];
+    try {
+      outcomes = await this.#d.breaker.execute(() => this.#publishAll(rows));
+    } catch (err) {
+      if (err instanceof BrokenCircuitError || err instanceof IsolatedCircuitError) return; // not sent; claimed again later
+      if (err instanceof NatsUnavailableError) outcomes = (err.cause as Outcome[]) ?? [];
+      else throw err;
+    }
+    await this.#settle(rows, outcomes, started);
+  }
+
+  async #publishAll(rows: ClaimedRow[]): Promise<Outcome[]> {
+    const { js, options } = this.#d;
+    const outcomes = await Promise.all(
+      rows.map(async (row): Promise<Outcome> => {
+        try {
+          const event: FerryEvent = {
+            id: row.id,
+            key: row.key,
+            version: BigInt(row.version),
+            subject: row.subject,
+            type: row.type,
+            source: row.source,
+            time: row.occurred_at,
+            contentType: row.content_type,
+            data: row.data,
+            headers: row.headers ?? {},
+          };
+          const encoded = encodeEvent(event);
+          const h = natsHeaders();
+          for (const [name, value] of encoded.headers) h.set(name, value);
+          // A PubAck with duplicate: true means JetStream already holds this id: success as well.
+          await js.publish(encoded.subject, encoded.body, { headers: h, timeout: options.publishTimeoutMs });
+          return { ok: true, ackAt: Date.now() };
+        } catch (err) {
+          return { ok: false, ...classifyPublishError(err) };
+        }
+      }),
+    );
+    if (outcomes.length > 0 && outcomes.every((x) => !x.ok && x.transport)) {
+      const first = outcomes[0] as { message: string };
+      throw new NatsUnavailableError(`every publish of the batch failed: ${first.message}`, { cause: outcomes });
+    }
+    return outcomes;
+  }
+
+  async #settle(rows: ClaimedRow[], outcomes: Outcome[], started: number): Promise<void> {
+    const { options: o, metrics, pool, logger, events } = this.#d;
+    const published: string[] = [];
+    const failed = { seqs: [] as string[], errors: [] as string[], delays: [] as number[], dead: [] as boolean[] };
+    const failedKeys = new Set<string>();
+    const deadRows: Array<{ row: ClaimedRow; outcome: Classified }> = [];
+    rows.forEach((row, i) => {
+      const outcome = outcomes[i];
+      if (!outcome) return;
+      if (outcome.ok) {
+        // Already in the stream: mark it even when an earlier row of its key failed in this batch.
+        published.push(row.seq);
+        metrics.commitToAck.observe(Math.max(0, outcome.ackAt - row.created_at.getTime()) / 1000);
+        return;
+      }
+      metrics.failures.inc({ reason: outcome.reason });
+      // Only the first failure of a key counts; later rows of the key wait behind it untouched.
+      if (failedKeys.has(row.key)) return;
+      failedKeys.add(row.key);
+      const attempt = row.attempts + 1;
+      const dead = outcome.permanent || attempt >= o.maxAttempts;
+      failed.seqs.push(row.seq);
+      failed.errors.push(`${outcome.reason}: ${outcome.message}`);
+      failed.delays.push(backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs));
+      failed.dead.push(dead);
+      if (dead) deadRows.push({ row, outcome });
+    });
+    const marks: Promise<unknown>[] = [];
+    if (published.length > 0) {
+      marks.push(
+        withRetries('marking published', logger, () => pool.query(this.#markPublishedSql, [published])).then(
+          () => metrics.published.inc(published.length),
+          (err) =>
+            logger.error(
+              { err, rows: published.length },
+              'could not mark acknowledged rows published; they will be sent again and JetStream will drop the duplicates',
+            ),
+        ),
+      );
+    }
+    if (failed.seqs.length > 0) {
+      marks.push(
+        withRetries('recording failures', logger, () =>
+          pool.query(this.#markFailedSql, [failed.seqs, failed.errors, failed.delays, failed.dead]),
+        ).catch((err) => logger.error({ err, rows: failed.seqs.length }, 'could not record failed attempts; the rows will be tried again')),
+      );
+    }
+    await Promise.all(marks);
+    for (const { row, outcome } of deadRows) {
+      logger.error(
+        { id: row.id, key: row.key, seq: row.seq, reason: outcome.reason, error: outcome.message },
+        'event is dead: its key is blocked until ferry dlq retry or discard',
+      );
+      events.emit('relay:row:dead', { id: row.id, key: row.key, seq: row.seq, reason: outcome.reason, error: outcome.message });
+    }
+    const durationMs = performance.now() - started;
+    metrics.batchDuration.observe(durationMs / 1000);
+    events.emit('relay:batch:published', {
+      rows: rows.length,
+      published: published.length,
+      failed: rows.length - published.length,
+      durationMs,
+    });
+    if (rows.length > published.length) {
+      logger.debug({ rows: rows.length, published: published.length }, 'batch had failures');
+    }
+  }
+}

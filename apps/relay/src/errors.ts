@@ -1,0 +1,74 @@
+import { JetStreamApiError } from '@nats-io/jetstream';
+import { errors as natsErrors } from '@nats-io/transport-node';
+import type { FailureReason } from './types.js';
+
+/** JetStream API error code: the message is larger than the stream's `max_msg_size`. */
+const JS_MESSAGE_SIZE_EXCEEDS_MAXIMUM = 10054;
+
+export interface Classified {
+  readonly reason: FailureReason;
+  /** Permanent: no retry can succeed; the row is dead at once with the reason. */
+  readonly permanent: boolean;
+  /** A failure of NATS itself (counts toward the circuit breaker), not of one message. */
+  readonly transport: boolean;
+  readonly message: string;
+}
+
+function text(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
+    return `${err.name}: ${err.message}${cause}`.slice(0, 1000);
+  }
+  return String(err).slice(0, 1000);
+}
+
+/**
+ * Sorts a publish failure into retryable and permanent.
+ *
+ * Retryable (backoff, then again): a PubAck timeout, no responders (no
+ * JetStream or no stream bound to the subject yet: a stream being created or
+ * failing over looks the same, so this is treated as transient and left to
+ * `--max-attempts`), a closed or lost connection, any other JetStream API
+ * error. Permanent (dead at once): a message over the server's `max_payload`
+ * or the stream's `max_msg_size`, a permission or authorization violation.
+ */
+export function classifyPublishError(err: unknown): Classified {
+  const message = text(err);
+  if (err instanceof natsErrors.InvalidArgumentError && /max_payload/.test(err.message)) {
+    return { reason: 'max_payload', permanent: true, transport: false, message };
+  }
+  if (err instanceof natsErrors.PermissionViolationError || err instanceof natsErrors.AuthorizationError) {
+    return { reason: 'permission', permanent: true, transport: false, message };
+  }
+  if (err instanceof JetStreamApiError) {
+    if (err.code === JS_MESSAGE_SIZE_EXCEEDS_MAXIMUM) return { reason: 'max_payload', permanent: true, transport: false, message };
+    return { reason: 'rejected', permanent: false, transport: false, message };
+  }
+  if (err instanceof natsErrors.TimeoutError) return { reason: 'timeout', permanent: false, transport: true, message };
+  // nats.js turns no responders into a JetStreamNotEnabled error (not exported from the package's public entry).
+  if ((err instanceof Error && err.name === 'JetStreamNotEnabled') || (err instanceof natsErrors.RequestError && err.isNoResponders())) {
+    return { reason: 'no_responders', permanent: false, transport: true, message };
+  }
+  if (
+    err instanceof natsErrors.ClosedConnectionError ||
+    err instanceof natsErrors.DrainingConnectionError ||
+    err instanceof natsErrors.ConnectionError
+  ) {
+    return { reason: 'connection', permanent: false, transport: true, message };
+  }
+  if (err instanceof natsErrors.RequestError) {
+    const cause = err.cause;
+    if (cause instanceof natsErrors.TimeoutError) return { reason: 'timeout', permanent: false, transport: true, message };
+    if (cause instanceof natsErrors.PermissionViolationError) return { reason: 'permission', permanent: true, transport: false, message };
+    return { reason: 'connection', permanent: false, transport: true, message };
+  }
+  return { reason: 'other', permanent: false, transport: false, message };
+}
+
+/** Thrown inside the circuit breaker when a whole batch failed for NATS reasons. */
+export class NatsUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'NatsUnavailableError';
+  }
+}

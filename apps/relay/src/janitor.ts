@@ -1,0 +1,89 @@
+import type pg from 'pg';
+import { PgBoss } from 'pg-boss';
+import { prunePublishedSql } from './sql/prune-published.js';
+import type { Logger } from './types.js';
+
+export const PRUNE_QUEUE = 'ferry-prune';
+/** A prune run stops after this many batches even if rows remain; the next occurrence goes on. */
+const MAX_BATCHES_PER_RUN = 1000;
+
+export interface JanitorOptions {
+  databaseUrl: string;
+  pool: pg.Pool;
+  schema: string;
+  schemaSql: string;
+  applicationName: string;
+  retentionMs: number;
+  pruneCron: string;
+  pruneBatchSize: number;
+  cronMonitorIntervalSeconds: number;
+  logger: Logger;
+  /** Called after each prune run this instance performed. */
+  onPrune: (deleted: number) => void;
+}
+
+/** pg-boss's schema for a Ferry schema: `<schema>_boss`, kept apart from Ferry's own tables. */
+export function bossSchema(schema: string): string {
+  return `${schema}_boss`.slice(0, 63);
+}
+
+/**
+ * Runs the relay's maintenance through pg-boss: a cron schedule puts one
+ * prune job per occurrence into a queue (pg-boss's per-occurrence singleton
+ * makes that one job however many relays run the schedule), and whichever
+ * instance's worker fetches it prunes published rows older than the
+ * retention window, in bounded batches.
+ */
+export class Janitor {
+  readonly #o: JanitorOptions;
+  readonly #sql: string;
+  #boss: PgBoss | undefined;
+
+  constructor(options: JanitorOptions) {
+    this.#o = options;
+    this.#sql = prunePublishedSql(options.schemaSql);
+  }
+
+  async start(): Promise<void> {
+    const o = this.#o;
+    const boss = new PgBoss({
+      connectionString: o.databaseUrl,
+      schema: bossSchema(o.schema),
+      application_name: `${o.applicationName}:boss`,
+      max: 2,
+      cronMonitorIntervalSeconds: o.cronMonitorIntervalSeconds,
+      cronWorkerIntervalSeconds: Math.min(5, o.cronMonitorIntervalSeconds),
+      registerInstance: false,
+    });
+    boss.on('error', (err) => o.logger.warn({ err }, 'pg-boss error'));
+    this.#boss = boss;
+    await boss.start();
+    await boss.createQueue(PRUNE_QUEUE, { retryLimit: 2, expireInSeconds: 15 * 60 });
+    await boss.schedule(PRUNE_QUEUE, o.pruneCron, { retentionMs: o.retentionMs }, { tz: 'UTC' });
+    await boss.work(PRUNE_QUEUE, { pollingIntervalSeconds: Math.min(2, o.cronMonitorIntervalSeconds) }, async () => {
+      const deleted = await this.prune();
+      o.onPrune(deleted);
+      return { deleted };
+    });
+  }
+
+  /** Deletes published rows older than the retention window, one bounded batch per statement. */
+  async prune(): Promise<number> {
+    const o = this.#o;
+    let total = 0;
+    for (let i = 0; i < MAX_BATCHES_PER_RUN; i++) {
+      const res = await o.pool.query(this.#sql, [o.retentionMs, o.pruneBatchSize]);
+      const n = (res as { rowCount?: number | null }).rowCount ?? 0;
+      total += n;
+      if (n < o.pruneBatchSize) break;
+    }
+    o.logger.info({ deleted: total, retentionMs: o.retentionMs }, 'pruned published outbox rows');
+    return total;
+  }
+
+  async stop(): Promise<void> {
+    const boss = this.#boss;
+    this.#boss = undefined;
+    if (boss) await boss.stop({ graceful: true, timeout: 10_000 }).catch((err) => this.#o.logger.warn({ err }, 'pg-boss stop failed'));
+  }
+}

@@ -1,0 +1,112 @@
+import { DEFAULT_SCHEMA, describeValue, ValidationError, validateIdentifier } from '@ferry/core';
+import type { CompiledRelayOptions, Logger, RelayOptions } from './types.js';
+
+/** Every default of the relay, in one place. */
+export const RELAY_DEFAULTS = Object.freeze({
+  schema: DEFAULT_SCHEMA,
+  lanesPerInstance: 'auto' as const,
+  batchSize: 500,
+  maxInFlight: 5000,
+  pollIntervalMs: 500,
+  listen: true,
+  maxAttempts: 25,
+  backoffBaseMs: 500,
+  backoffMaxMs: 60_000,
+  publishTimeoutMs: 10_000,
+  retentionMs: 7 * 24 * 3600_000,
+  pruneCron: '*/10 * * * *',
+  pruneBatchSize: 5000,
+  maintenance: true,
+  breakerThreshold: 5,
+  breakerCooldownMs: 5000,
+  applicationName: 'ferry-relay',
+  cronMonitorIntervalSeconds: 30,
+});
+
+const noop = () => {};
+/** The default logger: says nothing. */
+export const silentLogger: Logger = {
+  child: () => silentLogger,
+  trace: noop,
+  debug: noop,
+  info: noop,
+  warn: noop,
+  error: noop,
+  fatal: noop,
+};
+
+function int(name: string, value: unknown, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
+    throw new ValidationError(name, `${name} must be an integer from ${min} to ${max}, got ${describeValue(value)}`);
+  }
+  return value;
+}
+
+/**
+ * The longest a row can keep being retried before it is dead: the sum of the
+ * backoff caps of every attempt. `--ensure-stream` uses at least this as the
+ * stream's duplicate window, so a re-send after the longest retry is still
+ * recognised as a duplicate.
+ */
+export function retrySpanMs(options: Pick<CompiledRelayOptions, 'maxAttempts' | 'backoffBaseMs' | 'backoffMaxMs'>): number {
+  let total = 0;
+  for (let attempt = 1; attempt < options.maxAttempts; attempt++) {
+    total += Math.min(options.backoffMaxMs, options.backoffBaseMs * 2 ** Math.min(attempt - 1, 40));
+  }
+  return total;
+}
+
+export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new ValidationError('options', 'createRelay needs an options object, e.g. { databaseUrl: "postgres://app@db/app" }');
+  }
+  if (typeof options.databaseUrl !== 'string' || !/^postgres(ql)?:\/\//.test(options.databaseUrl)) {
+    throw new ValidationError('databaseUrl', 'databaseUrl must be a PostgreSQL URL such as postgres://user:password@host:5432/database');
+  }
+  const d = RELAY_DEFAULTS;
+  const lanes = options.lanesPerInstance ?? d.lanesPerInstance;
+  const compiled: CompiledRelayOptions = {
+    databaseUrl: options.databaseUrl,
+    nats: options.nats ?? {},
+    schema: validateIdentifier(options.schema ?? d.schema, 'schema'),
+    lanesPerInstance: lanes === 'auto' ? 'auto' : int('lanesPerInstance', lanes, 1, 1024),
+    batchSize: int('batchSize', options.batchSize ?? d.batchSize, 1, 10_000),
+    maxInFlight: int('maxInFlight', options.maxInFlight ?? d.maxInFlight, 1, 100_000),
+    pollIntervalMs: int('pollIntervalMs', options.pollIntervalMs ?? d.pollIntervalMs, 10, 60_000),
+    listen: options.listen ?? d.listen,
+    maxAttempts: int('maxAttempts', options.maxAttempts ?? d.maxAttempts, 1, 1000),
+    backoffBaseMs: int('backoffBaseMs', options.backoffBaseMs ?? d.backoffBaseMs, 1, 3_600_000),
+    backoffMaxMs: int('backoffMaxMs', options.backoffMaxMs ?? d.backoffMaxMs, 1, 86_400_000),
+    publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs ?? d.publishTimeoutMs, 100, 600_000),
+    retentionMs: int('retentionMs', options.retentionMs ?? d.retentionMs, 0, 3650 * 86_400_000),
+    pruneCron: options.pruneCron ?? d.pruneCron,
+    pruneBatchSize: int('pruneBatchSize', options.pruneBatchSize ?? d.pruneBatchSize, 1, 100_000),
+    maintenance: options.maintenance ?? d.maintenance,
+    breakerThreshold: int('breakerThreshold', options.breakerThreshold ?? d.breakerThreshold, 1, 1000),
+    breakerCooldownMs: int('breakerCooldownMs', options.breakerCooldownMs ?? d.breakerCooldownMs, 10, 600_000),
+    ensureStreams: options.ensureStreams ?? [],
+    applicationName: options.applicationName ?? d.applicationName,
+    cronMonitorIntervalSeconds: int(
+      'cronMonitorIntervalSeconds',
+      options.cronMonitorIntervalSeconds ?? d.cronMonitorIntervalSeconds,
+      1,
+      45,
+    ),
+    logger: options.logger ?? silentLogger,
+  };
+  if (compiled.backoffMaxMs < compiled.backoffBaseMs) {
+    throw new ValidationError(
+      'backoffMaxMs',
+      `backoffMaxMs (${compiled.backoffMaxMs}) must be at least backoffBaseMs (${compiled.backoffBaseMs})`,
+    );
+  }
+  if (typeof compiled.listen !== 'boolean')
+    throw new ValidationError('listen', `listen must be true or false, got ${describeValue(compiled.listen)}`);
+  return Object.freeze(compiled);
+}
+
+/** Full-jitter exponential backoff: a uniform delay in [0, min(max, base·2^(attempt-1))]. */
+export function backoffDelayMs(attempt: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+  const cap = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), 40));
+  return Math.floor(random() * cap);
+}

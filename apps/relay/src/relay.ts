@@ -1,0 +1,294 @@
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { notifyChannel, quoteIdentifier } from '@ferry/core';
+import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
+import pg from 'pg';
+import { Dispatcher } from './dispatcher.js';
+import { NatsUnavailableError } from './errors.js';
+import { Janitor } from './janitor.js';
+import { LaneLeaser } from './lane-leaser.js';
+import { RelayMetrics } from './metrics.js';
+import { Notifier } from './notifier.js';
+import { compileRelayOptions, retrySpanMs } from './relay-options.js';
+import { backlogSql } from './sql/backlog.js';
+import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
+
+const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
+
+class RelayImpl implements Relay {
+  readonly instanceId = randomBytes(4).toString('hex');
+  readonly #o: CompiledRelayOptions;
+  readonly #log: Logger;
+  readonly #schemaSql: string;
+  readonly #appName: string;
+  readonly #events = new EventEmitter();
+  readonly #metrics: RelayMetrics;
+  readonly #breaker: CircuitBreakerPolicy;
+  readonly #pool: pg.Pool;
+  readonly #leaser: LaneLeaser;
+  #state: RelayState = 'idle';
+  #starting: Promise<void> | undefined;
+  #stopping: Promise<void> | undefined;
+  #nc: NatsConnection | undefined;
+  #natsUp = false;
+  #dispatcher: Dispatcher | undefined;
+  #notifier: Notifier | undefined;
+  #janitor: Janitor | undefined;
+
+  constructor(options: RelayOptions) {
+    this.#o = compileRelayOptions(options);
+    this.#appName = `${this.#o.applicationName}:${this.instanceId}`;
+    this.#log = this.#o.logger.child({ instance: this.instanceId });
+    this.#schemaSql = quoteIdentifier(this.#o.schema);
+    this.#pool = new pg.Pool({ connectionString: this.#o.databaseUrl, max: 4, application_name: this.#appName, keepAlive: true });
+    // An idle client killed by the server must not crash the process; the pool replaces it.
+    this.#pool.on('error', (err) => this.#log.debug({ err }, 'idle PostgreSQL connection lost'));
+    this.#metrics = new RelayMetrics(() => this.#readBacklog());
+    this.#breaker = circuitBreaker(
+      handleWhen((err) => err instanceof NatsUnavailableError),
+      {
+        halfOpenAfter: this.#o.breakerCooldownMs,
+        breaker: new ConsecutiveBreaker(this.#o.breakerThreshold),
+      },
+    );
+    this.#breaker.onStateChange((state) => {
+      const name = CIRCUIT_NAMES[state as keyof typeof CIRCUIT_NAMES] ?? 'open';
+      this.#metrics.circuitState.set(state === CircuitState.HalfOpen ? 2 : state === CircuitState.Closed ? 0 : 1);
+      const fields = { event: 'circuit', state: name };
+      if (name === 'open')
+        this.#log.warn(fields, `NATS circuit open: publishing paused for ${this.#o.breakerCooldownMs} ms between probes`);
+      else this.#log.info(fields, `NATS circuit ${name}`);
+      this.#events.emit('relay:circuit', { state: name });
+    });
+    this.#leaser = new LaneLeaser({
+      databaseUrl: this.#o.databaseUrl,
+      schema: this.#o.schema,
+      schemaSql: this.#schemaSql,
+      applicationName: this.#appName,
+      lanesPerInstance: this.#o.lanesPerInstance,
+      logger: this.#log.child({ component: 'lane-leaser' }),
+    });
+  }
+
+  get state(): RelayState {
+    return this.#state;
+  }
+
+  get lanes(): readonly number[] {
+    return this.#leaser.lanes;
+  }
+
+  get metricsContentType(): string {
+    return this.#metrics.registry.contentType;
+  }
+
+  metrics(): Promise<string> {
+    return this.#metrics.registry.metrics();
+  }
+
+  ready(): boolean {
+    return (
+      this.#state === 'running' &&
+      this.#natsUp &&
+      this.#leaser.connected &&
+      (this.#leaser.lanes.length > 0 || this.#leaser.liveInstances > 1)
+    );
+  }
+
+  on<K extends keyof RelayEvents>(event: K, listener: (e: RelayEvents[K]) => void): void {
+    this.#events.on(event, listener);
+  }
+
+  async #readBacklog() {
+    const { rows } = await this.#pool.query<{ pending: string; oldest_seconds: number; dead: string }>(backlogSql(this.#schemaSql));
+    const r = rows[0];
+    return { pending: Number(r?.pending ?? 0), oldestSeconds: r?.oldest_seconds ?? 0, dead: Number(r?.dead ?? 0) };
+  }
+
+  start(): Promise<void> {
+    if (this.#state === 'draining' || this.#state === 'stopped') return Promise.reject(new Error(`relay is ${this.#state}`));
+    this.#starting ??= this.#start().catch(async (err) => {
+      this.#state = 'failed';
+      await this.#teardown();
+      throw err;
+    });
+    return this.#starting;
+  }
+
+  async #start(): Promise<void> {
+    const o = this.#o;
+    this.#state = 'starting';
+    // Fails fast on a wrong URL, a missing schema or an unmigrated database.
+    const lanes = await this.#pool.query<{ value: string }>(`SELECT value FROM ${this.#schemaSql}.settings WHERE name = 'lanes'`);
+    if (!lanes.rows[0]) throw new Error(`schema "${o.schema}" has no lane setting: run ferry migrate first`);
+    const nc = await connect({
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 1000,
+      waitOnFirstConnect: true,
+      name: this.#appName,
+      ...o.nats,
+    });
+    this.#nc = nc;
+    this.#natsUp = true;
+    this.#metrics.natsConnected.set(1);
+    this.#watchNats(nc);
+    this.#log.info({ event: 'nats-connected', server: nc.getServer() }, 'connected to NATS');
+    const js: JetStreamClient = jetstream(nc, { timeout: o.publishTimeoutMs });
+    if (o.ensureStreams.length > 0) await this.#ensureStreams(await jetstreamManager(nc));
+    this.#dispatcher = new Dispatcher({
+      options: o,
+      schemaSql: this.#schemaSql,
+      pool: this.#pool,
+      js,
+      leaser: this.#leaser,
+      breaker: this.#breaker,
+      metrics: this.#metrics,
+      events: this.#events,
+      logger: this.#log.child({ component: 'dispatcher' }),
+      natsUp: () => this.#natsUp,
+    });
+    if (o.maintenance) {
+      this.#janitor = new Janitor({
+        databaseUrl: o.databaseUrl,
+        pool: this.#pool,
+        schema: o.schema,
+        schemaSql: this.#schemaSql,
+        applicationName: this.#appName,
+        retentionMs: o.retentionMs,
+        pruneCron: o.pruneCron,
+        pruneBatchSize: o.pruneBatchSize,
+        cronMonitorIntervalSeconds: o.cronMonitorIntervalSeconds,
+        logger: this.#log.child({ component: 'janitor' }),
+        onPrune: (deleted) => this.#events.emit('relay:prune', { deleted, instance: this.instanceId }),
+      });
+      await this.#janitor.start();
+    }
+    await this.#leaser.tick();
+    this.#metrics.lanesOwned.set(this.#leaser.lanes.length);
+    this.#dispatcher.start();
+    if (o.listen) {
+      this.#notifier = new Notifier({
+        databaseUrl: o.databaseUrl,
+        applicationName: this.#appName,
+        channel: notifyChannel(o.schema),
+        logger: this.#log.child({ component: 'notifier' }),
+        onWake: () => this.#dispatcher?.wake(),
+      });
+      this.#notifier.start();
+    }
+    this.#state = 'running';
+    this.#log.info({ event: 'started', lanes: this.#leaser.lanes, schema: o.schema }, 'relay running');
+  }
+
+  #watchNats(nc: NatsConnection): void {
+    (async () => {
+      for await (const s of nc.status()) {
+        if (s.type === 'disconnect') {
+          if (this.#natsUp) this.#log.warn({ event: 'nats-disconnected' }, 'NATS connection lost: claiming paused, reconnecting');
+          this.#natsUp = false;
+          this.#metrics.natsConnected.set(0);
+        } else if (s.type === 'reconnect') {
+          if (!this.#natsUp) this.#log.info({ event: 'nats-reconnected' }, 'NATS connection restored');
+          this.#natsUp = true;
+          this.#metrics.natsConnected.set(1);
+          this.#dispatcher?.wake();
+        }
+      }
+    })().catch(() => {});
+    nc.closed().then(() => {
+      this.#natsUp = false;
+      this.#metrics.natsConnected.set(0);
+    });
+  }
+
+  async #ensureStreams(jsm: JetStreamManager): Promise<void> {
+    const windowMs = Math.max(120_000, retrySpanMs(this.#o) + this.#o.publishTimeoutMs * 2);
+    for (const s of this.#o.ensureStreams) {
+      try {
+        const info = await jsm.streams.info(s.name);
+        const have = info.config.duplicate_window / 1e6;
+        if (have < retrySpanMs(this.#o)) {
+          this.#log.warn(
+            { stream: s.name, duplicateWindowMs: have, retrySpanMs: retrySpanMs(this.#o) },
+            'stream exists with a duplicate window shorter than the retry span: a late re-send could be stored twice',
+          );
+        }
+      } catch {
+        await jsm.streams.add({
+          name: s.name,
+          subjects: [...s.subjects],
+          storage: StorageType.File,
+          duplicate_window: windowMs * 1e6,
+        });
+        this.#log.info({ stream: s.name, subjects: s.subjects, duplicateWindowMs: windowMs }, 'stream created');
+      }
+    }
+  }
+
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  async #stop(): Promise<void> {
+    if (this.#starting) await this.#starting.catch(() => {});
+    if (this.#state === 'failed' || this.#state === 'idle') {
+      this.#state = 'stopped';
+      await this.#teardown();
+      return;
+    }
+    this.#state = 'draining';
+    this.#log.info({ event: 'draining', inFlight: this.#dispatcher?.inflightRows ?? 0 }, 'draining: no new claims, awaiting PubAcks');
+    await this.#teardown();
+    this.#state = 'stopped';
+    this.#log.info({ event: 'stopped' }, 'relay stopped');
+  }
+
+  /** Every step runs even when an earlier one fails. */
+  async #teardown(): Promise<void> {
+    const steps: Array<[string, () => Promise<unknown> | undefined]> = [
+      ['dispatcher', () => this.#dispatcher?.stop()],
+      ['notifier', () => this.#notifier?.stop()],
+      ['janitor', () => this.#janitor?.stop()],
+      ['leases', () => this.#leaser.stop()],
+      ['nats', () => this.#drainNats()],
+      ['postgres', () => this.#pool.end()],
+    ];
+    for (const [name, step] of steps) {
+      try {
+        await step();
+      } catch (err) {
+        this.#log.warn({ err, step: name }, 'shutdown step failed');
+      }
+    }
+    this.#metrics.lanesOwned.set(0);
+  }
+
+  async #drainNats(): Promise<void> {
+    const nc = this.#nc;
+    if (!nc || nc.isClosed()) return;
+    // drain() waits for the server; with NATS down it would wait forever, so it gets a bound.
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, 5000);
+    });
+    await Promise.race([nc.drain().catch(() => {}), bound]);
+    clearTimeout(timer);
+    if (!nc.isClosed()) await nc.close().catch(() => {});
+  }
+
+  async prune(): Promise<number> {
+    if (!this.#janitor) throw new Error('maintenance is off for this relay');
+    return this.#janitor.prune();
+  }
+}
+
+/**
+ * A relay instance: leases lanes, publishes their outbox rows to JetStream,
+ * marks them published after the PubAck. Run 1..N per database.
+ */
+export function createRelay(options: RelayOptions): Relay {
+  return new RelayImpl(options);
+}

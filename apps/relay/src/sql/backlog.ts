@@ -1,0 +1,8 @@
+/** Pending (not dead) rows, the age of the oldest in seconds, and dead rows: for metrics and `ferry dlq`. */
+export function backlogSql(schema: string): string {
+  return `SELECT count(*) FILTER (WHERE dead_at IS NULL)::bigint::text AS pending,
+       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8 AS oldest_seconds,
+       count(*) FILTER (WHERE dead_at IS NOT NULL)::bigint::text AS dead
+  FROM ${schema}.outbox
+ WHERE published_at IS NULL`;
+}

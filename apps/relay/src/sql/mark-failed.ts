@@ -1,0 +1,14 @@
+/**
+ * Records failed attempts, one statement per batch: `$1` seqs, `$2` errors,
+ * `$3` backoff delays in ms, `$4` dead flags. A dead row keeps its
+ * next_attempt_at; a retried one waits until now() + its delay.
+ */
+export function markFailedSql(schema: string): string {
+  return `UPDATE ${schema}.outbox o
+   SET attempts = o.attempts + 1,
+       last_error = f.error,
+       next_attempt_at = CASE WHEN f.dead THEN o.next_attempt_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
+       dead_at = CASE WHEN f.dead THEN now() ELSE NULL END
+  FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::boolean[]) AS f(seq, error, delay_ms, dead)
+ WHERE o.seq = f.seq AND o.published_at IS NULL`;
+}

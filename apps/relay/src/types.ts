@@ -1,0 +1,121 @@
+import type { ConnectionOptions } from '@nats-io/transport-node';
+
+/** A pino-compatible logger; the relay uses `child`, `debug`, `info`, `warn`, `error`. */
+export interface Logger {
+  child(bindings: Record<string, unknown>): Logger;
+  trace(obj: unknown, msg?: string): void;
+  debug(obj: unknown, msg?: string): void;
+  info(obj: unknown, msg?: string): void;
+  warn(obj: unknown, msg?: string): void;
+  error(obj: unknown, msg?: string): void;
+  fatal?(obj: unknown, msg?: string): void;
+}
+
+/** A stream `--ensure-stream NAME=SUBJECT[,SUBJECT]` creates when missing. */
+export interface EnsureStream {
+  readonly name: string;
+  readonly subjects: readonly string[];
+}
+
+/**
+ * What `createRelay()` accepts. Every field but `databaseUrl` is optional;
+ * `compileRelayOptions()` applies the defaults listed in `RELAY_DEFAULTS`.
+ *
+ * @example
+ * const relay = createRelay({ databaseUrl: 'postgres://app@db/app', nats: { servers: 'nats://nats:4222' } });
+ * await relay.start();
+ * // … on SIGTERM:
+ * await relay.stop();
+ */
+export interface RelayOptions {
+  /** PostgreSQL URL of the producer database. The relay opens its own connections. */
+  databaseUrl: string;
+  /** Passed to `connect()` of `@nats-io/transport-node` (servers, auth, TLS). */
+  nats?: ConnectionOptions;
+  /** Schema of the Ferry tables. Default `ferry`. */
+  schema?: string;
+  /** Lanes this instance leases at most; default automatic (a fair share of the live instances). */
+  lanesPerInstance?: number | 'auto';
+  /** Rows claimed per batch. Default 500. */
+  batchSize?: number;
+  /** Published but not yet acknowledged messages, at most. Default 5000. */
+  maxInFlight?: number;
+  /** Longest sleep between polls when idle, and the lane lease check interval. Default 500. */
+  pollIntervalMs?: number;
+  /** LISTEN on the publisher's NOTIFY channel as a wake-up hint. Default true. */
+  listen?: boolean;
+  /** Failed attempts after which a row is dead. Default 25. */
+  maxAttempts?: number;
+  /** First retry delay cap (full jitter). Default 500. */
+  backoffBaseMs?: number;
+  /** Retry delay cap. Default 60000. */
+  backoffMaxMs?: number;
+  /** How long to wait for one PubAck. Default 10000. */
+  publishTimeoutMs?: number;
+  /** Published rows older than this are pruned. Default 7 days. */
+  retentionMs?: number;
+  /** Cron expression of the prune job (pg-boss). Default every 10 minutes. */
+  pruneCron?: string;
+  /** Rows deleted per prune statement. Default 5000. */
+  pruneBatchSize?: number;
+  /** Run the pg-boss maintenance (prune) at all. Default true. */
+  maintenance?: boolean;
+  /** Consecutive NATS failures that open the circuit. Default 5. */
+  breakerThreshold?: number;
+  /** How long the circuit stays open before a probe. Default 5000. */
+  breakerCooldownMs?: number;
+  /** Streams to create when missing, at start. */
+  ensureStreams?: readonly EnsureStream[];
+  /** PostgreSQL `application_name` prefix; the instance id is appended. Default `ferry-relay`. */
+  applicationName?: string;
+  /** pino-compatible logger; default silent. */
+  logger?: Logger;
+  /** pg-boss polling intervals in seconds (tests shorten them). Default 30. */
+  cronMonitorIntervalSeconds?: number;
+}
+
+export type CompiledRelayOptions = Readonly<
+  Required<Omit<RelayOptions, 'logger' | 'nats' | 'lanesPerInstance' | 'ensureStreams'>> & {
+    nats: ConnectionOptions;
+    lanesPerInstance: number | 'auto';
+    ensureStreams: readonly EnsureStream[];
+    logger: Logger;
+  }
+>;
+
+export const RELAY_STATES = ['idle', 'starting', 'running', 'draining', 'stopped', 'failed'] as const;
+export type RelayState = (typeof RELAY_STATES)[number];
+
+/** Why a publish failed, as counted in `ferry_publish_failures_total{reason}`. */
+export const FAILURE_REASONS = ['timeout', 'no_responders', 'connection', 'max_payload', 'permission', 'rejected', 'other'] as const;
+export type FailureReason = (typeof FAILURE_REASONS)[number];
+
+/** Events the relay emits (for tests, metrics and logs). */
+export interface RelayEvents {
+  'relay:batch:published': { rows: number; published: number; failed: number; durationMs: number };
+  'relay:row:dead': { id: string; key: string; seq: string; reason: FailureReason; error: string };
+  'relay:lanes': { lanes: readonly number[] };
+  'relay:circuit': { state: 'closed' | 'open' | 'half-open' };
+  'relay:prune': { deleted: number; instance: string };
+}
+
+export interface Relay {
+  /** A unique id of this instance, also in its PostgreSQL `application_name`. */
+  readonly instanceId: string;
+  readonly state: RelayState;
+  /** Lanes this instance holds right now. */
+  readonly lanes: readonly number[];
+  /** Prometheus text of this instance's metrics. */
+  metrics(): Promise<string>;
+  /** Content type of `metrics()`. */
+  readonly metricsContentType: string;
+  /** PostgreSQL and NATS connected and at least one lane leased (or none free). */
+  ready(): boolean;
+  on<K extends keyof RelayEvents>(event: K, listener: (e: RelayEvents[K]) => void): void;
+  /** Connects and starts relaying. Idempotent. */
+  start(): Promise<void>;
+  /** Stops claiming, awaits in-flight PubAcks, marks them, drains NATS, closes PostgreSQL. Idempotent. */
+  stop(): Promise<void>;
+  /** Runs one prune pass now (what the cron job runs); returns rows deleted. */
+  prune(): Promise<number>;
+}

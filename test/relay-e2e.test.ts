@@ -1,0 +1,52 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { quoteIdentifier } from '@ferry/core';
+import { createRelay, type Relay } from '@ferry/relay';
+import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { assertExactlyOnceInKeyOrder, countPending, publishEvents, readStream } from './relay-helpers.js';
+
+describe('relay end to end', () => {
+  let db: TestDatabase;
+  let stream: TestStream;
+  const relays: Relay[] = [];
+
+  before(async () => {
+    db = await createTestDatabase({ prefix: 'relay_e2e', lanes: 8 });
+    stream = await createTestStream({ prefix: 'relaye2e' });
+  });
+
+  after(async () => {
+    for (const r of relays) await r.stop();
+    await stream?.close();
+    await db?.close();
+  });
+
+  test('relay - every committed event reaches the stream exactly once, in per-key version order', async () => {
+    const ids = await publishEvents(db.pool, db.schema, stream.prefix, 3000, { keys: 40 });
+    const relay = createRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: stream.nc.getServer() }, maintenance: false });
+    relays.push(relay);
+    await relay.start();
+    assert.equal(relay.lanes.length, 8, 'a single instance leases every lane');
+    // Events committed while the relay runs are picked up too.
+    const more = await publishEvents(db.pool, db.schema, stream.prefix, 500, { keys: 40, perTx: 7 });
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 30_000, what: 'the outbox to drain' });
+    const events = await readStream(stream.nc, stream.name);
+    assertExactlyOnceInKeyOrder(events, [...ids, ...more]);
+    const metrics = await relay.metrics();
+    assert.match(metrics, /ferry_events_published_total 3500/);
+    assert.match(metrics, /ferry_lanes_owned 8/);
+    assert.match(metrics, /ferry_outbox_backlog 0/);
+  });
+
+  test('relay - a row is marked published only with a PubAck, and a duplicate PubAck counts as success', async () => {
+    // Reset one published row to unpublished: the re-send gets a duplicate PubAck and the row is marked again.
+    const s = quoteIdentifier(db.schema);
+    const { rows } = await db.pool.query<{ seq: string; id: string }>(
+      `UPDATE ${s}.outbox SET published_at = NULL WHERE seq = (SELECT min(seq) FROM ${s}.outbox) RETURNING seq, id`,
+    );
+    assert.equal(rows.length, 1);
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 10_000, what: 'the re-sent row to be marked' });
+    const events = await readStream(stream.nc, stream.name);
+    assert.equal(events.filter((e) => e.id === rows[0]?.id).length, 1, 'the re-send was dropped by JetStream as a duplicate');
+  });
+});

@@ -1,0 +1,119 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { quoteIdentifier, withTransaction } from '@ferry/core';
+import { createPublisher } from '@ferry/publisher';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type pg from 'pg';
+
+export const FERRY_BIN = fileURLToPath(new URL('../../apps/relay/bin/ferry.js', import.meta.url));
+
+export interface StreamEvent {
+  id: string;
+  key: string;
+  version: bigint;
+  streamSeq: number;
+  subject: string;
+}
+
+/** Every message of a stream, in stream order, read with an ordered consumer. */
+export async function readStream(nc: NatsConnection, stream: string, timeoutMs = 20_000): Promise<StreamEvent[]> {
+  const jsm = await jetstreamManager(nc);
+  const total = (await jsm.streams.info(stream)).state.messages;
+  const out: StreamEvent[] = [];
+  if (total === 0) return out;
+  const consumer = await jetstream(nc).consumers.get(stream);
+  const deadline = Date.now() + timeoutMs;
+  while (out.length < total && Date.now() < deadline) {
+    const batch = await consumer.fetch({ max_messages: Math.min(1000, total - out.length), expires: 2000 });
+    for await (const m of batch) {
+      out.push({
+        id: m.headers?.get('ce-id') ?? '',
+        key: m.headers?.get('ce-partitionkey') ?? '',
+        version: BigInt(m.headers?.get('ce-sequence') || '0'),
+        streamSeq: m.seq,
+        subject: m.subject,
+      });
+    }
+  }
+  return out;
+}
+
+/** Commits `count` events over `keys` keys (round robin), `perTx` per transaction; returns their ids in commit order. */
+export async function publishEvents(
+  pool: pg.Pool,
+  schema: string,
+  prefix: string,
+  count: number,
+  { keys = 50, perTx = 100, keyPrefix = 'k', notify = false }: { keys?: number; perTx?: number; keyPrefix?: string; notify?: boolean } = {},
+): Promise<string[]> {
+  const publisher = createPublisher({ schema, source: 'relay-test', notify });
+  const ids: string[] = [];
+  for (let start = 0; start < count; start += perTx) {
+    const n = Math.min(perTx, count - start);
+    const results = await withTransaction(pool, (tx) =>
+      publisher.publishMany(
+        tx,
+        Array.from({ length: n }, (_, i) => ({
+          subject: `${prefix}.orders`,
+          key: `${keyPrefix}${(start + i) % keys}`,
+          type: 'OrderPlaced',
+          data: { n: start + i },
+        })),
+      ),
+    );
+    for (const r of results) ids.push(r.id);
+  }
+  return ids;
+}
+
+/** Each id exactly once, and for each key versions strictly ascending in stream order. */
+export function assertExactlyOnceInKeyOrder(events: StreamEvent[], expectedIds: Iterable<string>): void {
+  const seen = new Map<string, number>();
+  for (const e of events) seen.set(e.id, (seen.get(e.id) ?? 0) + 1);
+  const dupes = [...seen].filter(([, n]) => n > 1);
+  assert.equal(dupes.length, 0, `duplicates in the stream: ${dupes.slice(0, 5).join(' ')}`);
+  const expected = new Set(expectedIds);
+  const missing = [...expected].filter((id) => !seen.has(id));
+  assert.equal(missing.length, 0, `${missing.length} committed events missing from the stream, e.g. ${missing.slice(0, 3).join(' ')}`);
+  assert.equal(events.length, expected.size, 'the stream holds exactly the committed events');
+  const last = new Map<string, bigint>();
+  for (const e of events) {
+    const prev = last.get(e.key) ?? 0n;
+    assert.ok(e.version > prev, `key ${e.key}: version ${e.version} after ${prev} in the stream`);
+    last.set(e.key, e.version);
+  }
+}
+
+export async function countPending(pool: pg.Pool, schema: string): Promise<number> {
+  const { rows } = await pool.query<{ n: string }>(
+    `SELECT count(*)::text AS n FROM ${quoteIdentifier(schema)}.outbox WHERE published_at IS NULL`,
+  );
+  return Number(rows[0]?.n ?? 0);
+}
+
+export interface RelayProcess {
+  proc: ChildProcess;
+  output(): string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Starts `ferry relay …` as a child process; stdout and stderr are collected. */
+export function spawnRelay(args: string[], env: NodeJS.ProcessEnv = {}): RelayProcess {
+  const proc = spawn(process.execPath, [FERRY_BIN, 'relay', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  proc.stdout?.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  proc.stderr?.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    proc.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  return { proc, output: () => out, exited };
+}
