@@ -1,1 +1,33 @@
-export {};
+export {
+  ConfigError,
+  ConsumerMismatchError,
+  FerryError,
+  isConfigError,
+  isConsumerMismatchError,
+  isValidationError,
+  PoisonMessageError,
+  ValidationError,
+} from './errors.js';
+export { createInbox, pruneInboxMessages } from './inbox.js';
+export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName } from './options.js';
+export { discardParked, listParked, type ParkedAdminOptions, type ParkedEvent, retryParked } from './parked.js';
+export type { ParkedJobData } from './parked-job.js';
+export {
+  type EventMap,
+  type Handler,
+  type HandlerContext,
+  type Handlers,
+  INBOX_MODES,
+  type Inbox,
+  type InboxCounts,
+  type InboxEvent,
+  type InboxMode,
+  type InboxOptions,
+  type InboxReport,
+  type InboxReportKind,
+  type InboxState,
+  type Logger,
+  PARK_REASONS,
+  type ParkReason,
+  type TxBoss,
+} from './types.js';

@@ -1,0 +1,41 @@
+import { ConfigError } from '@ferry/core';
+
+export {
+  ConfigError,
+  FerryError,
+  isConfigError,
+  isValidationError,
+  ValidationError,
+} from '@ferry/core';
+
+/** The durable consumer is missing or differs from what the inbox needs (`manageConsumer: false`). */
+export class ConsumerMismatchError extends ConfigError {
+  readonly stream: string;
+  readonly consumer: string;
+  /** One line per difference, e.g. `ack_policy is "none", need "explicit"`. */
+  readonly differences: readonly string[];
+  constructor(stream: string, consumer: string, differences: readonly string[], options?: { cause?: unknown }) {
+    super(
+      'manageConsumer',
+      `JetStream consumer "${consumer}" on stream "${stream}" ${differences.join('; ')}; ` +
+        'create or fix it (or let the inbox manage it with manageConsumer: true)',
+      options,
+    );
+    this.name = 'ConsumerMismatchError';
+    this.stream = stream;
+    this.consumer = consumer;
+    this.differences = differences;
+  }
+}
+
+export const isConsumerMismatchError = (e: unknown): e is ConsumerMismatchError => e instanceof ConsumerMismatchError;
+
+/** Why a message could not become an event; carried into the park queue. */
+export class PoisonMessageError extends Error {
+  readonly reason: 'undecodable-headers' | 'undecodable-body' | 'unknown-type';
+  constructor(reason: PoisonMessageError['reason'], message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'PoisonMessageError';
+    this.reason = reason;
+  }
+}

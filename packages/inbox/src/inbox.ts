@@ -1,0 +1,608 @@
+import {
+  ConfigError,
+  DEFAULT_SCHEMA,
+  decodeEvent,
+  type FerryEvent,
+  type PooledConnection,
+  type Queryable,
+  quoteIdentifier,
+  schemaIdentifier,
+  validateIdentifier,
+  WIRE_HEADERS,
+} from '@ferry/core';
+import {
+  AckPolicy,
+  type ConsumerConfig,
+  type ConsumerInfo,
+  type ConsumerMessages,
+  DeliverPolicy,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JsMsg,
+  jetstream,
+  jetstreamManager,
+} from '@nats-io/jetstream';
+import { type Db, type Job, PgBoss } from 'pg-boss';
+import { ConsumerMismatchError, PoisonMessageError } from './errors.js';
+import { KeyScheduler } from './key-scheduler.js';
+import { type CompiledInboxOptions, compileInboxOptions, parkQueueName, pruneQueueName } from './options.js';
+import { decodeParked, isParkedJobData, type ParkedJobData, parkKey } from './parked-job.js';
+import { lockKey } from './sql/lock-key.js';
+import { addParked } from './sql/park-count.js';
+import { pruneMessages } from './sql/prune-messages.js';
+import { recordMessage } from './sql/record-message.js';
+import { recordVersion } from './sql/record-version.js';
+import type { EventMap, HandlerContext, Inbox, InboxCounts, InboxEvent, InboxOptions, InboxState, ParkReason, TxBoss } from './types.js';
+
+type GateOutcome =
+  | { kind: 'applied'; durationMs: number }
+  | { kind: 'stale'; recorded: bigint }
+  | { kind: 'duplicate' }
+  | { kind: 'gap'; recorded: bigint }
+  | { kind: 'park'; reason: ParkReason; error: string };
+
+const JSON_TYPE = /^application\/([\w.+-]+\+)?json\s*(;.*)?$/i;
+const NANOS_PER_MS = 1_000_000;
+/** How often the dedupe window is pruned. */
+const PRUNE_CRON = '*/15 * * * *';
+/** Gap bookkeeping entries kept per process before the oldest are dropped. */
+const MAX_TRACKED = 100_000;
+
+function errorText(err: unknown): string {
+  if (err instanceof Error) return `${err.name}: ${err.message}`;
+  return String(err);
+}
+
+/** pg-boss's `db` option over one of our transactions: what makes `ctx.boss` atomic with the handler. */
+function txDb(tx: Queryable): Db {
+  return { executeSql: (text, values) => tx.query(text, values) };
+}
+
+class InboxImpl implements Inbox {
+  readonly #o: CompiledInboxOptions;
+  /** The quoted schema, escaped once. */
+  readonly #s: string;
+  readonly parkQueue: string;
+  #state: InboxState = 'idle';
+  #starting: Promise<void> | undefined;
+  #stopping: Promise<void> | undefined;
+  #boss: PgBoss | undefined;
+  #ownBoss = false;
+  #messages: ConsumerMessages | undefined;
+  #loop: Promise<void> | undefined;
+  readonly #scheduler: KeyScheduler;
+  readonly #counts: InboxCounts = { applied: 0, stale: 0, duplicate: 0, gap: 0, failed: 0, parked: 0 };
+  /** Per stream sequence: when a gap was first seen, and how many deliveries were gap waits (not failures). */
+  readonly #tracked = new Map<number, { firstSeenMs: number; gapNaks: number }>();
+  readonly #workerIds: string[] = [];
+
+  constructor(options: CompiledInboxOptions) {
+    this.#o = options;
+    this.#s = quoteIdentifier(options.schema);
+    this.parkQueue = parkQueueName(options.consumer);
+    this.#scheduler = new KeyScheduler(options.concurrency, (err) => this.#o.logger.error({ err }, 'inbox task failed unexpectedly'));
+  }
+
+  get consumer(): string {
+    return this.#o.consumer;
+  }
+
+  get state(): InboxState {
+    return this.#state;
+  }
+
+  counts(): Readonly<InboxCounts> {
+    return { ...this.#counts };
+  }
+
+  inFlight(): number {
+    return this.#scheduler.size;
+  }
+
+  start(): Promise<void> {
+    if (this.#stopping) return Promise.reject(new ConfigError('start', 'this inbox was stopped; create a new one'));
+    this.#starting ??= this.#start().catch((err) => {
+      this.#state = 'failed';
+      throw err;
+    });
+    return this.#starting;
+  }
+
+  async #start(): Promise<void> {
+    this.#state = 'starting';
+    const o = this.#o;
+    await this.#ensureConsumer();
+    await this.#startBoss();
+    const js = jetstream(o.nc);
+    const consumer = await js.consumers.get(o.stream, o.consumer);
+    this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256) });
+    this.#loop = this.#consumeLoop(this.#messages);
+    this.#state = 'running';
+    o.logger.info({ stream: o.stream, consumer: o.consumer, mode: o.mode }, 'inbox started');
+  }
+
+  stop(): Promise<void> {
+    this.#stopping ??= this.#stop();
+    return this.#stopping;
+  }
+
+  async #stop(): Promise<void> {
+    if (this.#starting) await this.#starting.catch(() => {});
+    this.#state = 'draining';
+    const errors: unknown[] = [];
+    const step = async (what: string, fn: () => Promise<unknown> | unknown) => {
+      try {
+        await fn();
+      } catch (err) {
+        errors.push(err);
+        this.#o.logger.warn({ err }, `inbox stop: ${what} failed`);
+      }
+    };
+    // Stop intake: the iterator yields what it already buffered (naked below), then ends.
+    await step('stop consuming', () => this.#messages?.stop());
+    await step('consume loop', () => this.#loop);
+    await step('drain in-flight', () => this.#scheduler.idle());
+    const boss = this.#boss;
+    if (boss) {
+      if (this.#ownBoss) await step('stop pg-boss', () => boss.stop({ graceful: true, close: false, timeout: this.#o.ackWaitMs }));
+      else for (const id of this.#workerIds) await step('stop park worker', () => boss.offWork(this.parkQueue, { id, wait: true }));
+    }
+    await step('flush acks', () => this.#o.nc.flush());
+    this.#state = errors.length > 0 ? 'failed' : 'stopped';
+    this.#o.logger.info({ consumer: this.#o.consumer, counts: this.#counts }, 'inbox stopped');
+  }
+
+  // ---- consumer management -------------------------------------------------------------------
+
+  #desiredConfig(): Partial<ConsumerConfig> {
+    const o = this.#o;
+    return {
+      durable_name: o.consumer,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: o.ackWaitMs * NANOS_PER_MS,
+      // Ferry counts deliveries and parks at maxDeliver itself; a server-side limit would drop a
+      // message silently when parking it failed (database down), so the server never gives up.
+      max_deliver: -1,
+      max_ack_pending: o.maxAckPending,
+      ...(o.filterSubject === undefined ? {} : { filter_subject: o.filterSubject }),
+    };
+  }
+
+  #differences(info: ConsumerInfo, strict: boolean): string[] {
+    const o = this.#o;
+    const c = info.config;
+    const out: string[] = [];
+    if (c.ack_policy !== AckPolicy.Explicit) out.push(`has ack_policy ${JSON.stringify(c.ack_policy)}, need "explicit"`);
+    if (c.deliver_subject) out.push(`is a push consumer (deliver_subject ${JSON.stringify(c.deliver_subject)}), need a pull consumer`);
+    const filter = c.filter_subject ?? undefined;
+    if ((o.filterSubject ?? '') !== (filter ?? '')) {
+      out.push(`has filter_subject ${JSON.stringify(filter ?? null)}, need ${JSON.stringify(o.filterSubject ?? null)}`);
+    }
+    if (c.ack_wait !== o.ackWaitMs * NANOS_PER_MS) out.push(`has ack_wait ${(c.ack_wait ?? 0) / NANOS_PER_MS} ms, need ${o.ackWaitMs} ms`);
+    if (c.max_deliver !== undefined && c.max_deliver !== -1 && c.max_deliver <= o.maxDeliver) {
+      out.push(`has max_deliver ${c.max_deliver}, need -1 or more than maxDeliver (${o.maxDeliver}) so the inbox can park`);
+    }
+    if (strict && c.max_ack_pending !== o.maxAckPending) out.push(`has max_ack_pending ${c.max_ack_pending}, need ${o.maxAckPending}`);
+    if (strict && c.max_deliver !== -1) out.push(`has max_deliver ${c.max_deliver}, need -1`);
+    return out;
+  }
+
+  async #ensureConsumer(): Promise<void> {
+    const o = this.#o;
+    const jsm = await jetstreamManager(o.nc);
+    const notFound = (err: unknown, code: number) => err instanceof JetStreamApiError && err.code === code;
+    let info: ConsumerInfo | undefined;
+    try {
+      info = await jsm.consumers.info(o.stream, o.consumer);
+    } catch (err) {
+      if (notFound(err, JetStreamApiCodes.StreamNotFound)) {
+        throw new ConfigError(
+          'stream',
+          `JetStream stream ${JSON.stringify(o.stream)} does not exist; create it first (or run ferry doctor)`,
+          {
+            cause: err,
+          },
+        );
+      }
+      if (!notFound(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+    }
+    if (!o.manageConsumer) {
+      if (!info) throw new ConsumerMismatchError(o.stream, o.consumer, ['does not exist']);
+      const diffs = this.#differences(info, false);
+      if (diffs.length > 0) throw new ConsumerMismatchError(o.stream, o.consumer, diffs);
+      return;
+    }
+    const config = this.#desiredConfig();
+    if (!info) {
+      try {
+        await jsm.consumers.add(o.stream, config);
+        return;
+      } catch (err) {
+        // Another instance may have created it at the same moment with another config: fall through to update.
+        info = await jsm.consumers.info(o.stream, o.consumer).catch(() => {
+          throw err;
+        });
+      }
+    }
+    if (this.#differences(info, true).length > 0) {
+      const { durable_name: _name, deliver_policy: _policy, ...update } = config;
+      try {
+        await jsm.consumers.update(o.stream, o.consumer, update);
+      } catch (err) {
+        throw new ConsumerMismatchError(
+          o.stream,
+          o.consumer,
+          [...this.#differences(info, true), `and could not be updated (${errorText(err)})`],
+          {
+            cause: err,
+          },
+        );
+      }
+    }
+  }
+
+  // ---- pg-boss: parking lot and maintenance --------------------------------------------------
+
+  async #startBoss(): Promise<void> {
+    const o = this.#o;
+    let boss = o.boss;
+    if (!boss) {
+      boss = new PgBoss({
+        db: { executeSql: (text, values) => o.pool.query(text, values) },
+        schema: o.bossSchema,
+        schedule: o.mode === 'dedupe',
+        supervise: true,
+      });
+      boss.on('error', (err) => o.logger.error({ err }, 'inbox pg-boss error'));
+      await boss.start();
+      this.#ownBoss = true;
+    }
+    this.#boss = boss;
+    await boss.createQueue(this.parkQueue, {
+      policy: 'key_strict_fifo',
+      retryLimit: o.parkRetryLimit,
+      retryDelay: Math.ceil(o.parkRetryDelayMs / 1000),
+      retryBackoff: true,
+      deleteAfterSeconds: 7 * 86_400,
+    });
+    this.#workerIds.push(
+      await boss.work<ParkedJobData>(
+        this.parkQueue,
+        { pollingIntervalSeconds: o.parkPollIntervalMs / 1000, batchSize: 1, localConcurrency: 2 },
+        async ([job]) => {
+          if (job) await this.#retryParked(job);
+        },
+      ),
+    );
+    if (o.mode === 'dedupe') {
+      const prune = pruneQueueName(o.consumer);
+      await boss.createQueue(prune);
+      await boss.schedule(prune, PRUNE_CRON, null, { singletonKey: o.consumer });
+      this.#workerIds.push(
+        await boss.work(prune, async () => {
+          const n = await pruneMessages(o.pool, this.#s, o.consumer, o.dedupeRetentionMs);
+          o.logger.info({ consumer: o.consumer, pruned: n }, 'inbox pruned dedupe window');
+        }),
+      );
+    }
+  }
+
+  #txBoss(tx: Queryable): TxBoss {
+    const boss = this.#boss;
+    if (!boss) throw new ConfigError('boss', 'inbox is not started');
+    return { send: (name, data, options) => boss.send(name, data ?? null, { ...options, db: txDb(tx) }) };
+  }
+
+  // ---- the gate ------------------------------------------------------------------------------
+
+  /** Runs `fn` in a transaction of its own; rolls back instead of committing when `rollback(result)`. */
+  async #transaction<T>(fn: (tx: PooledConnection) => Promise<T>, rollback: (result: T) => boolean = () => false): Promise<T> {
+    const client = await this.#o.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const result = await fn(client);
+      await client.query(rollback(result) ? 'ROLLBACK' : 'COMMIT');
+      return result;
+    } catch (err) {
+      try {
+        await client.query('ROLLBACK');
+      } catch (rollbackErr) {
+        broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
+      }
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  /** Why an event cannot reach a handler, or its payload. */
+  #prepare(event: FerryEvent): { handler: NonNullable<CompiledInboxOptions['handlers'][string]>; payload: unknown } | GateOutcome {
+    const handler = this.#o.handlers[event.type];
+    if (!handler) return { kind: 'park', reason: 'unknown-type', error: `no handler for event type ${JSON.stringify(event.type)}` };
+    if (!JSON_TYPE.test(event.contentType)) return { handler, payload: event.data };
+    try {
+      return {
+        handler,
+        payload: JSON.parse(Buffer.from(event.data.buffer, event.data.byteOffset, event.data.byteLength).toString('utf8')),
+      };
+    } catch (err) {
+      return { kind: 'park', reason: 'undecodable-body', error: `${event.contentType} body is not JSON: ${errorText(err)}` };
+    }
+  }
+
+  /**
+   * Version gate → handler → version record, inside `tx`. A `park` or `gap`
+   * outcome must be rolled back by the caller (in `dedupe` mode the message id
+   * was already recorded).
+   */
+  async #gate(tx: PooledConnection, event: FerryEvent, attempt: number, fromPark: boolean): Promise<GateOutcome> {
+    const o = this.#o;
+    if (o.mode === 'dedupe') {
+      if (!(await recordMessage(tx, this.#s, o.consumer, event.id))) return { kind: 'duplicate' };
+    } else {
+      const row = await lockKey(tx, this.#s, o.consumer, event.key);
+      if (event.version <= row.version) return { kind: 'stale', recorded: row.version };
+      if (o.mode === 'sequential') {
+        if (!fromPark && row.parked > 0) {
+          return {
+            kind: 'park',
+            reason: 'behind-parked',
+            error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
+          };
+        }
+        if (event.version > row.version + 1n) return { kind: 'gap', recorded: row.version };
+      }
+    }
+    const prepared = this.#prepare(event);
+    if ('kind' in prepared) return prepared;
+    const started = performance.now();
+    const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
+    const ctx: HandlerContext = { tx, boss: this.#txBoss(tx), consumer: o.consumer, attempt };
+    await prepared.handler(inboxEvent, ctx);
+    if (o.mode !== 'dedupe') await recordVersion(tx, this.#s, o.consumer, event.key, event.version);
+    return { kind: 'applied', durationMs: performance.now() - started };
+  }
+
+  // ---- stream messages -----------------------------------------------------------------------
+
+  async #consumeLoop(messages: ConsumerMessages): Promise<void> {
+    try {
+      for await (const m of messages) {
+        if (this.#stopping) {
+          m.nak();
+          continue;
+        }
+        const key = m.headers?.get(WIRE_HEADERS.partitionKey) || `~seq/${m.info.streamSequence}`;
+        this.#scheduler.push(key, () => this.#handleMessage(m));
+      }
+    } catch (err) {
+      if (!this.#stopping) {
+        this.#state = 'failed';
+        this.#o.logger.error({ err, consumer: this.#o.consumer }, 'inbox stopped consuming');
+      }
+    }
+  }
+
+  #track(seq: number): { firstSeenMs: number; gapNaks: number } {
+    let t = this.#tracked.get(seq);
+    if (!t) {
+      if (this.#tracked.size >= MAX_TRACKED) {
+        const oldest = this.#tracked.keys().next().value;
+        if (oldest !== undefined) this.#tracked.delete(oldest);
+      }
+      t = { firstSeenMs: Date.now(), gapNaks: 0 };
+      this.#tracked.set(seq, t);
+    }
+    return t;
+  }
+
+  #backoffMs(attempt: number): number {
+    const b = this.#o.backoffMs;
+    const base = b[Math.min(attempt - 1, b.length - 1)] ?? 0;
+    // Full jitter: retries of many keys that failed together do not come back together.
+    return Math.round(base / 2 + (Math.random() * base) / 2);
+  }
+
+  async #handleMessage(m: JsMsg): Promise<void> {
+    const o = this.#o;
+    const seq = m.info.streamSequence;
+    const headerNames = m.headers ? [...m.headers.keys()] : [];
+    let event: FerryEvent;
+    try {
+      event = decodeEvent((name) => m.headers?.get(name) || undefined, m.data, m.subject, headerNames);
+    } catch (err) {
+      await this.#parkMessage(m, undefined, 'undecodable-headers', errorText(err));
+      return;
+    }
+    const tracked = this.#tracked.get(seq);
+    const attempt = Math.max(1, m.info.deliveryCount - (tracked?.gapNaks ?? 0));
+    let outcome: GateOutcome;
+    try {
+      outcome = await this.#transaction(
+        (tx) => this.#gate(tx, event, attempt, false),
+        (r) => r.kind === 'park' || r.kind === 'gap',
+      );
+    } catch (error) {
+      this.#counts.failed++;
+      const willRetry = attempt < o.maxDeliver;
+      o.onEvent({ kind: 'failed', consumer: o.consumer, id: event.id, key: event.key, version: event.version, attempt, error, willRetry });
+      o.logger.warn({ err: error, id: event.id, key: event.key, attempt }, 'inbox handler failed');
+      if (willRetry) {
+        this.#track(seq);
+        m.nak(this.#backoffMs(attempt));
+      } else {
+        await this.#parkMessage(m, event, 'handler-failed', errorText(error));
+      }
+      return;
+    }
+    const base = { consumer: o.consumer, id: event.id, key: event.key, version: event.version };
+    switch (outcome.kind) {
+      case 'applied':
+        m.ack();
+        this.#tracked.delete(seq);
+        this.#counts.applied++;
+        o.onEvent({ kind: 'applied', ...base, type: event.type, durationMs: outcome.durationMs, fromPark: false });
+        return;
+      case 'stale':
+        m.ack();
+        this.#tracked.delete(seq);
+        this.#counts.stale++;
+        o.onEvent({ kind: 'stale', ...base, recorded: outcome.recorded });
+        return;
+      case 'duplicate':
+        m.ack();
+        this.#tracked.delete(seq);
+        this.#counts.duplicate++;
+        o.onEvent({ kind: 'duplicate', ...base });
+        return;
+      case 'gap': {
+        const t = this.#track(seq);
+        const waitedMs = Date.now() - t.firstSeenMs;
+        this.#counts.gap++;
+        o.onEvent({ kind: 'gap', ...base, recorded: outcome.recorded, waitedMs });
+        if (waitedMs >= o.gapTimeoutMs) {
+          await this.#parkMessage(
+            m,
+            event,
+            'gap-timeout',
+            `waited ${waitedMs} ms for version ${outcome.recorded + 1n} of key ${JSON.stringify(event.key)}`,
+          );
+        } else {
+          t.gapNaks++;
+          m.nak(o.gapRetryMs);
+        }
+        return;
+      }
+      case 'park':
+        await this.#parkMessage(m, event, outcome.reason, outcome.error);
+        return;
+    }
+  }
+
+  /** Parks a stream message, then acks it; if parking fails, naks it so it comes back. */
+  async #parkMessage(m: JsMsg, event: FerryEvent | undefined, reason: ParkReason, error: string): Promise<void> {
+    const o = this.#o;
+    const seq = m.info.streamSequence;
+    const headers: Array<[string, string]> = [];
+    if (m.headers) for (const [name, values] of m.headers) for (const v of values) headers.push([name, v]);
+    const data: ParkedJobData = {
+      format: 1,
+      consumer: o.consumer,
+      mode: o.mode,
+      stream: o.stream,
+      streamSeq: seq,
+      natsSubject: m.subject,
+      headers,
+      body: Buffer.from(m.data).toString('base64'),
+      reason,
+      error,
+      parkedAt: new Date().toISOString(),
+      deliveries: m.info.deliveryCount,
+      ...(event ? { id: event.id, key: event.key, version: event.version.toString(), type: event.type } : {}),
+    };
+    try {
+      const parked = await this.#park(data, event);
+      m.ack();
+      this.#tracked.delete(seq);
+      if (parked.stale) {
+        this.#counts.stale++;
+        if (event)
+          o.onEvent({
+            kind: 'stale',
+            consumer: o.consumer,
+            id: event.id,
+            key: event.key,
+            version: event.version,
+            recorded: parked.recorded,
+          });
+        return;
+      }
+      this.#counts.parked++;
+      o.onEvent({ kind: 'parked', consumer: o.consumer, id: event?.id, key: event?.key, reason, error, jobId: parked.jobId });
+      o.logger.warn({ consumer: o.consumer, id: event?.id, key: event?.key, reason, error, jobId: parked.jobId }, 'inbox parked an event');
+    } catch (err) {
+      o.logger.error({ err, consumer: o.consumer, streamSeq: seq }, 'inbox could not park an event; it will be redelivered');
+      m.nak(this.#backoffMs(o.backoffMs.length));
+    }
+  }
+
+  /**
+   * Enqueues a parked event in one transaction with its key's parked count,
+   * so in `sequential` mode the key's later events park behind it. An event
+   * that became stale meanwhile is not parked.
+   */
+  async #park(
+    data: ParkedJobData,
+    event: FerryEvent | undefined,
+  ): Promise<{ stale: true; recorded: bigint } | { stale: false; jobId: string | null }> {
+    const o = this.#o;
+    const boss = this.#boss;
+    if (!boss) throw new ConfigError('boss', 'inbox is not started');
+    return this.#transaction(async (tx) => {
+      if (event && o.mode !== 'dedupe') {
+        const row = await lockKey(tx, this.#s, o.consumer, event.key);
+        if (event.version <= row.version) return { stale: true as const, recorded: row.version };
+        if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, 1);
+      }
+      const jobId = await boss.send(this.parkQueue, data, { singletonKey: parkKey(event?.key, o.stream, data.streamSeq), db: txDb(tx) });
+      return { stale: false as const, jobId };
+    });
+  }
+
+  // ---- the park worker -----------------------------------------------------------------------
+
+  /** Retries one parked event through the same gate; throws (so pg-boss retries, then fails it) when it still cannot apply. */
+  async #retryParked(job: Job<ParkedJobData>): Promise<void> {
+    const o = this.#o;
+    const boss = this.#boss;
+    if (!boss) throw new ConfigError('boss', 'inbox is not started');
+    if (!isParkedJobData(job.data)) throw new PoisonMessageError('undecodable-headers', `parked job ${job.id} is not a Ferry parked event`);
+    const event = decodeParked(job.data);
+    const attempt = job.retryCount + 1;
+    const outcome = await this.#transaction(async (tx) => {
+      const result = await this.#gate(tx, event, attempt, true);
+      if (result.kind === 'park')
+        throw new PoisonMessageError(result.reason === 'unknown-type' ? 'unknown-type' : 'undecodable-body', result.error);
+      if (result.kind === 'gap') {
+        throw new Error(
+          `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${result.recorded + 1n}, which is neither applied nor parked`,
+        );
+      }
+      if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, -1);
+      await boss.complete(this.parkQueue, job.id, null, { db: txDb(tx) });
+      return result;
+    });
+    const base = { consumer: o.consumer, id: event.id, key: event.key, version: event.version };
+    if (outcome.kind === 'applied') {
+      this.#counts.applied++;
+      o.onEvent({ kind: 'applied', ...base, type: event.type, durationMs: outcome.durationMs, fromPark: true });
+    } else if (outcome.kind === 'stale') {
+      this.#counts.stale++;
+      o.onEvent({ kind: 'stale', ...base, recorded: outcome.recorded });
+    } else if (outcome.kind === 'duplicate') {
+      this.#counts.duplicate++;
+      o.onEvent({ kind: 'duplicate', ...base });
+    }
+  }
+}
+
+/**
+ * Creates an inbox: a durable JetStream pull consumer whose every message
+ * runs version gate → handler → version record in one PostgreSQL transaction,
+ * then is acked. See the package README for a complete consumer.
+ */
+export function createInbox<E extends EventMap = EventMap>(options: InboxOptions<E>): Inbox {
+  return new InboxImpl(compileInboxOptions(options));
+}
+
+/** Deletes a consumer's `dedupe` message ids older than `olderThanMs` (what the pg-boss cron job runs). */
+export function pruneInboxMessages(options: { pool: Queryable; schema?: string; consumer: string; olderThanMs: number }): Promise<number> {
+  return pruneMessages(
+    options.pool,
+    schemaIdentifier(options.schema ?? DEFAULT_SCHEMA),
+    validateIdentifier(options.consumer, 'consumer'),
+    options.olderThanMs,
+  );
+}

@@ -1,0 +1,117 @@
+import { type ConnectionPool, describeValue, quoteIdentifier, ValidationError, validateIdentifier, withTransaction } from '@ferry/core';
+import type { Db, JobWithMetadata, PgBoss } from 'pg-boss';
+import { parkQueueName } from './options.js';
+import { isParkedJobData, type ParkedJobData } from './parked-job.js';
+import { lockKey } from './sql/lock-key.js';
+import { addParked, skipVersion } from './sql/park-count.js';
+import type { ParkReason } from './types.js';
+
+/** One parked event, as `ferry inbox parked list` shows it. */
+export interface ParkedEvent {
+  readonly consumer: string;
+  readonly jobId: string;
+  /** pg-boss state: `created`/`retry` wait for the park worker, `active` is being retried, `failed` holds its key until retried or discarded. */
+  readonly state: string;
+  readonly key: string | null;
+  readonly id: string | null;
+  readonly version: string | null;
+  readonly type: string | null;
+  readonly reason: ParkReason | null;
+  /** Why it was parked. */
+  readonly error: string | null;
+  /** The park worker's last failure, if any. */
+  readonly lastError: string | null;
+  readonly retryCount: number;
+  readonly parkedAt: string;
+}
+
+export interface ParkedAdminOptions {
+  /** A started pg-boss on the inbox's database and pg-boss schema. */
+  boss: PgBoss;
+  /** One consumer; all consumers with a park queue when omitted (list only). */
+  consumer?: string;
+}
+
+const LIVE_STATES = new Set(['created', 'retry', 'active', 'failed']);
+const QUEUE = /^ferry\.inbox\.([a-z_][a-z0-9_]{0,62})\.parked$/;
+
+async function consumersOf(options: ParkedAdminOptions): Promise<string[]> {
+  if (options.consumer !== undefined) return [validateIdentifier(options.consumer, 'consumer')];
+  const queues = await options.boss.getQueues();
+  return queues.map((q) => QUEUE.exec(q.name)?.[1]).filter((c): c is string => c !== undefined);
+}
+
+function toParked(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent {
+  const data: Partial<ParkedJobData> = isParkedJobData(job.data) ? job.data : {};
+  const output = job.output as { message?: unknown } | null | undefined;
+  return {
+    consumer,
+    jobId: job.id,
+    state: job.state,
+    key: data.key ?? null,
+    id: data.id ?? null,
+    version: data.version ?? null,
+    type: data.type ?? null,
+    reason: data.reason ?? null,
+    error: data.error ?? null,
+    lastError: typeof output?.message === 'string' ? output.message : null,
+    retryCount: job.retryCount,
+    parkedAt: data.parkedAt ?? new Date(job.createdOn).toISOString(),
+  };
+}
+
+/** Parked events not yet applied or discarded, oldest first. */
+export async function listParked(options: ParkedAdminOptions & { limit?: number }): Promise<ParkedEvent[]> {
+  const out: ParkedEvent[] = [];
+  for (const consumer of await consumersOf(options)) {
+    const queue = parkQueueName(consumer);
+    if (!(await options.boss.getQueue(queue))) continue;
+    const jobs = (await options.boss.findJobs(queue, { limit: options.limit ?? 1000 })) as unknown as JobWithMetadata<unknown>[];
+    for (const job of jobs) if (LIVE_STATES.has(job.state)) out.push(toParked(consumer, job));
+  }
+  return out;
+}
+
+function requireConsumer(options: ParkedAdminOptions): string {
+  if (options.consumer === undefined)
+    throw new ValidationError('consumer', 'name the consumer whose parked events to change (--consumer NAME)');
+  return validateIdentifier(options.consumer, 'consumer');
+}
+
+/** Makes failed parked events eligible again now; the park worker retries them through the gate. Returns how many changed. */
+export async function retryParked(options: ParkedAdminOptions & { ids: string[] }): Promise<number> {
+  const consumer = requireConsumer(options);
+  if (options.ids.length === 0) return 0;
+  const result = await options.boss.retry(parkQueueName(consumer), options.ids);
+  return (result as { affected?: number }).affected ?? 0;
+}
+
+/**
+ * Deletes parked events for good. In `sequential` mode the discarded version
+ * counts as skipped, so the key's later events (parked behind it or still to
+ * come) can apply. Returns how many were discarded.
+ */
+export async function discardParked(
+  options: ParkedAdminOptions & { ids: string[]; pool: ConnectionPool; schema?: string },
+): Promise<number> {
+  const consumer = requireConsumer(options);
+  const schema = quoteIdentifier(validateIdentifier(options.schema ?? 'ferry', 'schema'));
+  const queue = parkQueueName(consumer);
+  let discarded = 0;
+  for (const id of options.ids) {
+    const job = await options.boss.getJobById<ParkedJobData>(queue, id);
+    if (!job) throw new ValidationError('ids', `no parked event ${describeValue(id)} for consumer ${consumer}`);
+    await withTransaction(options.pool, async (tx) => {
+      const data = job.data;
+      if (isParkedJobData(data) && data.mode === 'sequential' && data.key !== undefined && data.version !== undefined) {
+        await lockKey(tx, schema, consumer, data.key);
+        await addParked(tx, schema, consumer, data.key, -1);
+        await skipVersion(tx, schema, consumer, data.key, BigInt(data.version));
+      }
+      const db: Db = { executeSql: (text, values) => tx.query(text, values) };
+      const r = await options.boss.deleteJob(queue, id, { db });
+      discarded += (r as { affected?: number }).affected ?? 0;
+    });
+  }
+  return discarded;
+}

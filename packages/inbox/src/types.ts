@@ -1,0 +1,161 @@
+import type { ConnectionPool, FerryEvent, Queryable } from '@ferry/core';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { PgBoss, SendOptions } from 'pg-boss';
+
+/** Event type → payload shape, e.g. `{ OrderPlaced: { id: string; total: number } }`. */
+export type EventMap = Record<string, unknown>;
+
+/** How the gate decides whether an event is applied. */
+export const INBOX_MODES = ['latest', 'sequential', 'dedupe'] as const;
+export type InboxMode = (typeof INBOX_MODES)[number];
+
+/**
+ * A decoded Ferry event handed to a handler. `payload` is `data` parsed as
+ * JSON when the content type is JSON (`application/json` or `…+json`), and the
+ * raw bytes otherwise.
+ */
+export interface InboxEvent<T extends string = string, P = unknown> extends FerryEvent {
+  readonly type: T;
+  readonly payload: P;
+}
+
+/** pg-boss bound to the handler's transaction: a job sent here exists iff the handler commits. */
+export interface TxBoss {
+  send(name: string, data?: object | null, options?: Omit<SendOptions, 'db'>): Promise<string | null>;
+}
+
+/** What a handler gets besides the event. */
+export interface HandlerContext {
+  /** The message's transaction. Write the effect through it; never COMMIT or ROLLBACK it. */
+  readonly tx: Queryable;
+  /** pg-boss bound to `tx`. The queue must exist (`boss.createQueue`). */
+  readonly boss: TxBoss;
+  /** The consumer name. */
+  readonly consumer: string;
+  /** 1 for the first delivery; counts JetStream deliveries and park retries. */
+  readonly attempt: number;
+}
+
+export type Handler<T extends string = string, P = unknown> = (event: InboxEvent<T, P>, ctx: HandlerContext) => Promise<void>;
+
+/** One typed handler per event type of the map; types without a handler are parked as `unknown-type`. */
+export type Handlers<E extends EventMap> = { [T in keyof E & string]?: Handler<T, E[T]> };
+
+/** Why an event was parked. */
+export const PARK_REASONS = [
+  'handler-failed',
+  'undecodable-headers',
+  'undecodable-body',
+  'unknown-type',
+  'gap-timeout',
+  'behind-parked',
+] as const;
+export type ParkReason = (typeof PARK_REASONS)[number];
+
+/** What happened to one message; reported through `onEvent`. */
+export type InboxReport =
+  | { kind: 'applied'; consumer: string; id: string; key: string; version: bigint; type: string; durationMs: number; fromPark: boolean }
+  | { kind: 'stale'; consumer: string; id: string; key: string; version: bigint; recorded: bigint }
+  | { kind: 'duplicate'; consumer: string; id: string; key: string; version: bigint }
+  | { kind: 'gap'; consumer: string; id: string; key: string; version: bigint; recorded: bigint; waitedMs: number }
+  | { kind: 'failed'; consumer: string; id: string; key: string; version: bigint; attempt: number; error: unknown; willRetry: boolean }
+  | {
+      kind: 'parked';
+      consumer: string;
+      id: string | undefined;
+      key: string | undefined;
+      reason: ParkReason;
+      error: string;
+      jobId: string | null;
+    };
+export type InboxReportKind = InboxReport['kind'];
+
+/** Pino-compatible logger (the subset Ferry calls). */
+export interface Logger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+export interface InboxOptions<E extends EventMap = EventMap> {
+  /** The consumer's database (with the inbox migrations applied to `schema`). */
+  pool: ConnectionPool;
+  nc: NatsConnection;
+  /** JetStream stream name. */
+  stream: string;
+  /** Durable consumer name; also the `consumer` column of the inbox tables. */
+  consumer: string;
+  /** Subjects to consume. nats-server 2.9 takes exactly one filter subject per consumer. Default: the whole stream. */
+  filterSubjects?: string[];
+  /** Default `latest`. */
+  mode?: InboxMode;
+  /** Handlers running at once in this process (1-1024). Default 32. */
+  concurrency?: number;
+  /** Handler attempts before the event is parked (1-100). Default 5. */
+  maxDeliver?: number;
+  /** The consumer's `max_ack_pending`, shared by all instances on it. Default 2 × concurrency. */
+  maxAckPending?: number;
+  /** JetStream ack wait: a handler must finish within it. Default 30 000. */
+  ackWaitMs?: number;
+  /** Nak delays after the 1st, 2nd, … failure (the last repeats). Default [1 000, 5 000, 30 000]. */
+  backoffMs?: number[];
+  /** `sequential`: how long an early version may wait for its gap to fill before it is parked. Default 60 000. */
+  gapTimeoutMs?: number;
+  /** `sequential`: nak delay while waiting for a gap. Default 100. */
+  gapRetryMs?: number;
+  /** `dedupe`: how long applied message ids are kept. Default 7 days. */
+  dedupeRetentionMs?: number;
+  handlers: Handlers<E>;
+  /** PostgreSQL schema holding `inbox_versions` / `inbox_messages`. Default `ferry`. */
+  schema?: string;
+  /** Create or update the durable consumer on start (default), or only verify it (`false`). */
+  manageConsumer?: boolean;
+  /** A started pg-boss of the caller's; by default the inbox runs its own on `pool`. */
+  boss?: PgBoss;
+  /** Schema of the inbox's own pg-boss. Default `pgboss`. */
+  bossSchema?: string;
+  /** How often the park worker polls, in ms (≥ 500). Default 2 000. */
+  parkPollIntervalMs?: number;
+  /** Park worker retries of a parked event before it stays failed (and holds its key). Default 3. */
+  parkRetryLimit?: number;
+  /** First park retry delay in ms (exponential). Default 1 000. */
+  parkRetryDelayMs?: number;
+  logger?: Logger;
+  onEvent?: (report: InboxReport) => void;
+}
+
+export type InboxState = 'idle' | 'starting' | 'running' | 'draining' | 'stopped' | 'failed';
+
+export interface InboxCounts {
+  applied: number;
+  stale: number;
+  duplicate: number;
+  gap: number;
+  failed: number;
+  parked: number;
+}
+
+/**
+ * A running inbox.
+ *
+ * @example
+ * const inbox = createInbox<OrderEvents>({ pool, nc, stream: 'ORDERS', consumer: 'billing', handlers: {
+ *   OrderPlaced: async (e, { tx }) => { await tx.query('INSERT INTO invoices(order_id) VALUES ($1)', [e.payload.id]); },
+ * } });
+ * await inbox.start();
+ */
+export interface Inbox {
+  readonly consumer: string;
+  readonly state: InboxState;
+  /** Creates/verifies the consumer, starts pg-boss and the park worker, starts consuming. Idempotent. */
+  start(): Promise<void>;
+  /** Stops fetching, finishes in-flight messages, stops the park worker; leaves `pool` and `nc` open. Idempotent. */
+  stop(): Promise<void>;
+  /** Messages per outcome since start. */
+  counts(): Readonly<InboxCounts>;
+  /** Messages received and not yet settled. */
+  inFlight(): number;
+  /** The pg-boss queue holding this consumer's parked events. */
+  readonly parkQueue: string;
+}
