@@ -1,0 +1,61 @@
+import { ConflictError, describeValue, ValidationError } from '@ferry/core';
+
+/**
+ * The `Idempotency-Key` is missing where required, empty, longer than 255
+ * characters, or not printable ASCII. HTTP 400 in the bindings. Raised before
+ * any SQL runs.
+ */
+export class IdempotencyKeyError extends ValidationError {
+  /** The offending value (`undefined` when the header was missing). */
+  readonly key: unknown;
+  constructor(key: unknown, message: string) {
+    super('Idempotency-Key', message);
+    this.name = 'IdempotencyKeyError';
+    this.key = key;
+  }
+}
+
+/**
+ * The key was already used for a different request (another method, path,
+ * body or principal). The stored result is not returned. HTTP 422 in the
+ * bindings. Not retryable: the client must use a new key for a new request.
+ */
+export class IdempotencyConflictError extends ConflictError {
+  readonly key: string;
+  readonly scope: string;
+  constructor(scope: string, key: string) {
+    super(
+      `Idempotency-Key ${describeValue(key)} (scope ${describeValue(scope)}) was already used for a different request (method, path, body or principal differ); use a new key for a new request`,
+    );
+    this.name = 'IdempotencyConflictError';
+    this.key = key;
+    this.scope = scope;
+  }
+}
+
+/**
+ * Another request with the same key is still running: in `reject` mode at
+ * once, in `wait` mode after waiting `waitMs` for it. HTTP 409 in the
+ * bindings. Retryable: retry later with the same key.
+ */
+export class IdempotencyInProgressError extends ConflictError {
+  readonly key: string;
+  readonly scope: string;
+  /** How long this request waited for the other one (0 in `reject` mode). */
+  readonly waitedMs: number;
+  readonly retryable = true;
+  constructor(scope: string, key: string, waitedMs: number, options?: { cause?: unknown }) {
+    super(
+      `a request with Idempotency-Key ${describeValue(key)} (scope ${describeValue(scope)}) is still in progress${waitedMs > 0 ? ` after waiting ${waitedMs} ms` : ''}; retry later with the same key`,
+      options,
+    );
+    this.name = 'IdempotencyInProgressError';
+    this.key = key;
+    this.scope = scope;
+    this.waitedMs = waitedMs;
+  }
+}
+
+export const isIdempotencyKeyError = (e: unknown): e is IdempotencyKeyError => e instanceof IdempotencyKeyError;
+export const isIdempotencyConflictError = (e: unknown): e is IdempotencyConflictError => e instanceof IdempotencyConflictError;
+export const isIdempotencyInProgressError = (e: unknown): e is IdempotencyInProgressError => e instanceof IdempotencyInProgressError;

@@ -1,0 +1,212 @@
+import { createHash } from 'node:crypto';
+import {
+  type ConnectionPool,
+  describeValue,
+  type PooledConnection,
+  quoteIdentifier,
+  SQLSTATE,
+  sqlState,
+  ValidationError,
+} from '@ferry/core';
+import { decodeBody, encodeBody } from './body.js';
+import { IdempotencyConflictError, IdempotencyInProgressError } from './errors.js';
+import { fingerprintHash } from './fingerprint.js';
+import { validateIdempotencyKey } from './key.js';
+import { compileIdempotencyOptions } from './options.js';
+import { claimKeySql } from './sql/claim-key.js';
+import { findKeySql, type KeyRow } from './sql/find-key.js';
+import { storeResultSql } from './sql/store-result.js';
+import type {
+  CompiledIdempotencyOptions,
+  Idempotency,
+  IdempotencyOptions,
+  IdempotentOperation,
+  IdempotentRequest,
+  IdempotentResult,
+  OperationResult,
+} from './types.js';
+
+/** lock_not_available: `lock_timeout` expired while waiting for the first request. */
+const LOCK_NOT_AVAILABLE = '55P03';
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** The operation's answer, checked before anything is stored. */
+function checkResult(result: unknown): Required<Pick<OperationResult, 'status' | 'headers'>> & { body: unknown } {
+  if (typeof result !== 'object' || result === null) {
+    throw new ValidationError('result', `the operation must return { status, body?, headers? }, got ${describeValue(result)}`);
+  }
+  const r = result as OperationResult;
+  if (!Number.isInteger(r.status) || r.status < 200 || r.status > 599) {
+    throw new ValidationError(
+      'result.status',
+      `the operation's result status must be an HTTP status from 200 to 599, got ${describeValue(r.status)}`,
+    );
+  }
+  const headers: Record<string, string> = {};
+  if (r.headers !== undefined) {
+    if (typeof r.headers !== 'object' || r.headers === null) {
+      throw new ValidationError(
+        'result.headers',
+        `the operation's result headers must be an object of strings, got ${describeValue(r.headers)}`,
+      );
+    }
+    for (const [name, value] of Object.entries(r.headers)) {
+      if (!HEADER_NAME.test(name) || typeof value !== 'string' || !HEADER_VALUE.test(value)) {
+        throw new ValidationError(
+          `result.headers.${name}`,
+          `result header ${describeValue(name)}: ${describeValue(value)} is not a valid HTTP header`,
+        );
+      }
+      headers[name] = value;
+    }
+  }
+  return { status: r.status, headers, body: r.body };
+}
+
+/** A 64-bit advisory lock id for one key: serialises requests with that key, across processes. */
+function advisoryLockId(schema: string, scope: string, key: string): string {
+  const digest = createHash('sha256')
+    .update(JSON.stringify(['ferry:idempotency', schema, scope, key]))
+    .digest();
+  return digest.readBigInt64BE(0).toString();
+}
+
+class IdempotencyKeys implements Idempotency {
+  readonly options: CompiledIdempotencyOptions;
+  readonly #findSql: string;
+  readonly #claimSql: string;
+  readonly #storeSql: string;
+
+  constructor(options: IdempotencyOptions) {
+    this.options = compileIdempotencyOptions(options);
+    const s = quoteIdentifier(this.options.schema);
+    this.#findSql = findKeySql(s);
+    this.#claimSql = claimKeySql(s);
+    this.#storeSql = storeResultSql(s);
+  }
+
+  async run(pool: ConnectionPool, request: IdempotentRequest, operation: IdempotentOperation): Promise<IdempotentResult> {
+    if (typeof operation !== 'function')
+      throw new ValidationError('operation', 'run() needs the operation as its third argument: async (tx) => ({ status, body })');
+    if (typeof request !== 'object' || request === null) {
+      throw new ValidationError('request', 'run() needs { key, fingerprint: { method, path, body, principal } }');
+    }
+    const key = validateIdempotencyKey(request.key);
+    const fingerprint = fingerprintHash(request.fingerprint);
+    // The common retry finds a finished record without taking a transaction or a lock.
+    const { rows } = await pool.query<KeyRow>(this.#findSql, [this.options.scope, key]);
+    const row = rows[0];
+    if (row) return this.#replay(row, key, fingerprint);
+    return this.#claimAndRun(pool, key, fingerprint, operation);
+  }
+
+  #replay(row: KeyRow, key: string, fingerprint: Buffer): IdempotentResult {
+    const { scope, logger } = this.options;
+    if (!row.fingerprint.equals(fingerprint)) {
+      logger.warn({ event: 'idempotency:conflict', scope, key }, 'Idempotency-Key reused for a different request');
+      throw new IdempotencyConflictError(scope, key);
+    }
+    // Ferry never commits a row without its answer; one without is someone else's doing.
+    if (row.status === null) throw new IdempotencyInProgressError(scope, key, 0);
+    logger.debug({ event: 'idempotency:replayed', scope, key, status: row.status }, 'replaying the stored answer');
+    return Object.freeze({
+      status: row.status,
+      headers: Object.freeze({ ...row.headers }),
+      body: decodeBody(row.body_kind, row.body),
+      replayed: true,
+    });
+  }
+
+  /** Waits for (or, in reject mode, tests) the lock of any request running with this key. */
+  async #lock(tx: PooledConnection, key: string): Promise<void> {
+    const { schema, scope, onConcurrent, waitMs } = this.options;
+    const id = advisoryLockId(schema, scope, key);
+    if (onConcurrent === 'reject') {
+      const { rows } = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1::bigint) AS locked', [id]);
+      if (!rows[0]?.locked) throw new IdempotencyInProgressError(scope, key, 0);
+      return;
+    }
+    const { rows } = await tx.query<{ prev: string }>("SELECT current_setting('lock_timeout') AS prev");
+    await tx.query("SELECT set_config('lock_timeout', $1, true)", [`${waitMs}ms`]);
+    try {
+      await tx.query('SELECT pg_advisory_xact_lock($1::bigint)', [id]);
+    } catch (err) {
+      if (sqlState(err) === LOCK_NOT_AVAILABLE) throw new IdempotencyInProgressError(scope, key, waitMs, { cause: err });
+      throw err;
+    }
+    // The operation's own statements run under the caller's lock_timeout, not ours.
+    await tx.query("SELECT set_config('lock_timeout', $1, true)", [rows[0]?.prev ?? '0']);
+  }
+
+  #storable(status: number): boolean {
+    if (status >= 500) return false;
+    if (status >= 400) return this.options.storeClientErrors;
+    return true;
+  }
+
+  async #claimAndRun(pool: ConnectionPool, key: string, fingerprint: Buffer, operation: IdempotentOperation): Promise<IdempotentResult> {
+    const { scope, retentionMs, logger } = this.options;
+    const tx = await pool.connect();
+    let open = false;
+    let broken: Error | undefined;
+    try {
+      await tx.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+      open = true;
+      await this.#lock(tx, key);
+      let claimed: boolean;
+      try {
+        claimed = (await tx.query(this.#claimSql, [scope, key, fingerprint, retentionMs])).rows.length === 1;
+      } catch (err) {
+        // Only a writer that skipped the advisory lock (another Ferry version, a hand-written INSERT) gets here.
+        if (sqlState(err) === SQLSTATE.uniqueViolation) throw new IdempotencyInProgressError(scope, key, 0, { cause: err });
+        throw err;
+      }
+      if (!claimed) {
+        // A live record committed before we got the lock: this request is a retry (or a misuse of the key).
+        const { rows } = await tx.query<KeyRow>(this.#findSql, [scope, key]);
+        await tx.query('ROLLBACK');
+        open = false;
+        const row = rows[0];
+        if (!row) throw new IdempotencyInProgressError(scope, key, 0);
+        return this.#replay(row, key, fingerprint);
+      }
+      const result = checkResult(await operation(tx));
+      if (!this.#storable(result.status)) {
+        // Not an answer worth replaying: undo the operation's writes too, so a retry starts clean.
+        await tx.query('ROLLBACK');
+        open = false;
+        logger.debug({ event: 'idempotency:released', scope, key, status: result.status }, 'result not stored; key released');
+        return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });
+      }
+      const body = encodeBody(result.body);
+      await tx.query(this.#storeSql, [scope, key, result.status, JSON.stringify(result.headers), body.bytes, body.kind]);
+      await tx.query('COMMIT');
+      open = false;
+      logger.debug({ event: 'idempotency:stored', scope, key, status: result.status }, 'operation committed with its key');
+      return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });
+    } catch (err) {
+      if (open) {
+        try {
+          await tx.query('ROLLBACK');
+        } catch (rollbackErr) {
+          broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
+        }
+      }
+      throw err;
+    } finally {
+      tx.release(broken);
+    }
+  }
+}
+
+/**
+ * Creates the request-edge idempotency store. Needs the `idempotency`
+ * migrations in `schema` (`ferry migrate --idempotency`).
+ *
+ * @example
+ * const keys = createIdempotency({ schema: 'ferry', retention: '24h', scope: 'orders-api' });
+ */
+export function createIdempotency(options: IdempotencyOptions = {}): Idempotency {
+  return new IdempotencyKeys(options);
+}

@@ -1,0 +1,108 @@
+import type { ConnectionPool, PooledConnection } from '@ferry/core';
+
+/** Pino-compatible logger (the subset Ferry calls). Default: silent. */
+export interface Logger {
+  debug(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  warn(obj: object, msg?: string): void;
+  error(obj: object, msg?: string): void;
+}
+
+/** What a second request waits for while the first one with its key runs. */
+export const ON_CONCURRENT = ['wait', 'reject'] as const;
+export type OnConcurrent = (typeof ON_CONCURRENT)[number];
+
+export interface IdempotencyOptions {
+  /** Schema holding `idempotency_keys` (`ferry migrate --idempotency`). Default `ferry`. */
+  schema?: string;
+  /**
+   * How long a key and its stored answer are kept: `'90m'`, `'24h'`, `'7d'`, or
+   * milliseconds. Default `'24h'`; never less than 1 h. A retry after expiry
+   * runs as a new request.
+   */
+  retention?: string | number;
+  /** Namespace of the keys, e.g. the API's name, so two APIs cannot collide. Default `default`. */
+  scope?: string;
+  /** `wait` (default): a concurrent duplicate waits up to `waitMs` for the first, then replays its answer. `reject`: it gets HTTP 409 at once. */
+  onConcurrent?: OnConcurrent;
+  /** How long a concurrent duplicate waits in `wait` mode before HTTP 409. Default 10 000 ms. */
+  waitMs?: number;
+  /** Store and replay 4xx results like successes (default true). 5xx results are never stored. */
+  storeClientErrors?: boolean;
+  logger?: Logger;
+}
+
+export interface CompiledIdempotencyOptions {
+  readonly schema: string;
+  readonly retentionMs: number;
+  readonly scope: string;
+  readonly onConcurrent: OnConcurrent;
+  readonly waitMs: number;
+  readonly storeClientErrors: boolean;
+  readonly logger: Logger;
+}
+
+/**
+ * What identifies "the same request". Hashed (sha256 of canonical JSON, object
+ * keys sorted), never stored in clear.
+ */
+export interface RequestFingerprint {
+  /** HTTP method, compared case-insensitively. */
+  method: string;
+  /** Path, with the query string if it matters. */
+  path: string;
+  /** The parsed request body: JSON values, `Uint8Array` or `undefined`. */
+  body?: unknown;
+  /** Who is asking (user or tenant id): a key reused by someone else is a conflict, never their answer. */
+  principal?: string | null;
+}
+
+export interface IdempotentRequest {
+  /** The client's `Idempotency-Key`: 1-255 printable ASCII characters. */
+  key: string;
+  fingerprint: RequestFingerprint;
+}
+
+/** An operation's answer. `body` is a JSON value, a string, bytes, or `undefined` (no body). */
+export interface OperationResult {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface IdempotentResult {
+  readonly status: number;
+  readonly body: unknown;
+  readonly headers: Readonly<Record<string, string>>;
+  /** True when this is the stored answer of an earlier request and the operation did not run. */
+  readonly replayed: boolean;
+}
+
+/** The operation: runs inside the transaction that also records the key. Never BEGIN or COMMIT on `tx`. */
+export type IdempotentOperation = (tx: PooledConnection) => Promise<OperationResult>;
+
+/**
+ * Runs an operation once per `Idempotency-Key` and replays its stored answer
+ * to every retry.
+ *
+ * @example
+ * const keys = createIdempotency({ schema: 'ferry', retention: '24h', scope: 'orders-api' });
+ * const result = await keys.run(pool, { key, fingerprint: { method: 'POST', path: '/orders', body, principal } },
+ *   async (tx) => {
+ *     await tx.query('INSERT INTO orders (id) VALUES ($1)', [id]);
+ *     await publisher.publish(tx, { subject: 'orders.placed', key: id, type: 'OrderPlaced', data: { id } });
+ *     return { status: 201, body: { id } };
+ *   });
+ */
+export interface Idempotency {
+  readonly options: CompiledIdempotencyOptions;
+  /**
+   * Claims the key and runs `operation` in one transaction on a connection of
+   * `pool`; stores the answer in the same transaction. A retry with the same
+   * key and request gets the stored answer (`replayed: true`); with another
+   * request, `IdempotencyConflictError`. If `operation` throws, or answers
+   * 5xx (or 4xx with `storeClientErrors: false`), the transaction rolls back:
+   * nothing it wrote remains and the key is free for a retry.
+   */
+  run(pool: ConnectionPool, request: IdempotentRequest, operation: IdempotentOperation): Promise<IdempotentResult>;
+}
