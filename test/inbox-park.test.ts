@@ -176,7 +176,7 @@ describe('inbox parking', () => {
     assert.equal(listed.length, 5);
     // The parked job carries the message as it came (headers + body), so a fix can replay it.
     const job = await boss.findJobs(inbox.parkQueue, { key: 'p4' });
-    assert.equal(Buffer.from((job[0]?.data as { body: string }).body, 'base64').toString(), '{not json');
+    assert.equal(Buffer.from((job[0]!.data as { body: string }).body, 'base64').toString(), '{not json');
   });
 
   test('inbox - a job sent through ctx.boss exists if and only if the handler committed', async () => {
