@@ -77,3 +77,62 @@ export function redactUrl(url: string): string {
     return '<unparseable url>';
   }
 }
+
+const DURATION = /^(\d+)(ms|s|m|h|d)$/;
+const DURATION_UNITS_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** `7d`, `12h`, `30m`, `45s`, `500ms` → milliseconds. */
+export function parseDuration(value: string): number {
+  const m = DURATION.exec(value.trim());
+  const ms = m ? Number(m[1]) * DURATION_UNITS_MS[m[2] as keyof typeof DURATION_UNITS_MS] : Number.NaN;
+  if (!m || !Number.isSafeInteger(ms) || ms > 3650 * 86_400_000) {
+    throw new InvalidArgumentError(
+      `${describeValue(value, 40)} is not a duration: use a whole number with ms, s, m, h or d, e.g. 7d or 12h`,
+    );
+  }
+  return ms;
+}
+
+/** `auto` or an integer from 1 to 1024. */
+export function parseLanesPerInstance(value: string): number | 'auto' {
+  if (value.trim() === 'auto') return 'auto';
+  try {
+    return parseIntIn(1, 1024)(value);
+  } catch {
+    throw new InvalidArgumentError(`${describeValue(value, 40)} is not "auto" or an integer from 1 to 1024`);
+  }
+}
+
+/** A comma-separated list of nats:// (or tls://, ws://) URLs or host:port pairs. */
+export function parseNatsUrls(value: string): string[] {
+  const urls = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '');
+  const ok = (u: string) => /^(nats|tls|ws|wss):\/\/[^\s/]+/.test(u) || /^[A-Za-z0-9.-]+(:\d{1,5})?$/.test(u);
+  if (urls.length === 0 || !urls.every(ok)) {
+    throw new InvalidArgumentError(
+      `${describeValue(value, 60)} is not a list of NATS URLs: use nats://host:4222, comma-separated for several`,
+    );
+  }
+  return urls;
+}
+
+/** `NAME=SUBJECT[,SUBJECT]`, repeatable. */
+export function parseEnsureStream(value: string, previous: Array<{ name: string; subjects: string[] }> = []) {
+  const m = /^([A-Za-z0-9_-]{1,64})=(.+)$/.exec(value.trim());
+  const subjects = m?.[2]?.split(',').map((s) => s.trim()) ?? [];
+  if (!m || subjects.length === 0 || subjects.some((s) => !/^[^\s]+$/.test(s) || s.startsWith('.') || s.endsWith('.'))) {
+    throw new InvalidArgumentError(`${describeValue(value, 60)} is not NAME=SUBJECT[,SUBJECT], e.g. ORDERS=orders.>`);
+  }
+  return [...previous, { name: m[1] as string, subjects }];
+}
+
+export function parseBoolean(value: string): boolean {
+  const v = value.trim().toLowerCase();
+  if (['1', 'true', 'yes', 'on'].includes(v)) return true;
+  if (['0', 'false', 'no', 'off'].includes(v)) return false;
+  throw new InvalidArgumentError(`${describeValue(value, 40)} is not a boolean: use true or false`);
+}
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;

@@ -7,4 +7,6 @@ export const EXIT = {
   usage: 2,
   /** The database was migrated by a newer Ferry, or a migration failed. */
   migration: 3,
+  /** `ferry relay` forced to stop: a second signal, or draining outlasted --shutdown-timeout-ms. */
+  forced: 4,
 } as const;

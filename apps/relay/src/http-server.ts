@@ -1,0 +1,40 @@
+import { createServer, type Server } from 'node:http';
+import type { Relay } from './types.js';
+
+/**
+ * The daemon's HTTP endpoints (node:http, no framework):
+ * `/metrics` Prometheus text, `/healthz` 200 while the process runs,
+ * `/readyz` 200 when PostgreSQL and NATS are connected and lanes are leased.
+ */
+export function startHttpServer(relay: Relay, port: number, host = '0.0.0.0'): Promise<Server> {
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD' }).end();
+      return;
+    }
+    if (path === '/metrics') {
+      relay.metrics().then(
+        (text) => res.writeHead(200, { 'content-type': relay.metricsContentType }).end(text),
+        (err: Error) => res.writeHead(500, { 'content-type': 'text/plain' }).end(`metrics failed: ${err.message}\n`),
+      );
+    } else if (path === '/healthz') {
+      const alive = relay.state !== 'failed' && relay.state !== 'stopped';
+      res.writeHead(alive ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify({ status: relay.state }));
+    } else if (path === '/readyz') {
+      const ready = relay.ready();
+      res
+        .writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ ready, state: relay.state, lanes: relay.lanes.length }));
+    } else {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
+    }
+  });
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve(server);
+    });
+  });
+}
