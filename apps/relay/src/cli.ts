@@ -1,6 +1,8 @@
 import { isConfigError, isMigrationError, isValidationError } from '@ferry/core';
 import { Command, CommanderError } from 'commander';
+import { dlqCommand } from './commands/dlq.js';
 import { migrateCommand } from './commands/migrate.js';
+import { relayCommand } from './commands/relay.js';
 import type { CommandContext } from './context.js';
 import { EXIT } from './exit-codes.js';
 
@@ -24,6 +26,8 @@ export function buildProgram(ctx: CommandContext): Command {
     .configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) })
     .exitOverride();
   program.addCommand(migrateCommand(ctx));
+  program.addCommand(relayCommand(ctx));
+  program.addCommand(dlqCommand(ctx));
   for (const cmd of program.commands)
     cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
   return program;
