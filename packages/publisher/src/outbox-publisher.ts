@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import {
   ConflictError,
   DEFAULT_SCHEMA,
@@ -22,7 +23,7 @@ import {
   validateVersion,
 } from '@ferry/core';
 import { v7 as uuidv7 } from 'uuid';
-import { insertEventsSql } from './sql/insert-events.js';
+import { insertEventSql, insertEventsSql } from './sql/insert-events.js';
 import type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';
 
 const MIN_PAYLOAD = 1024;
@@ -46,7 +47,21 @@ export function compilePublisherOptions(options: PublisherOptions): Readonly<Req
   }
   const notify = options.notify ?? false;
   if (typeof notify !== 'boolean') throw new ValidationError('notify', `notify must be true or false, got ${describeValue(notify)}`);
-  return Object.freeze({ schema, source, maxPayloadBytes, notify });
+  const preparedStatements = options.preparedStatements ?? true;
+  if (typeof preparedStatements !== 'boolean') {
+    throw new ValidationError('preparedStatements', `preparedStatements must be true or false, got ${describeValue(preparedStatements)}`);
+  }
+  return Object.freeze({ schema, source, maxPayloadBytes, notify, preparedStatements });
+}
+
+interface NodePostgresClient {
+  // biome-ignore lint/suspicious/noExplicitAny: node-postgres types rows as any
+  query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: any[] }>;
+}
+
+/** A `pg.Client`/`pg.PoolClient` (not a Pool: a named statement belongs to one connection). */
+function isNodePostgresClient(tx: Queryable): tx is Queryable & NodePostgresClient {
+  return typeof tx === 'object' && tx !== null && 'connectionParameters' in tx && 'processID' in tx;
 }
 
 /** An event validated and encoded, ready for the statement's arrays. */
@@ -98,13 +113,31 @@ function encodeData(data: unknown, contentType: unknown, field: string): { bytes
 
 class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   readonly options: Readonly<Required<PublisherOptions>>;
-  readonly #sql: string;
+  /** [batch statement, single-event statement], each with its prepared-statement name. */
+  readonly #statements: ReadonlyArray<{ name: string; text: string }>;
   readonly #channel: string;
 
   constructor(options: PublisherOptions) {
     this.options = compilePublisherOptions(options);
-    this.#sql = insertEventsSql(quoteIdentifier(this.options.schema), this.options.notify);
+    const schema = quoteIdentifier(this.options.schema);
+    this.#statements = [insertEventsSql(schema, this.options.notify), insertEventSql(schema, this.options.notify)].map((text) => ({
+      name: `ferry_publish_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`,
+      text,
+    }));
     this.#channel = notifyChannel(this.options.schema);
+  }
+
+  /**
+   * Planning the batch statement costs more than running it, so on a
+   * node-postgres client it runs as a named prepared statement (planned once
+   * per connection). Other Queryables get the plain text form.
+   */
+  #run(tx: Queryable, values: unknown[], single: boolean) {
+    const statement = this.#statements[single ? 1 : 0] as { name: string; text: string };
+    if (this.options.preparedStatements && isNodePostgresClient(tx)) {
+      return tx.query({ name: statement.name, text: statement.text, values });
+    }
+    return tx.query(statement.text, values);
   }
 
   #prepare(input: PublishInput<E>, field: string): Prepared {
@@ -172,41 +205,56 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
       explicitKeys.set(p.key, explicit);
     });
 
-    const values: unknown[] = [
-      prepared.map((p) => p.id),
-      prepared.map((p) => p.key),
-      prepared.map((p) => (p.version === null ? null : p.version.toString())),
-      prepared.map((p) => p.subject),
-      prepared.map((p) => p.type),
-      prepared.map(() => this.options.source),
-      prepared.map((p) => p.contentType),
-      prepared.map((p) => p.data),
-      prepared.map((p) => JSON.stringify(p.headers)),
-      prepared.map((p) => p.time.toISOString()),
-    ];
+    const one = prepared.length === 1 ? (prepared[0] as Prepared) : undefined;
+    const values: unknown[] = one
+      ? [
+          one.id,
+          one.key,
+          one.version === null ? null : one.version.toString(),
+          one.subject,
+          one.type,
+          this.options.source,
+          one.contentType,
+          one.data,
+          JSON.stringify(one.headers),
+          one.time.toISOString(),
+        ]
+      : [
+          prepared.map((p) => p.id),
+          prepared.map((p) => p.key),
+          prepared.map((p) => (p.version === null ? null : p.version.toString())),
+          prepared.map((p) => p.subject),
+          prepared.map((p) => p.type),
+          prepared.map(() => this.options.source),
+          prepared.map((p) => p.contentType),
+          prepared.map((p) => p.data),
+          prepared.map((p) => JSON.stringify(p.headers)),
+          prepared.map((p) => p.time.toISOString()),
+        ];
     if (this.options.notify) values.push(this.#channel);
 
-    let rows: Array<{ ord: string; seq: string | null; version: string | null; existing: boolean; same: boolean }>;
+    let rows: Array<{ id: string | null; seq: string | null; version: string | null; existing: boolean; same: boolean }>;
     try {
-      ({ rows } = await tx.query(this.#sql, values));
+      ({ rows } = await this.#run(tx, values, one !== undefined));
     } catch (err) {
       throw this.#translate(err, prepared);
     }
-    const conflict = rows.find((r) => !r.same && Number(r.ord) !== 0);
-    if (conflict) {
-      const p = prepared[Number(conflict.ord) - 1] as Prepared;
-      throw new ConflictError(
-        `event id ${p.id} is already in the outbox with other content (key, subject, type, data, headers or version differ); nothing was written. Use a new id for a new event`,
-        { eventId: p.id },
-      );
-    }
-    const results = new Array<PublishResult>(prepared.length);
+    const byId = new Map<string, PublishResult>();
     for (const r of rows) {
-      const ord = Number(r.ord);
-      if (ord === 0) continue; // the notify row
-      const p = prepared[ord - 1] as Prepared;
-      results[ord - 1] = { id: p.id, key: p.key, version: BigInt(r.version as string), seq: BigInt(r.seq as string), existing: r.existing };
+      if (r.id === null) continue; // the notify row
+      if (!r.same) {
+        throw new ConflictError(
+          `event id ${r.id} is already in the outbox with other content (key, subject, type, data, headers or version differ); nothing was written. Use a new id for a new event`,
+          { eventId: r.id },
+        );
+      }
+      byId.set(r.id, { id: r.id, key: '', version: BigInt(r.version as string), seq: BigInt(r.seq as string), existing: r.existing });
     }
+    const results = prepared.map((p) => {
+      const r = byId.get(p.id);
+      if (!r) throw new Error(`ferry: no outbox row came back for event ${p.id}; this is a bug, please report it`);
+      return { ...r, key: p.key };
+    });
     return results;
   }
 

@@ -1,0 +1,151 @@
+/**
+ * Publisher overhead: transactions per second of (business UPDATE + publish)
+ * against (business UPDATE + INSERT of the same JSON into a plain table),
+ * same run, interleaved trials, N concurrent writers. Also publishMany of 100
+ * events against one 100-row plain INSERT.
+ *
+ *   node bench/dist/publish-overhead.js [--quick] [--writers 8,32] [--seconds 5] [--trials 3]
+ */
+import { randomInt } from 'node:crypto';
+import { quoteIdentifier } from '@ferry/core';
+import { createPublisher, type Publisher } from '@ferry/publisher';
+import { createTestDatabase } from '@ferry/testkit';
+import type pg from 'pg';
+import { hasFlag, printTable, summarize, writeResult } from './lib/stats.js';
+
+function arg(name: string, fallback: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? (process.argv[i + 1] ?? fallback) : fallback;
+}
+
+const quick = hasFlag('quick');
+const writerCounts = arg('writers', quick ? '8' : '8,32')
+  .split(',')
+  .map(Number);
+const seconds = Number(arg('seconds', quick ? '1.5' : '5'));
+const trials = Number(arg('trials', quick ? '2' : '3'));
+const ACCOUNTS = 10_000;
+
+type Step = (client: pg.PoolClient, i: number) => Promise<void>;
+
+async function run(pool: pg.Pool, writers: number, step: Step): Promise<number> {
+  const clients = await Promise.all(Array.from({ length: writers }, () => pool.connect()));
+  const deadline = performance.now() + seconds * 1000;
+  let count = 0;
+  const started = performance.now();
+  await Promise.all(
+    clients.map(async (c, w) => {
+      let i = w;
+      while (performance.now() < deadline) {
+        await c.query('BEGIN');
+        await step(c, i);
+        await c.query('COMMIT');
+        count++;
+        i += writers;
+      }
+    }),
+  );
+  const elapsed = (performance.now() - started) / 1000;
+  for (const c of clients) c.release();
+  return count / elapsed;
+}
+
+async function main() {
+  const db = await createTestDatabase({ prefix: 'bench_pub', max: Math.max(...writerCounts) + 2 });
+  const s = quoteIdentifier(db.schema);
+  try {
+    await db.pool.query(`CREATE TABLE ${s}.accounts (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`);
+    await db.pool.query(`INSERT INTO ${s}.accounts (id) SELECT generate_series(1, ${ACCOUNTS})`);
+    await db.pool.query(`CREATE TABLE ${s}.plain_events (id bigserial PRIMARY KEY, key text NOT NULL, data jsonb NOT NULL)`);
+    const quiet = createPublisher({ schema: db.schema, source: 'bench' });
+    const loud = createPublisher({ schema: db.schema, source: 'bench', notify: true });
+    const payload = (i: number) => ({ orderId: `order-${i}`, total: 4999, currency: 'EUR', lines: [{ sku: 'sku-1', qty: 2 }] });
+    const update = (c: pg.PoolClient) =>
+      c.query(`UPDATE ${s}.accounts SET balance = balance + 1 WHERE id = $1`, [randomInt(1, ACCOUNTS + 1)]);
+    const plain: Step = async (c, i) => {
+      await update(c);
+      await c.query(`INSERT INTO ${s}.plain_events (key, data) VALUES ($1, $2)`, [`order-${i % 5000}`, JSON.stringify(payload(i))]);
+    };
+    const viaPublisher =
+      (p: Publisher): Step =>
+      async (c, i) => {
+        await update(c);
+        await p.publish(c, { subject: 'orders.placed', key: `order-${i % 5000}`, type: 'OrderPlaced', data: payload(i) });
+      };
+    const plainMany: Step = async (c, i) => {
+      await update(c);
+      const keys = Array.from({ length: 100 }, (_, j) => `order-${(i * 100 + j) % 5000}`);
+      const datas = keys.map((_, j) => JSON.stringify(payload(i * 100 + j)));
+      await c.query(`INSERT INTO ${s}.plain_events (key, data) SELECT * FROM unnest($1::text[], $2::jsonb[])`, [keys, datas]);
+    };
+    const publishMany: Step = async (c, i) => {
+      await update(c);
+      await quiet.publishMany(
+        c,
+        Array.from({ length: 100 }, (_, j) => ({
+          subject: 'orders.placed',
+          key: `order-${(i * 100 + j) % 5000}`,
+          type: 'OrderPlaced',
+          data: payload(i * 100 + j),
+        })),
+      );
+    };
+
+    const scenarios: Record<string, Step> = {
+      plain: plain,
+      publish: viaPublisher(quiet),
+      publishNotify: viaPublisher(loud),
+      plainMany100: plainMany,
+      publishMany100: publishMany,
+    };
+    const results: Record<string, Record<string, ReturnType<typeof summarize>>> = {};
+    for (const writers of writerCounts) {
+      const samples: Record<string, number[]> = Object.fromEntries(Object.keys(scenarios).map((k) => [k, []]));
+      await run(db.pool, writers, plain); // warm-up
+      for (let t = 0; t < trials; t++) {
+        for (const [name, step] of Object.entries(scenarios)) {
+          samples[name]?.push(await run(db.pool, writers, step));
+        }
+      }
+      results[writers] = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+    }
+
+    const rows: Array<Array<string | number>> = [];
+    const ratios: Record<string, number> = {};
+    for (const [writers, r] of Object.entries(results)) {
+      const base = r.plain?.median ?? Number.NaN;
+      const baseMany = r.plainMany100?.median ?? Number.NaN;
+      for (const [name, sum] of Object.entries(r)) {
+        const baseline = name.endsWith('100') ? baseMany : base;
+        const overhead = baseline / sum.median;
+        rows.push([
+          writers,
+          name,
+          sum.median,
+          `±${(sum.spread * 100).toFixed(0)}%`,
+          name.startsWith('plain') ? '(baseline)' : `${overhead.toFixed(2)}x`,
+        ]);
+        if (!name.startsWith('plain')) ratios[`${name}@${writers}`] = Number(overhead.toFixed(3));
+      }
+    }
+    printTable(
+      `Publisher overhead (${seconds}s x ${trials} interleaved trials; overhead = baseline tx/s / publisher tx/s, target <= 1.3x)`,
+      ['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead'],
+      rows,
+    );
+    const file = writeResult('publisher', {
+      scenario: 'publish-overhead',
+      seconds,
+      trials,
+      results,
+      ratios,
+      publishOverhead: ratios[`publish@${writerCounts[0]}`],
+      txPerSec: results[writerCounts[0] as number]?.publish?.median,
+    });
+    console.log(`\nwrote ${file}`);
+  } finally {
+    await db.close();
+  }
+}
+
+await main();
