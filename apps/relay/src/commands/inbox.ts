@@ -1,0 +1,118 @@
+import { ValidationError } from '@ferry/core';
+import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry/inbox';
+import { Command, Option } from 'commander';
+import pg from 'pg';
+import { PgBoss } from 'pg-boss';
+import { databaseUrlOption, parseIntIn, parseSchema, resolveDatabaseUrl, schemaOption } from '../config.js';
+import type { CommandContext } from '../context.js';
+
+interface ParkedFlags {
+  databaseUrl?: string;
+  schema: string;
+  bossSchema: string;
+  consumer?: string;
+  json?: boolean;
+  limit?: number;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function validateJobIds(ids: string[]): string[] {
+  if (ids.length === 0) throw new ValidationError('JOB_ID', 'give at least one parked job id (see ferry inbox parked list)');
+  for (const [i, id] of ids.entries()) {
+    if (!UUID.test(id))
+      throw new ValidationError(`JOB_ID ${i + 1}`, `"${id.slice(0, 40)}" is not a parked job id (a UUID; see ferry inbox parked list)`);
+  }
+  return ids;
+}
+
+async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: PgBoss, pool: pg.Pool) => Promise<T>): Promise<T> {
+  const url = resolveDatabaseUrl(flags.databaseUrl, ctx.env);
+  const pool = new pg.Pool({ connectionString: url, max: 2, application_name: 'ferry-inbox' });
+  const boss = new PgBoss({
+    db: { executeSql: (text, values) => pool.query(text, values) },
+    schema: flags.bossSchema,
+    supervise: false,
+    schedule: false,
+    migrate: false,
+    createSchema: false,
+  });
+  boss.on('error', () => {});
+  try {
+    await boss.start();
+    return await fn(boss, pool);
+  } finally {
+    await boss.stop({ graceful: false, close: false }).catch(() => {});
+    await pool.end();
+  }
+}
+
+function describeParked(p: ParkedEvent): string[] {
+  const what = p.key === null ? '(undecodable: no key)' : `key=${p.key} v${p.version} ${p.type} id=${p.id}`;
+  const lines = [`${p.jobId}  ${p.consumer} ${p.state} ${what} reason=${p.reason} retries=${p.retryCount} parked_at=${p.parkedAt}`];
+  lines.push(`    ${p.error ?? ''}`);
+  if (p.lastError) lines.push(`    last retry: ${p.lastError}`);
+  return lines;
+}
+
+/** `ferry inbox parked list|retry|discard`: the inbox's parked events, in its pg-boss queues. */
+export function inboxCommand(ctx: CommandContext): Command {
+  const inbox = new Command('inbox').description('operate inbox consumers: their parked events');
+  const parked = new Command('parked').description(
+    'events an inbox parked (handler kept failing, poison input, sequential gap): list, retry or discard them',
+  );
+  const common = (cmd: Command) =>
+    cmd
+      .addOption(databaseUrlOption())
+      .addOption(schemaOption())
+      .addOption(
+        new Option('--boss-schema <name>', 'schema of the inbox pg-boss (its bossSchema option)')
+          .env('FERRY_BOSS_SCHEMA')
+          .default('pgboss')
+          .argParser(parseSchema),
+      )
+      .addOption(new Option('--consumer <name>', 'the inbox consumer (durable name)').env('FERRY_INBOX_CONSUMER').argParser(parseSchema))
+      .addOption(new Option('--json', 'print JSON'));
+  parked.addCommand(
+    common(new Command('list').description('parked events not yet applied or discarded, oldest first; all consumers unless --consumer'))
+      .addOption(new Option('--limit <n>', 'at most this many per consumer').default(1000).argParser(parseIntIn(1, 100_000)))
+      .action(async (flags: ParkedFlags) => {
+        const rows = await withBoss(flags, ctx, (boss) =>
+          listParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), limit: flags.limit ?? 1000 }),
+        );
+        if (flags.json) ctx.out(JSON.stringify(rows));
+        else if (rows.length === 0) ctx.out('no parked events');
+        else for (const r of rows) for (const line of describeParked(r)) ctx.out(line);
+      }),
+  );
+  parked.addCommand(
+    common(new Command('retry').description('retry parked events now, through the same gate (a failed one unblocks its key)'))
+      .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
+      .action(async (ids: string[], flags: ParkedFlags) => {
+        const valid = validateJobIds(ids);
+        const n = await withBoss(flags, ctx, (boss) =>
+          retryParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid }),
+        );
+        if (flags.json) ctx.out(JSON.stringify({ retried: n, requested: valid.length }));
+        else ctx.out(`retried ${n} of ${valid.length} parked event(s)`);
+        if (n < valid.length) throw new Error(`${valid.length - n} of ${valid.length} ids were not failed parked events`);
+      }),
+  );
+  parked.addCommand(
+    common(new Command('discard').description('delete parked events for good; in sequential mode their versions count as skipped'))
+      .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
+      .action(async (ids: string[], flags: ParkedFlags) => {
+        const valid = validateJobIds(ids);
+        const n = await withBoss(flags, ctx, (boss, pool) =>
+          discardParked({ boss, pool, schema: flags.schema, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid }),
+        );
+        if (flags.json) ctx.out(JSON.stringify({ discarded: n, requested: valid.length }));
+        else ctx.out(`discarded ${n} of ${valid.length} parked event(s)`);
+      }),
+  );
+  inbox.addCommand(parked);
+  for (const cmd of [parked, ...parked.commands]) {
+    cmd.exitOverride().configureOutput({ writeOut: (t) => ctx.out(t.trimEnd()), writeErr: (t) => ctx.err(t.trimEnd()) });
+  }
+  return inbox;
+}
