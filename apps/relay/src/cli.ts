@@ -1,6 +1,7 @@
 import { isConfigError, isMigrationError, isValidationError } from '@ferry/core';
 import { Command, CommanderError } from 'commander';
 import { dlqCommand } from './commands/dlq.js';
+import { inboxCommand } from './commands/inbox.js';
 import { migrateCommand } from './commands/migrate.js';
 import { relayCommand } from './commands/relay.js';
 import type { CommandContext } from './context.js';
@@ -28,6 +29,7 @@ export function buildProgram(ctx: CommandContext): Command {
   program.addCommand(migrateCommand(ctx));
   program.addCommand(relayCommand(ctx));
   program.addCommand(dlqCommand(ctx));
+  program.addCommand(inboxCommand(ctx));
   for (const cmd of program.commands)
     cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
   return program;
