@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Handler, isConsumerMismatchError, isValidationError } from '@ferry/inbox';
+import { type Handler, isConsumerMismatchError, isValidationError, pruneInboxMessages, pruneQueueName } from '@ferry/inbox';
 import { waitFor } from '@ferry/testkit';
 import { AckPolicy } from '@nats-io/jetstream';
+import { PgBoss } from 'pg-boss';
 import { countReports, EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
 
 const fixtures: InboxFixture[] = [];
@@ -111,6 +112,39 @@ describe('inbox gate', () => {
     assert.equal(countReports(f.reports, 'duplicate'), 2);
     const { rows } = await f.db.pool.query(`SELECT id FROM ${f.s}.inbox_messages WHERE consumer = 'billing'`);
     assert.equal(rows.length, 3);
+  });
+
+  test('inbox - dedupe mode prunes message ids past the retention window through a pg-boss cron job', async () => {
+    const f = await fixture();
+    const inbox = f.inbox({ mode: 'dedupe', dedupeRetentionMs: 3_600_000, handlers: {} });
+    await inbox.start();
+    const boss = new PgBoss({ connectionString: f.db.url, schema: f.bossSchema, supervise: false, schedule: false, max: 2 });
+    boss.on('error', () => {});
+    await boss.start();
+    try {
+      const schedules = await boss.getSchedules(pruneQueueName('billing'));
+      assert.equal(schedules.length, 1);
+      assert.match(schedules[0]?.cron ?? '', /\*/);
+      const insert = `INSERT INTO ${f.s}.inbox_messages (consumer, id, received_at) VALUES ($1, $2, now() - $3 * interval '1 second')`;
+      await f.db.pool.query(insert, ['billing', 'old', 7_200]);
+      await f.db.pool.query(insert, ['billing', 'fresh', 60]);
+      await f.db.pool.query(insert, ['other', 'old', 7_200]);
+      // What the cron job does, on demand: one job on the prune queue.
+      await boss.send(pruneQueueName('billing'), null);
+      await waitFor(
+        async () =>
+          (await f.db.pool.query(`SELECT 1 FROM ${f.s}.inbox_messages WHERE consumer = 'billing' AND id = 'old'`)).rows.length === 0,
+        { what: 'the old id pruned by the worker', timeoutMs: 10_000 },
+      );
+      const { rows } = await f.db.pool.query(`SELECT consumer, id FROM ${f.s}.inbox_messages ORDER BY consumer, id`);
+      assert.deepEqual(rows, [
+        { consumer: 'billing', id: 'fresh' },
+        { consumer: 'other', id: 'old' },
+      ]);
+      assert.equal(await pruneInboxMessages({ pool: f.db.pool, schema: f.db.schema, consumer: 'other', olderThanMs: 3_600_000 }), 1);
+    } finally {
+      await boss.stop({ graceful: false });
+    }
   });
 
   test('inbox - replaying the whole stream into the existing consumer is a no-op, into a new consumer it rebuilds the same state', async () => {
