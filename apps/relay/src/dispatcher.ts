@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { encodeEvent, type FerryEvent } from '@ferry/core';
+import { encodedSize, encodeEvent, type FerryEvent } from '@ferry/core';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { BrokenCircuitError, type CircuitBreakerPolicy, CircuitState, IsolatedCircuitError } from 'cockatiel';
@@ -14,7 +14,8 @@ import { markFailedSql } from './sql/mark-failed.js';
 import { markPublishedSql } from './sql/mark-published.js';
 import type { CompiledRelayOptions, Logger } from './types.js';
 
-type Outcome = { ok: true; ackAt: number } | ({ ok: false } & Classified);
+/** `skipped`: not sent because an earlier row of its key in the batch was refused before sending. */
+type Outcome = { ok: true; ackAt: number } | ({ ok: false; skipped?: boolean } & Classified);
 
 export interface DispatcherDeps {
   options: CompiledRelayOptions;
@@ -28,6 +29,8 @@ export interface DispatcherDeps {
   logger: Logger;
   /** Whether the NATS connection is up right now. */
   natsUp: () => boolean;
+  /** The server's max_payload, when known. */
+  maxPayload: () => number | undefined;
 }
 
 /** Tries a statement a few times (a terminated pool connection is replaced by the next attempt). */
@@ -212,32 +215,48 @@ export class Dispatcher {
 
   async #publishAll(rows: ClaimedRow[]): Promise<Outcome[]> {
     const { js, options } = this.#d;
-    const outcomes = await Promise.all(
-      rows.map(async (row): Promise<Outcome> => {
-        try {
-          const event: FerryEvent = {
-            id: row.id,
-            key: row.key,
-            version: BigInt(row.version),
-            subject: row.subject,
-            type: row.type,
-            source: row.source,
-            time: row.occurred_at,
-            contentType: row.content_type,
-            data: row.data,
-            headers: row.headers ?? {},
+    const maxPayload = this.#d.maxPayload();
+    // A key whose row is refused before sending (too large) sends nothing more in this batch:
+    // its later rows must not reach the stream ahead of it.
+    const refusedKeys = new Set<string>();
+    const pending = rows.map(async (row): Promise<Outcome> => {
+      if (refusedKeys.has(row.key))
+        return { ok: false, skipped: true, reason: 'other', permanent: false, transport: false, message: 'skipped' };
+      try {
+        const event: FerryEvent = {
+          id: row.id,
+          key: row.key,
+          version: BigInt(row.version),
+          subject: row.subject,
+          type: row.type,
+          source: row.source,
+          time: row.occurred_at,
+          contentType: row.content_type,
+          data: row.data,
+          headers: row.headers ?? {},
+        };
+        const encoded = encodeEvent(event);
+        const size = encodedSize(encoded);
+        if (maxPayload !== undefined && size > maxPayload) {
+          refusedKeys.add(row.key);
+          return {
+            ok: false,
+            reason: 'max_payload',
+            permanent: true,
+            transport: false,
+            message: `the event encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`,
           };
-          const encoded = encodeEvent(event);
-          const h = natsHeaders();
-          for (const [name, value] of encoded.headers) h.set(name, value);
-          // A PubAck with duplicate: true means JetStream already holds this id: success as well.
-          await js.publish(encoded.subject, encoded.body, { headers: h, timeout: options.publishTimeoutMs });
-          return { ok: true, ackAt: Date.now() };
-        } catch (err) {
-          return { ok: false, ...classifyPublishError(err) };
         }
-      }),
-    );
+        const h = natsHeaders();
+        for (const [name, value] of encoded.headers) h.set(name, value);
+        // A PubAck with duplicate: true means JetStream already holds this id: success as well.
+        await js.publish(encoded.subject, encoded.body, { headers: h, timeout: options.publishTimeoutMs });
+        return { ok: true, ackAt: Date.now() };
+      } catch (err) {
+        return { ok: false, ...classifyPublishError(err) };
+      }
+    });
+    const outcomes = await Promise.all(pending);
     if (outcomes.length > 0 && outcomes.every((x) => !x.ok && x.transport)) {
       const first = outcomes[0] as { message: string };
       throw new NatsUnavailableError(`every publish of the batch failed: ${first.message}`, { cause: outcomes });
@@ -260,6 +279,7 @@ export class Dispatcher {
         metrics.commitToAck.observe(Math.max(0, outcome.ackAt - row.created_at.getTime()) / 1000);
         return;
       }
+      if (outcome.skipped) return;
       metrics.failures.inc({ reason: outcome.reason });
       // Only the first failure of a key counts; later rows of the key wait behind it untouched.
       if (failedKeys.has(row.key)) return;

@@ -148,6 +148,7 @@ class RelayImpl implements Relay {
       events: this.#events,
       logger: this.#log.child({ component: 'dispatcher' }),
       natsUp: () => this.#natsUp,
+      maxPayload: () => nc.info?.max_payload,
     });
     if (o.maintenance) {
       this.#janitor = new Janitor({
