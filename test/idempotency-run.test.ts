@@ -14,6 +14,7 @@ import {
 } from '@ferry/idempotency';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import pg from 'pg';
 
 let db: TestDatabase;
 let s: string;
@@ -211,6 +212,20 @@ describe('idempotency - run()', () => {
     assert.equal(replay.replayed, true);
     assert.equal(replay.body, 'done');
     assert.equal(executions, 1);
+  });
+
+  test("idempotency - the operation runs under the caller's lock_timeout, not the wait bound", async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 1, options: '-c lock_timeout=4321' });
+    try {
+      const keys = createIdempotency({ schema: db.schema, scope: 'lock-timeout', waitMs: 250 });
+      const seen = await keys.run(pool, { key: 'lt', fingerprint: order(1) }, async (tx) => {
+        const { rows } = await tx.query<{ v: string }>("SELECT current_setting('lock_timeout') AS v");
+        return { status: 200, body: rows[0]?.v };
+      });
+      assert.equal(seen.body, '4321ms');
+    } finally {
+      await pool.end();
+    }
   });
 
   test('idempotency - the key row and the publisher outbox event commit together or not at all', async () => {

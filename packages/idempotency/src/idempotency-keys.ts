@@ -127,16 +127,18 @@ class IdempotencyKeys implements Idempotency {
       if (!rows[0]?.locked) throw new IdempotencyInProgressError(scope, key, 0);
       return;
     }
-    const { rows } = await tx.query<{ prev: string }>("SELECT current_setting('lock_timeout') AS prev");
-    await tx.query("SELECT set_config('lock_timeout', $1, true)", [`${waitMs}ms`]);
+    // Target-list expressions run left to right: read the caller's lock_timeout, then bound our wait.
+    const { rows } = await tx.query<{ prev: string }>(
+      "SELECT current_setting('lock_timeout') AS prev, set_config('lock_timeout', $1, true)",
+      [`${waitMs}ms`],
+    );
     try {
-      await tx.query('SELECT pg_advisory_xact_lock($1::bigint)', [id]);
+      // Takes the lock, then gives the operation's own statements the caller's lock_timeout back.
+      await tx.query("SELECT pg_advisory_xact_lock($1::bigint), set_config('lock_timeout', $2, true)", [id, rows[0]?.prev ?? '0']);
     } catch (err) {
       if (sqlState(err) === LOCK_NOT_AVAILABLE) throw new IdempotencyInProgressError(scope, key, waitMs, { cause: err });
       throw err;
     }
-    // The operation's own statements run under the caller's lock_timeout, not ours.
-    await tx.query("SELECT set_config('lock_timeout', $1, true)", [rows[0]?.prev ?? '0']);
   }
 
   #storable(status: number): boolean {
