@@ -72,6 +72,7 @@ export class Dispatcher {
   #lastTick = 0;
   #idleDelayMs: number;
   #dbDown = false;
+  #openedAt = 0;
 
   constructor(deps: DispatcherDeps) {
     this.#d = deps;
@@ -79,6 +80,9 @@ export class Dispatcher {
     this.#markPublishedSql = markPublishedSql(deps.schemaSql);
     this.#markFailedSql = markFailedSql(deps.schemaSql);
     this.#idleDelayMs = deps.options.pollIntervalMs;
+    deps.breaker.onBreak(() => {
+      this.#openedAt = Date.now();
+    });
   }
 
   get inflightRows(): number {
@@ -138,16 +142,19 @@ export class Dispatcher {
       }
       const lanes = this.#d.leaser.lanes;
       const state = this.#d.breaker.state;
-      if (lanes.length === 0 || !this.#d.natsUp() || state === CircuitState.Open || state === CircuitState.Isolated) {
-        await this.#pause(o.pollIntervalMs);
+      // cockatiel moves from open to half-open only when called after the cool-down: until then, claim nothing.
+      const coolingMs = state === CircuitState.Open ? this.#openedAt + o.breakerCooldownMs - Date.now() : 0;
+      if (lanes.length === 0 || !this.#d.natsUp() || coolingMs > 0 || state === CircuitState.Isolated) {
+        await this.#pause(coolingMs > 0 ? Math.min(o.pollIntervalMs, coolingMs) : o.pollIntervalMs);
         continue;
       }
+      const probing = state !== CircuitState.Closed;
       const capacity = o.maxInFlight - this.#inflightRows;
-      if (capacity <= 0 || (state === CircuitState.HalfOpen && this.#inflightRows > 0)) {
+      if (capacity <= 0 || (probing && this.#inflightRows > 0)) {
         await this.#pause(o.pollIntervalMs);
         continue;
       }
-      const limit = state === CircuitState.HalfOpen ? 1 : Math.min(o.batchSize, capacity);
+      const limit = probing ? 1 : Math.min(o.batchSize, capacity);
       let rows: ClaimedRow[];
       try {
         rows = await this.#claim(lanes, limit);
@@ -160,7 +167,7 @@ export class Dispatcher {
         continue;
       }
       if (rows.length > 0) this.#launch(rows);
-      if (rows.length === limit && state !== CircuitState.HalfOpen) {
+      if (rows.length === limit && !probing) {
         this.#idleDelayMs = 0;
         continue;
       }

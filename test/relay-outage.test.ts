@@ -1,0 +1,166 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { createRelay, type Relay } from '@ferry/relay';
+import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { assertExactlyOnceInKeyOrder, countPending, publishEvents, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
+
+/** How long NATS stays down. The issue's figure is 30 s; CI uses 5 s (set FERRY_TEST_OUTAGE_MS=30000 for the full run). */
+const OUTAGE_MS = Number(process.env.FERRY_TEST_OUTAGE_MS ?? 5000);
+
+/** CPU seconds (user + system) a process has used, from /proc. */
+function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // After the command name: state is field 3, utime 14, stime 15 (1-based), so indexes 11 and 12 here.
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+interface LogLine {
+  level: number;
+  msg: string;
+  time: number;
+  event?: string;
+}
+
+function logLines(p: RelayProcess): LogLine[] {
+  return p
+    .output()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as LogLine);
+}
+
+describe('relay under NATS outages', () => {
+  let db: TestDatabase;
+  let nats: NatsServer;
+  let stream: TestStream;
+  let child: RelayProcess | undefined;
+  let relay: Relay | undefined;
+
+  before(async () => {
+    nats = await NatsServer.start();
+    db = await createTestDatabase({ prefix: 'relay_outage', lanes: 8 });
+    stream = await createTestStream({ servers: nats.url, prefix: 'outage', storage: 'file' });
+  });
+
+  after(async () => {
+    if (child && child.proc.exitCode === null && child.proc.signalCode === null) child.proc.kill('SIGKILL');
+    await relay?.stop();
+    await stream?.close().catch(() => {});
+    await nats?.stop();
+    await db?.close();
+  });
+
+  test(`relay - nats-server stopped for ${OUTAGE_MS} ms under load: the relay idles, logs per state change, then drains with no loss or duplicate`, async () => {
+    const ids = await publishEvents(db.pool, db.schema, stream.prefix, 10_000, { keys: 100, perTx: 500 });
+    child = spawnRelay([
+      '--database-url',
+      db.url,
+      '--schema',
+      db.schema,
+      '--nats-url',
+      nats.url,
+      '--no-maintenance',
+      '--http-port',
+      '0',
+      '--batch-size',
+      '100',
+      '--max-in-flight',
+      '300',
+      '--publish-timeout-ms',
+      '2000',
+      '--breaker-cooldown-ms',
+      '1000',
+    ]);
+    const pid = child.proc.pid as number;
+    await waitFor(async () => (await countPending(db.pool, db.schema)) < 8000, { timeoutMs: 20_000, what: 'publishing to get going' });
+
+    await nats.kill('SIGKILL');
+    // Load goes on while NATS is down: the producer keeps committing.
+    const during = publishEvents(db.pool, db.schema, stream.prefix, 1000, { keys: 100, perTx: 50 });
+    await sleep(Math.min(2000, OUTAGE_MS / 3)); // in-flight PubAcks time out meanwhile
+    const linesBefore = logLines(child).length;
+    const cpu0 = cpuSeconds(pid);
+    const t0 = performance.now();
+    await sleep(OUTAGE_MS - Math.min(2000, OUTAGE_MS / 3));
+    const cpu = cpuSeconds(pid) - cpu0;
+    const wall = (performance.now() - t0) / 1000;
+    const linesDuring = logLines(child).length - linesBefore;
+    ids.push(...(await during));
+
+    await nats.restart();
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, {
+      timeoutMs: 60_000,
+      intervalMs: 200,
+      what: 'the backlog to drain after NATS returned',
+    });
+    const logs = logLines(child);
+    child.proc.kill('SIGTERM');
+    assert.equal((await child.exited).code, 0);
+
+    assert.ok(cpu / wall < 0.05, `relay CPU during the outage: ${((100 * cpu) / wall).toFixed(1)}% of a core (limit 5%)`);
+    assert.ok(linesDuring <= 3, `the relay logged ${linesDuring} lines while NATS stayed down`);
+    assert.equal(logs.filter((l) => l.event === 'nats-disconnected').length, 1, 'the outage is logged once');
+    assert.equal(logs.filter((l) => l.event === 'nats-reconnected').length, 1, 'the recovery is logged once');
+    const fresh = await createTestStream({ servers: nats.url, prefix: 'outage_reader' });
+    try {
+      assertExactlyOnceInKeyOrder(await readStream(fresh.nc, stream.name), ids);
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  test('relay - JetStream failing while NATS is up opens the circuit: claiming stops, one log per state change, then it recovers', async () => {
+    const lines: Array<{ level: string; msg: string; state?: string }> = [];
+    const logger = {
+      child: () => logger,
+      trace: () => {},
+      debug: () => {},
+      info: (o: { state?: string }, msg?: string) => lines.push({ level: 'info', msg: msg ?? '', ...o }),
+      warn: (o: { state?: string }, msg?: string) => lines.push({ level: 'warn', msg: msg ?? '', ...o }),
+      error: (o: { state?: string }, msg?: string) => lines.push({ level: 'error', msg: msg ?? '', ...o }),
+    };
+    const name = 'BREAKER';
+    const subject = 'breaker';
+    const circuit: string[] = [];
+    relay = createRelay({
+      databaseUrl: db.url,
+      schema: db.schema,
+      nats: { servers: nats.url },
+      maintenance: false,
+      listen: false,
+      batchSize: 20,
+      publishTimeoutMs: 500,
+      breakerThreshold: 3,
+      breakerCooldownMs: 1000,
+      backoffBaseMs: 10,
+      backoffMaxMs: 50,
+      logger,
+    });
+    relay.on('relay:circuit', (e) => circuit.push(e.state));
+    await relay.start();
+    // No stream covers the subject yet: every publish gets "no responders".
+    const ids = await publishEvents(db.pool, db.schema, subject, 200, { keys: 200, perTx: 200 });
+    await waitFor(() => circuit.includes('open'), { timeoutMs: 15_000, what: 'the circuit to open' });
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    await sleep(2500);
+    const used = process.cpuUsage(cpu0);
+    const share = (used.user + used.system) / 1000 / (performance.now() - t0);
+    assert.ok(share < 0.05, `CPU while the circuit is open: ${(share * 100).toFixed(1)}% of a core`);
+    const opened = circuit.filter((s) => s === 'open').length;
+    assert.ok(opened >= 1 && opened <= 4, `the circuit opened ${opened} times in 2.5 s with a 1 s cool-down`);
+
+    await stream.jsm.streams.add({ name, subjects: [`${subject}.>`] });
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, {
+      timeoutMs: 20_000,
+      what: 'the backlog to drain once JetStream answers',
+    });
+    await waitFor(() => circuit.at(-1) === 'closed', { timeoutMs: 5000, what: 'the circuit to close' });
+    assert.equal(lines.filter((l) => /circuit/.test(l.msg)).length, circuit.length, 'one log line per circuit state change');
+    assert.ok(lines.length < 30, `${lines.length} log lines for 200 failing events`);
+    assertExactlyOnceInKeyOrder(await readStream(stream.nc, name), ids);
+  });
+});
