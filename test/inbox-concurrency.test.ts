@@ -70,7 +70,7 @@ describe('inbox under concurrency', () => {
     const first = twice.filter((_, i) => i % 2 === 0);
     const second = twice.filter((_, i) => i % 2 === 1);
     await Promise.all([publishEvents(js, first), publishEvents(js, second, { msgIdSuffix: 'resend' })]);
-    const settled = () => inboxes.reduce((n, i) => n + i.counts().applied + i.counts().stale, 0);
+    const settled = () => inboxes.reduce((n, i) => n + i.counts().applied + i.counts().stale + i.counts().duplicate, 0);
     await waitFor(() => settled() >= 2 * EVENTS, { what: `${2 * EVENTS} messages settled`, timeoutMs: 60_000, intervalMs: 100 });
     // Then the whole stream replayed.
     await publishEvents(js, events, { msgIdSuffix: 'replay' });

@@ -51,9 +51,30 @@ describe('inbox gate', () => {
     assert.ok(stale && stale.kind === 'stale' && stale.version === 2n && stale.recorded === 3n);
     // The same events again, as a redelivery or a re-send with new message ids: nothing changes.
     await publishEvents(f.stream.nc, events, { msgIdSuffix: 'again' });
-    await waitFor(() => inbox.counts().stale === 5, { what: 'the copies settled as stale' });
+    await waitFor(() => inbox.counts().stale === 3 && inbox.counts().duplicate === 2, { what: 'the copies settled as stale or duplicate' });
     assert.equal((await f.effects()).length, 3);
     assert.equal(inbox.counts().applied, 3);
+  });
+
+  test('inbox - keys with quotes, backslashes and non-ASCII are gated and stored exactly', async () => {
+    const f = await fixture();
+    const inbox = f.inbox({ mode: 'latest', handlers: { Set: effectHandler(f) } });
+    await inbox.start();
+    const keys = ["o'brien", 'back\\slash\\', "'; DROP TABLE effects; --", 'ключ-€-🔑'];
+    const p = f.stream.prefix;
+    await publishEvents(
+      f.stream.nc,
+      keys.flatMap((key) => [ferryEvent(p, { key, version: 2 }), ferryEvent(p, { key, version: 1 })]),
+    );
+    await waitFor(() => inbox.counts().applied + inbox.counts().stale === 8, { what: 'eight settled' });
+    assert.equal(inbox.counts().stale, 4);
+    const { rows } = await f.db.pool.query<{ key: string; version: string }>(
+      `SELECT key, version::text FROM ${f.s}.inbox_versions WHERE consumer = 'billing'`,
+    );
+    assert.deepEqual(
+      rows.map((r) => [r.key, r.version]).sort(),
+      [...keys].sort().map((k) => [k, '2']),
+    );
   });
 
   test('inbox - sequential mode applies only recorded + 1 and waits for a gap to fill', async () => {
@@ -160,13 +181,16 @@ describe('inbox gate', () => {
     const before = await f.effects();
     // Replay: every event published again (new message ids), into the same consumer.
     await publishEvents(f.stream.nc, events, { msgIdSuffix: 'replay' });
-    await waitFor(() => inbox.counts().stale === 15, { what: 'the replay settled as stale' });
+    await waitFor(() => inbox.counts().stale + inbox.counts().duplicate === 15, { what: 'the replay settled as stale or duplicate' });
+    assert.equal(inbox.counts().duplicate, 3, 'the last version of each key is a duplicate, the others stale');
     assert.deepEqual(await f.effects(), before);
     assert.equal(inbox.counts().applied, 15);
     // A new consumer reads the whole stream (30 messages) and ends in the same state.
     const rebuilt = f.inbox({ consumer: 'billing_rebuilt', mode: 'latest', handlers: { Set: effectHandler(f, 'state_rebuilt') } });
     await rebuilt.start();
-    await waitFor(() => rebuilt.counts().applied + rebuilt.counts().stale === 30, { what: 'the new consumer caught up' });
+    await waitFor(() => rebuilt.counts().applied + rebuilt.counts().stale + rebuilt.counts().duplicate === 30, {
+      what: 'the new consumer caught up',
+    });
     assert.equal(rebuilt.counts().applied, 15);
     const state = await f.db.pool.query(`SELECT key, version::text FROM ${f.s}.state ORDER BY key`);
     const again = await f.db.pool.query(`SELECT key, version::text FROM ${f.s}.state_rebuilt ORDER BY key`);

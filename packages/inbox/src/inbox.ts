@@ -8,6 +8,7 @@ import {
   quoteIdentifier,
   schemaIdentifier,
   validateIdentifier,
+  validateKey,
   WIRE_HEADERS,
 } from '@ferry/core';
 import {
@@ -27,10 +28,10 @@ import { ConsumerMismatchError, PoisonMessageError } from './errors.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { type CompiledInboxOptions, compileInboxOptions, parkQueueName, pruneQueueName } from './options.js';
 import { decodeParked, isParkedJobData, type ParkedJobData, parkKey } from './parked-job.js';
+import { beginAndLockKey, beginAndRecordMessage, recordVersionAndCommit } from './sql/gate-statements.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { pruneMessages } from './sql/prune-messages.js';
-import { recordMessage } from './sql/record-message.js';
 import { recordVersion } from './sql/record-version.js';
 import type { EventMap, HandlerContext, Inbox, InboxCounts, InboxEvent, InboxOptions, InboxState, ParkReason, TxBoss } from './types.js';
 
@@ -333,36 +334,87 @@ class InboxImpl implements Inbox {
   }
 
   /**
-   * Version gate → handler → version record, inside `tx`. A `park` or `gap`
-   * outcome must be rolled back by the caller (in `dedupe` mode the message id
-   * was already recorded).
+   * Version gate → handler → version record → COMMIT, on a connection of its
+   * own. BEGIN travels with the row lock and the record with COMMIT, so an
+   * applied message costs two round trips besides the handler's, a stale or
+   * duplicate one two in all. `park` and `gap` outcomes are rolled back (in
+   * `dedupe` mode the message id was already recorded). `beforeCommit` runs in
+   * the transaction after the gate, on every outcome that commits (the park
+   * worker completes its job there).
    */
-  async #gate(tx: PooledConnection, event: FerryEvent, attempt: number, fromPark: boolean): Promise<GateOutcome> {
+  async #gate(
+    event: FerryEvent,
+    attempt: number,
+    fromPark: boolean,
+    beforeCommit?: (tx: PooledConnection) => Promise<void>,
+  ): Promise<GateOutcome> {
     const o = this.#o;
-    if (o.mode === 'dedupe') {
-      if (!(await recordMessage(tx, this.#s, o.consumer, event.id))) return { kind: 'duplicate' };
-    } else {
-      const row = await lockKey(tx, this.#s, o.consumer, event.key);
-      if (event.version <= row.version) return { kind: 'stale', recorded: row.version };
-      if (o.mode === 'sequential') {
-        if (!fromPark && row.parked > 0) {
-          return {
-            kind: 'park',
-            reason: 'behind-parked',
-            error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
-          };
+    const client = await o.pool.connect();
+    let broken: Error | undefined;
+    let open = false;
+    const end = async (sql: 'COMMIT' | 'ROLLBACK') => {
+      if (sql === 'COMMIT' && beforeCommit) await beforeCommit(client);
+      await client.query(sql);
+      open = false;
+    };
+    try {
+      open = true;
+      if (o.mode === 'dedupe') {
+        if (!(await beginAndRecordMessage(client, this.#s, o.consumer, event.id))) {
+          await end('COMMIT');
+          return { kind: 'duplicate' };
         }
-        if (event.version > row.version + 1n) return { kind: 'gap', recorded: row.version };
+      } else {
+        const row = await beginAndLockKey(client, this.#s, o.consumer, event.key);
+        if (event.version <= row.version) {
+          await end('COMMIT');
+          return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
+        }
+        if (o.mode === 'sequential') {
+          if (!fromPark && row.parked > 0) {
+            await end('ROLLBACK');
+            return {
+              kind: 'park',
+              reason: 'behind-parked',
+              error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
+            };
+          }
+          if (event.version > row.version + 1n) {
+            await end('ROLLBACK');
+            return { kind: 'gap', recorded: row.version };
+          }
+        }
       }
+      const prepared = this.#prepare(event);
+      if ('kind' in prepared) {
+        await end('ROLLBACK');
+        return prepared;
+      }
+      const started = performance.now();
+      const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
+      const ctx: HandlerContext = { tx: client, boss: this.#txBoss(client), consumer: o.consumer, attempt };
+      await prepared.handler(inboxEvent, ctx);
+      if (o.mode === 'dedupe') await end('COMMIT');
+      else if (beforeCommit) {
+        await recordVersion(client, this.#s, o.consumer, event.key, event.version);
+        await end('COMMIT');
+      } else {
+        await recordVersionAndCommit(client, this.#s, o.consumer, event.key, event.version);
+        open = false;
+      }
+      return { kind: 'applied', durationMs: performance.now() - started };
+    } catch (err) {
+      if (open) {
+        try {
+          await client.query('ROLLBACK');
+        } catch (rollbackErr) {
+          broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
+        }
+      }
+      throw err;
+    } finally {
+      client.release(broken);
     }
-    const prepared = this.#prepare(event);
-    if ('kind' in prepared) return prepared;
-    const started = performance.now();
-    const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
-    const ctx: HandlerContext = { tx, boss: this.#txBoss(tx), consumer: o.consumer, attempt };
-    await prepared.handler(inboxEvent, ctx);
-    if (o.mode !== 'dedupe') await recordVersion(tx, this.#s, o.consumer, event.key, event.version);
-    return { kind: 'applied', durationMs: performance.now() - started };
   }
 
   // ---- stream messages -----------------------------------------------------------------------
@@ -412,6 +464,8 @@ class InboxImpl implements Inbox {
     let event: FerryEvent;
     try {
       event = decodeEvent((name) => m.headers?.get(name) || undefined, m.data, m.subject, headerNames);
+      validateKey(event.key, WIRE_HEADERS.partitionKey);
+      validateKey(event.id, WIRE_HEADERS.id);
     } catch (err) {
       await this.#parkMessage(m, undefined, 'undecodable-headers', errorText(err));
       return;
@@ -420,10 +474,7 @@ class InboxImpl implements Inbox {
     const attempt = Math.max(1, m.info.deliveryCount - (tracked?.gapNaks ?? 0));
     let outcome: GateOutcome;
     try {
-      outcome = await this.#transaction(
-        (tx) => this.#gate(tx, event, attempt, false),
-        (r) => r.kind === 'park' || r.kind === 'gap',
-      );
+      outcome = await this.#gate(event, attempt, false);
     } catch (error) {
       this.#counts.failed++;
       const willRetry = attempt < o.maxDeliver;
@@ -561,19 +612,17 @@ class InboxImpl implements Inbox {
     if (!isParkedJobData(job.data)) throw new PoisonMessageError('undecodable-headers', `parked job ${job.id} is not a Ferry parked event`);
     const event = decodeParked(job.data);
     const attempt = job.retryCount + 1;
-    const outcome = await this.#transaction(async (tx) => {
-      const result = await this.#gate(tx, event, attempt, true);
-      if (result.kind === 'park')
-        throw new PoisonMessageError(result.reason === 'unknown-type' ? 'unknown-type' : 'undecodable-body', result.error);
-      if (result.kind === 'gap') {
-        throw new Error(
-          `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${result.recorded + 1n}, which is neither applied nor parked`,
-        );
-      }
+    const outcome = await this.#gate(event, attempt, true, async (tx) => {
       if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, -1);
       await boss.complete(this.parkQueue, job.id, null, { db: txDb(tx) });
-      return result;
     });
+    if (outcome.kind === 'park')
+      throw new PoisonMessageError(outcome.reason === 'unknown-type' ? 'unknown-type' : 'undecodable-body', outcome.error);
+    if (outcome.kind === 'gap') {
+      throw new Error(
+        `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${outcome.recorded + 1n}, which is neither applied nor parked`,
+      );
+    }
     const base = { consumer: o.consumer, id: event.id, key: event.key, version: event.version };
     if (outcome.kind === 'applied') {
       this.#counts.applied++;
