@@ -1,5 +1,5 @@
--- Ferry request edge: Idempotency-Key records. :SCHEMA is replaced by the
--- quoted schema name.
+-- Ferry request edge: Idempotency-Key records, in the schema given to
+-- `ferry migrate --idempotency`.
 
 -- One row per (scope, key). The row is inserted in the operation's own
 -- transaction before the operation runs and filled with the result before
