@@ -1,0 +1,77 @@
+import { quoteIdentifier } from '@ferry/core';
+import { createInbox, type Inbox } from '@ferry/inbox';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type pg from 'pg';
+import { PgBoss } from 'pg-boss';
+import type { OrderEvents } from './orders-service.js';
+
+export const RECEIPT_QUEUE = 'demo-receipt-email';
+
+export interface Billing {
+  inbox: Inbox;
+  boss: PgBoss;
+  stop(): Promise<void>;
+}
+
+/**
+ * The billing consumer: charges each order exactly once through the inbox,
+ * and enqueues the receipt email in the same transaction as the charge, so
+ * the email job exists iff the charge committed.
+ */
+export async function startBilling(opts: {
+  pool: pg.Pool;
+  databaseUrl: string;
+  nc: NatsConnection;
+  stream: string;
+  schema: string;
+  log: (line: string) => void;
+}): Promise<Billing> {
+  const s = quoteIdentifier(opts.schema);
+  const boss = new PgBoss({ connectionString: opts.databaseUrl, schema: `${opts.schema}_boss`, max: 4 });
+  boss.on('error', (err) => opts.log(`pg-boss: ${err.message}`));
+  await boss.start();
+  await boss.createQueue(RECEIPT_QUEUE);
+  await boss.work<{ orderId: string; customer: string; totalCents: number }>(
+    RECEIPT_QUEUE,
+    { pollingIntervalSeconds: 0.5, batchSize: 50 },
+    async (jobs) => {
+      for (const job of jobs) {
+        // "Sending" is logging; recording it lets the summary count emails.
+        await opts.pool.query(`INSERT INTO ${s}.emails (order_id, job_id) VALUES ($1, $2) ON CONFLICT (job_id) DO NOTHING`, [
+          job.data.orderId,
+          job.id,
+        ]);
+      }
+    },
+  );
+  const inbox = createInbox<OrderEvents>({
+    pool: opts.pool,
+    nc: opts.nc,
+    stream: opts.stream,
+    consumer: 'billing',
+    schema: opts.schema,
+    mode: 'latest',
+    concurrency: 16,
+    boss,
+    handlers: {
+      OrderPlaced: async (event, ctx) => {
+        const { orderId, customer, totalCents } = event.payload;
+        await ctx.tx.query(`INSERT INTO ${s}.charges (order_id, customer, amount_cents) VALUES ($1, $2, $3)`, [
+          orderId,
+          customer,
+          totalCents,
+        ]);
+        await ctx.boss.send(RECEIPT_QUEUE, { orderId, customer, totalCents });
+      },
+    },
+  });
+  await inbox.start();
+  return {
+    inbox,
+    boss,
+    async stop() {
+      await inbox.stop();
+      await boss.stop({ graceful: true, timeout: 5_000 });
+    },
+  };
+}

@@ -1,0 +1,58 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { quoteIdentifier } from '@ferry/core';
+import { createIdempotency, nodeHttpIdempotency } from '@ferry/idempotency';
+import { createPublisher } from '@ferry/publisher';
+import type pg from 'pg';
+
+export type OrderEvents = {
+  OrderPlaced: { orderId: string; customer: string; totalCents: number };
+};
+
+export interface OrderRequest {
+  customer: string;
+  totalCents: number;
+  /** Demo only: the service takes this long before answering, so a client timeout hits after the order committed. */
+  slowMs?: number;
+}
+
+/**
+ * The orders service: `POST /orders` with an `Idempotency-Key` creates an
+ * order and publishes `OrderPlaced` in the same transaction as the key record,
+ * so a retried request creates nothing twice and gets the stored answer.
+ */
+export async function startOrdersService(pool: pg.Pool, schema: string): Promise<{ url: string; server: Server }> {
+  const s = quoteIdentifier(schema);
+  const publisher = createPublisher<OrderEvents>({ schema, source: 'orders-service' });
+  const keys = createIdempotency({ schema, scope: 'orders-api', retention: '24h' });
+  const handle = nodeHttpIdempotency(keys, {
+    pool,
+    required: true,
+    handler: async (req, tx, body) => {
+      if (req.method !== 'POST' || req.url !== '/orders') return { status: 404, body: { error: 'not found' } };
+      const order = body as OrderRequest;
+      if (typeof order?.customer !== 'string' || !Number.isInteger(order.totalCents) || order.totalCents <= 0) {
+        return { status: 400, body: { error: 'customer (string) and totalCents (positive integer) are required' } };
+      }
+      const orderId = randomUUID();
+      await tx.query(`INSERT INTO ${s}.orders (id, customer, total_cents) VALUES ($1, $2, $3)`, [
+        orderId,
+        order.customer,
+        order.totalCents,
+      ]);
+      await publisher.publish(tx, {
+        subject: 'demo.orders.placed',
+        key: orderId,
+        type: 'OrderPlaced',
+        data: { orderId, customer: order.customer, totalCents: order.totalCents },
+      });
+      if (order.slowMs) await sleep(order.slowMs);
+      return { status: 201, body: { orderId } };
+    },
+  });
+  const server = createServer(handle);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
+}
