@@ -18,8 +18,8 @@ export interface JanitorOptions {
   pruneBatchSize: number;
   cronMonitorIntervalSeconds: number;
   logger: Logger;
-  /** Called after each prune run this instance performed. */
-  onPrune: (deleted: number) => void;
+  /** Called after each prune run this instance performed, with the pg-boss job id. */
+  onPrune: (deleted: number, jobId: string) => void;
 }
 
 /** pg-boss's schema for a Ferry schema: `<schema>_boss`, kept apart from Ferry's own tables. */
@@ -60,9 +60,13 @@ export class Janitor {
     await boss.start();
     await boss.createQueue(PRUNE_QUEUE, { retryLimit: 2, expireInSeconds: 15 * 60 });
     await boss.schedule(PRUNE_QUEUE, o.pruneCron, { retentionMs: o.retentionMs }, { tz: 'UTC' });
-    await boss.work(PRUNE_QUEUE, { pollingIntervalSeconds: Math.min(2, o.cronMonitorIntervalSeconds) }, async () => {
-      const deleted = await this.prune();
-      o.onPrune(deleted);
+    await boss.work(PRUNE_QUEUE, { pollingIntervalSeconds: Math.min(2, o.cronMonitorIntervalSeconds) }, async (jobs) => {
+      let deleted = 0;
+      for (const job of jobs) {
+        const n = await this.prune();
+        deleted += n;
+        o.onPrune(n, job.id);
+      }
       return { deleted };
     });
   }

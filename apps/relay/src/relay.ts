@@ -162,7 +162,7 @@ class RelayImpl implements Relay {
         pruneBatchSize: o.pruneBatchSize,
         cronMonitorIntervalSeconds: o.cronMonitorIntervalSeconds,
         logger: this.#log.child({ component: 'janitor' }),
-        onPrune: (deleted) => this.#events.emit('relay:prune', { deleted, instance: this.instanceId }),
+        onPrune: (deleted, jobId) => this.#events.emit('relay:prune', { deleted, instance: this.instanceId, jobId }),
       });
       await this.#janitor.start();
     }

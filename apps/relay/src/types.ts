@@ -96,7 +96,7 @@ export interface RelayEvents {
   'relay:row:dead': { id: string; key: string; seq: string; reason: FailureReason; error: string };
   'relay:lanes': { lanes: readonly number[] };
   'relay:circuit': { state: 'closed' | 'open' | 'half-open' };
-  'relay:prune': { deleted: number; instance: string };
+  'relay:prune': { deleted: number; instance: string; jobId: string };
 }
 
 export interface Relay {

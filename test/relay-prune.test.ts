@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { quoteIdentifier } from '@ferry/core';
+import { createRelay, type Relay, type RelayEvents } from '@ferry/relay';
+import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { countPending, publishEvents } from './relay-helpers.js';
+
+describe('relay maintenance through pg-boss', () => {
+  let db: TestDatabase;
+  let stream: TestStream;
+  const relays: Relay[] = [];
+
+  before(async () => {
+    db = await createTestDatabase({ prefix: 'relay_prune', lanes: 4 });
+    stream = await createTestStream({ prefix: 'relayprune' });
+  });
+
+  after(async () => {
+    for (const r of relays) await r.stop();
+    await stream?.close();
+    if (db) await db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(`${db.schema}_boss`)} CASCADE`);
+    await db?.close();
+  });
+
+  test('relay - the prune cron job runs exactly once per occurrence with two instances, in bounded batches', async () => {
+    const runs: Array<RelayEvents['relay:prune']> = [];
+    const s = quoteIdentifier(db.schema);
+    await publishEvents(db.pool, db.schema, stream.prefix, 300, { keys: 30 });
+    const first = createRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: stream.nc.getServer() }, maintenance: false });
+    await first.start();
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 15_000, what: 'the events to be published' });
+    await first.stop();
+    await sleep(1100); // now older than the 1 s retention
+    for (let i = 0; i < 2; i++) {
+      const relay = createRelay({
+        databaseUrl: db.url,
+        schema: db.schema,
+        nats: { servers: stream.nc.getServer() },
+        retentionMs: 1000,
+        pruneCron: '* * * * *',
+        pruneBatchSize: 40,
+        cronMonitorIntervalSeconds: 1,
+      });
+      relay.on('relay:prune', (e) => runs.push(e));
+      relays.push(relay);
+    }
+    await Promise.all(relays.map((r) => r.start()));
+    // pg-boss cron has minute resolution: the current or the next minute's occurrence.
+    await waitFor(() => runs.length > 0, { timeoutMs: 75_000, intervalMs: 200, what: 'a prune run' });
+    await sleep(4000);
+    const jobs = await db.pool.query<{ id: string; slot: string }>(
+      `SELECT id::text, singleton_on::text AS slot FROM ${quoteIdentifier(`${db.schema}_boss`)}.job WHERE name = 'ferry-prune'`,
+    );
+    assert.equal(
+      new Set(jobs.rows.map((j) => j.slot)).size,
+      jobs.rows.length,
+      'one job per occurrence though both instances run the schedule',
+    );
+    assert.equal(new Set(runs.map((r) => r.jobId)).size, runs.length, `no job ran twice: ${JSON.stringify(runs)}`);
+    assert.equal(runs.length, jobs.rows.length, 'one run per scheduled occurrence, on one of the two instances');
+    assert.ok(runs.length <= 2, `${runs.length} runs in the few seconds of the test`);
+    assert.equal(
+      runs.reduce((n, r) => n + r.deleted, 0),
+      300,
+      'every published row past the retention is gone, over several bounded statements',
+    );
+    const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox`);
+    assert.equal(rows[0]?.n, '0');
+  });
+
+  test('relay - prune keeps unpublished rows and rows inside the retention window', async () => {
+    const relay = relays[0] as Relay;
+    await publishEvents(db.pool, db.schema, stream.prefix, 50, { keys: 5 });
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 15_000, what: 'the events to be published' });
+    const s = quoteIdentifier(db.schema);
+    // A dead row is unpublished however old it is: the relay leaves it alone and prune must too.
+    const dead = await db.pool.query<{ id: string }>(
+      `UPDATE ${s}.outbox SET published_at = NULL, dead_at = now(), attempts = 1 WHERE seq = (SELECT max(seq) FROM ${s}.outbox) RETURNING id::text`,
+    );
+    assert.equal(await relay.prune(), 0, 'just published rows are inside the 1 s window');
+    await sleep(1200);
+    assert.equal(await relay.prune(), 49);
+    const left = await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.outbox`);
+    assert.deepEqual(
+      left.rows.map((r) => r.id),
+      [dead.rows[0]?.id],
+    );
+  });
+});
