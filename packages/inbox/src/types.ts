@@ -87,7 +87,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   /** Durable consumer name; also the `consumer` column of the inbox tables. */
   consumer: string;
   /** Subjects to consume. nats-server 2.9 takes exactly one filter subject per consumer. Default: the whole stream. */
-  filterSubjects?: string[];
+  filterSubjects?: readonly string[];
   /** Default `latest`. */
   mode?: InboxMode;
   /** Handlers running at once in this process (1-1024). Default 32. */
@@ -99,7 +99,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   /** JetStream ack wait: a handler must finish within it. Default 30 000. */
   ackWaitMs?: number;
   /** Nak delays after the 1st, 2nd, … failure (the last repeats). Default [1 000, 5 000, 30 000]. */
-  backoffMs?: number[];
+  backoffMs?: readonly number[];
   /** `sequential`: how long an early version may wait for its gap to fill before it is parked. Default 60 000. */
   gapTimeoutMs?: number;
   /** `sequential`: nak delay while waiting for a gap. Default 100. */
