@@ -120,7 +120,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   constructor(options: PublisherOptions) {
     this.options = compilePublisherOptions(options);
     const schema = quoteIdentifier(this.options.schema);
-    this.#statements = [insertEventsSql(schema, this.options.notify), insertEventSql(schema, this.options.notify)].map((text) => ({
+    this.#statements = [insertEventsSql(schema), insertEventSql(schema)].map((text) => ({
       name: `ferry_publish_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`,
       text,
     }));
@@ -128,9 +128,9 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   }
 
   /**
-   * Planning the batch statement costs more than running it, so on a
-   * node-postgres client it runs as a named prepared statement (planned once
-   * per connection). Other Queryables get the plain text form.
+   * On a node-postgres client the call runs as a named prepared statement,
+   * which saves a parse per publish; other Queryables send the text (the
+   * functions' own plans are cached by PL/pgSQL either way).
    */
   #run(tx: Queryable, values: unknown[], single: boolean) {
     const statement = this.#statements[single ? 1 : 0] as { name: string; text: string };
@@ -231,7 +231,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
           prepared.map((p) => JSON.stringify(p.headers)),
           prepared.map((p) => p.time.toISOString()),
         ];
-    if (this.options.notify) values.push(this.#channel);
+    values.push(this.options.notify ? this.#channel : null);
 
     let rows: Array<{ id: string | null; seq: string | null; version: string | null; existing: boolean; same: boolean }>;
     try {
