@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { quoteIdentifier } from '@ferry/core';
-import { createRelay, type Relay } from '@ferry/relay';
-import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { compileRelayOptions, createRelay, type Relay, retrySpanMs } from '@ferry/relay';
+import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
 import { assertExactlyOnceInKeyOrder, countPending, publishEvents, readStream } from './relay-helpers.js';
 
 describe('relay end to end', () => {
@@ -48,5 +48,22 @@ describe('relay end to end', () => {
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 10_000, what: 'the re-sent row to be marked' });
     const events = await readStream(stream.nc, stream.name);
     assert.equal(events.filter((e) => e.id === rows[0]?.id).length, 1, 'the re-send was dropped by JetStream as a duplicate');
+  });
+
+  test('relay - --ensure-stream creates a missing stream with a duplicate window of at least the retry span', async () => {
+    const name = uniqueName('ENSURED').toUpperCase();
+    const subject = name.toLowerCase();
+    const options = { databaseUrl: db.url, schema: db.schema, nats: { servers: stream.nc.getServer() }, maintenance: false };
+    const relay = createRelay({ ...options, ensureStreams: [{ name, subjects: [`${subject}.>`] }] });
+    relays.push(relay);
+    await relay.start();
+    try {
+      const info = await stream.jsm.streams.info(name);
+      assert.deepEqual(info.config.subjects, [`${subject}.>`]);
+      assert.ok(info.config.duplicate_window / 1e6 >= retrySpanMs(compileRelayOptions(options)), 'the window covers the longest retry');
+    } finally {
+      await relay.stop();
+      await stream.jsm.streams.delete(name);
+    }
   });
 });

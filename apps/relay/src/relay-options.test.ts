@@ -1,0 +1,102 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { isValidationError } from '@ferry/core';
+import { JetStreamApiError } from '@nats-io/jetstream';
+import { errors } from '@nats-io/transport-node';
+import { parseDuration, parseEnsureStream, parseLanesPerInstance, parseNatsUrls } from './config.js';
+import { classifyPublishError } from './errors.js';
+import { lockNamespace } from './lane-leaser.js';
+import { backoffDelayMs, compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
+
+test('relay options - defaults are applied once and the result is frozen', () => {
+  const o = compileRelayOptions({ databaseUrl: 'postgres://relay@db/app' });
+  assert.equal(o.batchSize, RELAY_DEFAULTS.batchSize);
+  assert.equal(o.lanesPerInstance, 'auto');
+  assert.ok(Object.isFrozen(o));
+});
+
+test('relay options - an invalid option names itself and the accepted range', () => {
+  for (const [options, field] of [
+    [{ batchSize: 0 }, 'batchSize'],
+    [{ maxInFlight: 1.5 }, 'maxInFlight'],
+    [{ schema: 'Bad-Name' }, 'schema'],
+    [{ backoffBaseMs: 1000, backoffMaxMs: 10 }, 'backoffMaxMs'],
+  ] as const) {
+    assert.throws(
+      () => compileRelayOptions({ databaseUrl: 'postgres://x@y/z', ...options }),
+      (e: unknown) => isValidationError(e) && e.field === field,
+    );
+  }
+  assert.throws(() => compileRelayOptions({ databaseUrl: 'mysql://x' }), /PostgreSQL URL/);
+});
+
+test('relay backoff - full jitter stays within the capped exponential bound', () => {
+  assert.equal(
+    backoffDelayMs(1, 100, 10_000, () => 0.999999),
+    99,
+  );
+  assert.equal(
+    backoffDelayMs(4, 100, 10_000, () => 0.999999),
+    799,
+  );
+  assert.equal(
+    backoffDelayMs(30, 100, 10_000, () => 0.999999),
+    9999,
+  );
+  assert.equal(
+    backoffDelayMs(3, 100, 10_000, () => 0),
+    0,
+  );
+  // 25 attempts, 500 ms base, 60 s cap: 63.5 s for the doubling steps, then 17 capped waits.
+  assert.equal(retrySpanMs({ maxAttempts: 25, backoffBaseMs: 500, backoffMaxMs: 60_000 }), 1_083_500);
+});
+
+test('relay errors - publish failures are sorted into retryable and permanent', () => {
+  const c = (e: unknown) => {
+    const r = classifyPublishError(e);
+    return [r.reason, r.permanent, r.transport];
+  };
+  assert.deepEqual(c(new errors.TimeoutError()), ['timeout', false, true]);
+  assert.deepEqual(c(new errors.ClosedConnectionError()), ['connection', false, true]);
+  assert.deepEqual(c(new errors.RequestError('no responders', { cause: new errors.NoRespondersError('x') })), [
+    'no_responders',
+    false,
+    true,
+  ]);
+  assert.deepEqual(c(errors.InvalidArgumentError.format('payload', 'max_payload size exceeded')), ['max_payload', true, false]);
+  assert.deepEqual(c(new errors.PermissionViolationError('denied', 'publish', 'orders.x')), ['permission', true, false]);
+  assert.deepEqual(c(new JetStreamApiError({ code: 400, err_code: 10054, description: 'message size exceeds maximum allowed' })), [
+    'max_payload',
+    true,
+    false,
+  ]);
+  assert.deepEqual(c(new JetStreamApiError({ code: 503, err_code: 10077, description: 'maximum messages exceeded' })), [
+    'rejected',
+    false,
+    false,
+  ]);
+  assert.deepEqual(c(new Error('something else')), ['other', false, false]);
+});
+
+test('relay config - duration, lanes, NATS URL and stream flags parse or say what is accepted', () => {
+  assert.equal(parseDuration('7d'), 7 * 86_400_000);
+  assert.equal(parseDuration('90s'), 90_000);
+  assert.throws(() => parseDuration('7 days'), /not a duration/);
+  assert.equal(parseLanesPerInstance('auto'), 'auto');
+  assert.equal(parseLanesPerInstance('4'), 4);
+  assert.throws(() => parseLanesPerInstance('0'), /"auto" or an integer from 1 to 1024/);
+  assert.deepEqual(parseNatsUrls('nats://a:4222, nats://b:4222'), ['nats://a:4222', 'nats://b:4222']);
+  assert.throws(() => parseNatsUrls('http://a b'), /not a list of NATS URLs/);
+  assert.deepEqual(parseEnsureStream('ORDERS=orders.>,refunds.*', [{ name: 'A', subjects: ['a'] }]), [
+    { name: 'A', subjects: ['a'] },
+    { name: 'ORDERS', subjects: ['orders.>', 'refunds.*'] },
+  ]);
+  assert.throws(() => parseEnsureStream('ORDERS'), /NAME=SUBJECT/);
+});
+
+test('relay lanes - lock namespaces are stable, non-negative 31-bit, and differ per schema', () => {
+  const a = lockNamespace('ferry:lanes:ferry');
+  assert.equal(a, lockNamespace('ferry:lanes:ferry'));
+  assert.ok(a >= 0 && a < 2 ** 31);
+  assert.notEqual(a, lockNamespace('ferry:lanes:billing'));
+});
