@@ -54,6 +54,7 @@ export async function main(
     return EXIT.ok;
   } catch (err) {
     if (err instanceof CommanderError) {
+      if (err.code === 'ferry.exit') return err.exitCode; // a command's own exit code (ops-options.ts exitWith)
       if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return EXIT.ok;
       return EXIT.usage;
     }
