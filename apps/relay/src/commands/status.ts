@@ -1,0 +1,141 @@
+import { quoteIdentifier } from '@ferry/core';
+import { Command } from 'commander';
+import type { CommandContext } from '../context.js';
+import { addDatabaseOptions, type OpsFlags, opsPool, type RelayInstance, relayInstances, requireOutbox } from '../ops-options.js';
+
+export interface LaneStatus {
+  lane: number;
+  /** Unpublished, not dead rows. */
+  pending: number;
+  dead: number;
+  /** Age of the oldest pending row in seconds (0 when none). */
+  oldestPendingSeconds: number;
+  /** Instance leasing the lane, or null when no relay holds it. */
+  owner: string | null;
+}
+
+/** The `--json` output of `ferry status`. */
+export interface StatusReport {
+  schema: string;
+  laneCount: number;
+  pending: number;
+  dead: number;
+  oldestPendingSeconds: number;
+  publishedLastMinute: number;
+  lanes: LaneStatus[];
+  instances: RelayInstance[];
+  /** Lanes with pending rows that no live relay leases. */
+  unownedLanesWithBacklog: number[];
+}
+
+const HELP_AFTER = `
+Pending = unpublished and not dead. Lanes come from the outbox settings; each
+live relay instance holds an advisory lock per lane it leases, read here from
+pg_locks (so an instance shows up within one poll of starting).
+
+Exit codes:
+  0  the status was read
+  1  PostgreSQL unreachable, or the schema is not migrated
+  2  bad usage
+
+Examples:
+  ferry status --database-url postgres://ops@db/app
+  ferry status --json | jq '.lanes[] | select(.pending > 0)'`;
+
+export async function readStatus(pool: import('pg').Pool, schema: string): Promise<StatusReport> {
+  await requireOutbox(pool, schema);
+  const s = quoteIdentifier(schema);
+  const [settings, perLane, recent, instances] = await Promise.all([
+    pool.query<{ value: string }>(`SELECT value FROM ${s}.settings WHERE name = 'lanes'`),
+    pool.query<{ lane: number; pending: string; dead: string; oldest: number }>(
+      `SELECT lane, count(*) FILTER (WHERE dead_at IS NULL)::text AS pending,
+              count(*) FILTER (WHERE dead_at IS NOT NULL)::text AS dead,
+              coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8 AS oldest
+         FROM ${s}.outbox WHERE published_at IS NULL GROUP BY lane`,
+    ),
+    pool.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at > now() - interval '1 minute' AND dead_at IS NULL`,
+    ),
+    relayInstances(pool, schema),
+  ]);
+  const laneCount = Number(settings.rows[0]?.value ?? 0);
+  const owners = new Map<number, string>();
+  for (const i of instances) for (const l of i.lanes) owners.set(l, i.instance);
+  const byLane = new Map(perLane.rows.map((r) => [r.lane, r]));
+  const lanes: LaneStatus[] = [];
+  for (let lane = 0; lane < laneCount; lane++) {
+    const r = byLane.get(lane);
+    lanes.push({
+      lane,
+      pending: Number(r?.pending ?? 0),
+      dead: Number(r?.dead ?? 0),
+      oldestPendingSeconds: round3(r?.oldest ?? 0),
+      owner: owners.get(lane) ?? null,
+    });
+  }
+  return {
+    schema,
+    laneCount,
+    pending: lanes.reduce((a, l) => a + l.pending, 0),
+    dead: lanes.reduce((a, l) => a + l.dead, 0),
+    oldestPendingSeconds: Math.max(0, ...lanes.map((l) => l.oldestPendingSeconds)),
+    publishedLastMinute: Number(recent.rows[0]?.n ?? 0),
+    lanes,
+    instances,
+    unownedLanesWithBacklog: lanes.filter((l) => l.pending > 0 && l.owner === null).map((l) => l.lane),
+  };
+}
+
+const round3 = (x: number) => Math.round(x * 1000) / 1000;
+
+export function formatAge(seconds: number): string {
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 120) return `${seconds.toFixed(1)} s`;
+  if (seconds < 7200) return `${(seconds / 60).toFixed(1)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
+function printStatus(r: StatusReport, out: (line: string) => void): void {
+  out(`schema ${r.schema}: ${r.laneCount} lanes`);
+  out(
+    `pending ${r.pending}, oldest ${formatAge(r.oldestPendingSeconds)}, dead ${r.dead}, published in the last minute ${r.publishedLastMinute}`,
+  );
+  out(`relay instances alive: ${r.instances.length}`);
+  for (const i of r.instances) {
+    out(
+      `  ${i.instance}  pid=${i.pid} ${i.clientAddr ?? 'local'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
+    );
+  }
+  const busy = r.lanes.filter((l) => l.pending > 0 || l.dead > 0);
+  if (busy.length > 0) {
+    out('lane  pending  dead  oldest      owner');
+    for (const l of busy) {
+      out(
+        `${String(l.lane).padStart(4)}  ${String(l.pending).padStart(7)}  ${String(l.dead).padStart(4)}  ${formatAge(l.oldestPendingSeconds).padEnd(10)}  ${l.owner ?? '-'}`,
+      );
+    }
+  }
+  if (r.unownedLanesWithBacklog.length > 0) {
+    out(`warning: lanes ${r.unownedLanesWithBacklog.join(',')} have pending events and no relay: start ferry relay`);
+  }
+  if (r.dead > 0) out(`warning: ${r.dead} dead events block their keys: see ferry dlq list`);
+}
+
+export function statusCommand(ctx: CommandContext): Command {
+  return addDatabaseOptions(
+    new Command('status').description(
+      'backlog per lane, oldest pending age, dead events, events published in the last minute, live relays and their lanes',
+    ),
+  )
+    .addHelpText('after', HELP_AFTER)
+    .action(async (flags: OpsFlags) => {
+      const pool = opsPool(flags, ctx, 'ferry-status');
+      try {
+        const report = await readStatus(pool, flags.schema);
+        if (flags.json) ctx.out(JSON.stringify(report));
+        else printStatus(report, ctx.out);
+      } finally {
+        await pool.end();
+      }
+    });
+}

@@ -1,0 +1,116 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { quoteIdentifier } from '@ferry/core';
+import { createRelay, type Relay } from '@ferry/relay';
+import { createTestDatabase, createTestStream, databaseUrl, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
+import { ferry } from './ops-helpers.js';
+import { countPending, publishEvents } from './relay-helpers.js';
+
+interface StatusReport {
+  schema: string;
+  laneCount: number;
+  pending: number;
+  dead: number;
+  oldestPendingSeconds: number;
+  publishedLastMinute: number;
+  lanes: Array<{ lane: number; pending: number; dead: number; oldestPendingSeconds: number; owner: string | null }>;
+  instances: Array<{ instance: string; pid: number; lanes: number[] }>;
+  unownedLanesWithBacklog: number[];
+}
+
+let db: TestDatabase;
+let stream: TestStream;
+const relays: Relay[] = [];
+before(async () => {
+  db = await createTestDatabase({ prefix: 'ops_status', lanes: 4 });
+  stream = await createTestStream({ prefix: 'OPSST' });
+});
+after(async () => {
+  for (const r of relays) await r.stop();
+  await stream.close();
+  await db.close();
+});
+
+const args = () => ['status', '--database-url', db.url, '--schema', db.schema];
+
+test('ferry status - --help lists the options and the exit codes', async () => {
+  const r = await ferry(['status', '--help']);
+  assert.equal(r.code, 0);
+  for (const s of ['--database-url', '--schema', '--json', 'Exit codes', 'FERRY_SCHEMA'])
+    assert.ok(r.out.includes(s), `help mentions ${s}`);
+});
+
+test('ferry status - without a relay: backlog per lane, the dead event and the lanes nobody owns', async () => {
+  await publishEvents(db.pool, db.schema, stream.prefix, 30, { keys: 10 });
+  await db.pool.query(
+    `UPDATE ${quoteIdentifier(db.schema)}.outbox SET dead_at = now(), attempts = 25, last_error = 'test' WHERE seq = (SELECT min(seq) FROM ${quoteIdentifier(db.schema)}.outbox)`,
+  );
+  const r = await ferry([...args(), '--json']);
+  assert.equal(r.code, 0, r.err);
+  const s = r.json<StatusReport>();
+  assert.equal(s.schema, db.schema);
+  assert.equal(s.laneCount, 4);
+  assert.equal(s.lanes.length, 4);
+  assert.equal(s.pending, 29);
+  assert.equal(s.dead, 1);
+  assert.equal(
+    s.lanes.reduce((a, l) => a + l.pending, 0),
+    29,
+  );
+  assert.ok(s.oldestPendingSeconds >= 0 && s.oldestPendingSeconds < 60, `oldest ${s.oldestPendingSeconds}`);
+  assert.equal(s.publishedLastMinute, 0);
+  assert.deepEqual(s.instances, []);
+  assert.deepEqual(
+    s.unownedLanesWithBacklog,
+    s.lanes.filter((l) => l.pending > 0).map((l) => l.lane),
+  );
+  assert.ok(s.lanes.every((l) => l.owner === null));
+  const human = await ferry(args());
+  assert.equal(human.code, 0);
+  assert.match(human.out, /pending 29, oldest .*, dead 1, published in the last minute 0/);
+  assert.match(human.out, /relay instances alive: 0/);
+  assert.match(human.out, /have pending events and no relay/);
+  assert.match(human.out, /1 dead events block their keys: see ferry dlq list/);
+});
+
+test('ferry status - two relays: each instance with the lanes it leases, and the events published in the last minute', async () => {
+  for (let i = 0; i < 2; i++) {
+    const relay = createRelay({
+      databaseUrl: db.url,
+      schema: db.schema,
+      nats: { servers: stream.nc.getServer() },
+      maintenance: false,
+      pollIntervalMs: 100,
+    });
+    relays.push(relay);
+    await relay.start();
+  }
+  // The dead event blocks its key: k0's two later events wait behind it.
+  await waitFor(async () => (await countPending(db.pool, db.schema)) === 3, { timeoutMs: 20_000, what: 'every unblocked event published' });
+  await waitFor(async () => relays.every((r) => r.lanes.length === 2), { timeoutMs: 20_000, what: 'two lanes each' });
+  const s = (await ferry([...args(), '--json'])).json<StatusReport>();
+  assert.equal(s.pending, 2);
+  assert.equal(s.dead, 1);
+  assert.equal(s.publishedLastMinute, 27);
+  assert.equal(s.instances.length, 2);
+  assert.deepEqual(s.instances.map((i) => i.instance).sort(), relays.map((r) => r.instanceId).sort());
+  for (const i of s.instances) {
+    const relay = relays.find((r) => r.instanceId === i.instance);
+    assert.deepEqual(i.lanes, [...(relay?.lanes ?? [])], `instance ${i.instance} lanes`);
+    assert.ok(i.pid > 0);
+  }
+  assert.deepEqual(s.unownedLanesWithBacklog, []);
+  assert.ok(s.lanes.every((l) => l.owner !== null));
+  const human = await ferry(args(), { FERRY_SCHEMA: db.schema });
+  assert.match(human.out, /relay instances alive: 2/);
+  for (const r of relays) assert.ok(human.out.includes(r.instanceId));
+});
+
+test('ferry status - an unmigrated schema exits 1 with the fix; no database exits 2', async () => {
+  const r = await ferry(['status', '--database-url', databaseUrl(), '--schema', uniqueName('nothing')]);
+  assert.equal(r.code, 1);
+  assert.match(r.err, /run ferry migrate/);
+  const none = await ferry(['status', '--schema', db.schema]);
+  assert.equal(none.code, 2);
+  assert.match(none.err, /FERRY_DATABASE_URL/);
+});
