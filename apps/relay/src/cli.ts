@@ -4,6 +4,7 @@ import { dlqCommand } from './commands/dlq.js';
 import { inboxCommand } from './commands/inbox.js';
 import { migrateCommand } from './commands/migrate.js';
 import { relayCommand } from './commands/relay.js';
+import { replayCommand } from './commands/replay.js';
 import { statusCommand } from './commands/status.js';
 import type { CommandContext } from './context.js';
 import { EXIT } from './exit-codes.js';
@@ -32,6 +33,7 @@ export function buildProgram(ctx: CommandContext): Command {
   program.addCommand(dlqCommand(ctx));
   program.addCommand(inboxCommand(ctx));
   program.addCommand(statusCommand(ctx));
+  program.addCommand(replayCommand(ctx));
   for (const cmd of program.commands)
     cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
   return program;
