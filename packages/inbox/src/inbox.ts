@@ -365,8 +365,8 @@ class InboxImpl implements Inbox {
           return { kind: 'duplicate' };
         }
       } else {
-        const row = await beginAndLockKey(client, this.#s, o.consumer, event.key);
-        if (event.version <= row.version) {
+        const row = await beginAndLockKey(client, this.#s, o.consumer, event.key, event.version);
+        if (!row.locked || event.version <= row.version) {
           await end('COMMIT');
           return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
         }

@@ -29,21 +29,39 @@ function lastRows<R>(result: unknown): R[] {
 }
 
 /**
- * BEGIN, make sure the `(consumer, key)` row exists, lock it and read it: one
- * round trip. The insert is `ON CONFLICT DO NOTHING`, so a second process
- * inserting the same new key waits on the unique index until the first
- * commits: even version 1 of a key is serialised across processes.
+ * BEGIN, make sure the `(consumer, key)` row exists, and lock it only if the
+ * event is newer than the recorded version: one round trip.
+ *
+ * - The insert is `ON CONFLICT DO NOTHING`, so a second process inserting the
+ *   same new key waits on the unique index until the first commits: even
+ *   version 1 of a key is serialised across processes.
+ * - The locking read carries `version < $v`: a stale or duplicate event locks
+ *   nothing and writes nothing, so its transaction commits without a WAL
+ *   flush. If another transaction holds the row, PostgreSQL waits, then
+ *   re-checks the condition on the committed row (READ COMMITTED), so the lock
+ *   is taken only when the event is still newer.
+ * - The last read (a new snapshot) reports the recorded version either way.
  */
-export async function beginAndLockKey(tx: Queryable, schema: string, consumer: string, key: string): Promise<KeyRow> {
+export async function beginAndLockKey(
+  tx: Queryable,
+  schema: string,
+  consumer: string,
+  key: string,
+  version: bigint,
+): Promise<KeyRow & { locked: boolean }> {
   const c = literal(consumer);
   const k = literal(key);
+  const where = `consumer = ${c} AND key = ${k}`;
   const result = await tx.query(
     `BEGIN; INSERT INTO ${schema}.inbox_versions (consumer, key, version) VALUES (${c}, ${k}, 0) ON CONFLICT DO NOTHING; ` +
-      `SELECT version::text AS version, parked FROM ${schema}.inbox_versions WHERE consumer = ${c} AND key = ${k} FOR UPDATE`,
+      `SELECT 1 AS locked FROM ${schema}.inbox_versions WHERE ${where} AND version < ${version.toString()} FOR UPDATE; ` +
+      `SELECT version::text AS version, parked FROM ${schema}.inbox_versions WHERE ${where}`,
   );
+  const results = Array.isArray(result) ? result : [result];
+  const locked = ((results.at(-2) as { rows?: unknown[] } | undefined)?.rows?.length ?? 0) > 0;
   const row = lastRows<{ version: string; parked: number }>(result)[0];
-  if (!row) throw new Error(`inbox_versions row for consumer ${consumer} key ${key} vanished under its lock`);
-  return { version: BigInt(row.version), parked: row.parked };
+  if (!row) throw new Error(`inbox_versions row for consumer ${consumer} key ${key} vanished`);
+  return { version: BigInt(row.version), parked: row.parked, locked };
 }
 
 /** Records the applied version and commits: one round trip. */
