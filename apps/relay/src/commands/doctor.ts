@@ -1,0 +1,405 @@
+import { encodedSize, encodeEvent, LIMITS, migrationStatus, quoteIdentifier } from '@ferry/core';
+import { AckPolicy, type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { Command, Option } from 'commander';
+import type pg from 'pg';
+import { parseIntIn } from '../config.js';
+import type { CommandContext } from '../context.js';
+import { addDatabaseOptions, addNatsOptions, connectNats, exitWith, type OpsNatsFlags, opsPool, relayInstances } from '../ops-options.js';
+import { RELAY_DEFAULTS, retrySpanMs } from '../relay-options.js';
+
+interface DoctorFlags extends OpsNatsFlags {
+  stream?: string[];
+  consumer?: string[];
+  maxAttempts: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  maxPayloadBytes: number;
+  inboxMaxDeliver: number;
+}
+
+export const FINDING_STATUSES = ['ok', 'warning', 'problem', 'skipped'] as const;
+export type FindingStatus = (typeof FINDING_STATUSES)[number];
+
+/** One check's result; a `problem` counts towards the exit code, a `warning` does not. */
+export interface Finding {
+  check: string;
+  status: FindingStatus;
+  message: string;
+  /** What to do about it (present for warnings and problems). */
+  fix?: string;
+}
+
+/** The `--json` output of `ferry doctor`. */
+export interface DoctorReport {
+  problems: number;
+  warnings: number;
+  findings: Finding[];
+}
+
+const HELP_AFTER = `
+Checks, each printed with its fix:
+  postgres       reachable; idle_in_transaction_session_timeout set
+  migrations     the outbox schema is at this Ferry's version
+  relays         live relay instances; dead events waiting
+  nats           reachable, JetStream enabled
+  subjects       every distinct subject in the outbox is in a stream
+  stream NAME    exists (--stream), duplicate window >= the relay's retry span,
+                 replicas and storage
+  max_payload    the server's max_payload >= --max-payload-bytes and the largest event
+  consumer NAME  (--consumer, repeatable) an inbox consumer: pull, explicit ack,
+                 max_deliver unlimited (or above the inbox's maxDeliver), ack_wait
+
+Pass the relay's own --max-attempts/--backoff-base-ms/--backoff-max-ms (or the
+same FERRY_* variables) so the retry span is the one your relays use.
+
+Exit codes:
+  0  no problem (warnings do not count)
+  N  N problems were found (at most 100)
+  2  bad usage
+
+Examples:
+  ferry doctor
+  ferry doctor --stream ORDERS --consumer billing --json`;
+
+export function doctorCommand(ctx: CommandContext): Command {
+  const d = RELAY_DEFAULTS;
+  return addNatsOptions(
+    addDatabaseOptions(
+      new Command('doctor').description('check the database, NATS, streams and consumers; print each finding with its fix'),
+    ),
+  )
+    .addOption(new Option('--stream <name>', 'also check this stream (repeatable)').argParser(collect))
+    .addOption(new Option('--consumer <name>', 'check this inbox consumer on the stream(s) (repeatable)').argParser(collect))
+    .addOption(
+      new Option('--max-attempts <n>', "the relay's --max-attempts")
+        .env('FERRY_MAX_ATTEMPTS')
+        .default(d.maxAttempts)
+        .argParser(parseIntIn(1, 1000)),
+    )
+    .addOption(
+      new Option('--backoff-base-ms <ms>', "the relay's --backoff-base-ms")
+        .env('FERRY_BACKOFF_BASE_MS')
+        .default(d.backoffBaseMs)
+        .argParser(parseIntIn(1, 3_600_000)),
+    )
+    .addOption(
+      new Option('--backoff-max-ms <ms>', "the relay's --backoff-max-ms")
+        .env('FERRY_BACKOFF_MAX_MS')
+        .default(d.backoffMaxMs)
+        .argParser(parseIntIn(1, 86_400_000)),
+    )
+    .addOption(
+      new Option('--max-payload-bytes <n>', "the publisher's maxPayloadBytes")
+        .default(LIMITS.defaultMaxPayloadBytes)
+        .argParser(parseIntIn(1, 64 * 1024 * 1024)),
+    )
+    .addOption(
+      new Option('--inbox-max-deliver <n>', "the inbox's maxDeliver (attempts before parking)").default(5).argParser(parseIntIn(1, 10_000)),
+    )
+    .addHelpText('after', HELP_AFTER)
+    .action(async (flags: DoctorFlags) => {
+      const report = await runDoctor(flags, ctx);
+      if (flags.json) ctx.out(JSON.stringify(report));
+      else {
+        const tag = { ok: 'ok     ', warning: 'WARN   ', problem: 'PROBLEM', skipped: 'skipped' } as const;
+        for (const f of report.findings) {
+          ctx.out(`${tag[f.status]}  ${f.check}: ${f.message}`);
+          if (f.fix) ctx.out(`         fix: ${f.fix}`);
+        }
+        ctx.out(`${report.problems} problems, ${report.warnings} warnings`);
+      }
+      if (report.problems > 0) exitWith(Math.min(100, report.problems));
+    });
+}
+
+function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+const fmtMs = (ms: number) => (ms >= 60_000 ? `${Math.round(ms / 60_000)}m` : ms >= 1000 ? `${Math.round(ms / 1000)}s` : `${ms}ms`);
+
+export async function runDoctor(flags: DoctorFlags, ctx: CommandContext): Promise<DoctorReport> {
+  const findings: Finding[] = [];
+  const add = (check: string, status: FindingStatus, message: string, fix?: string) =>
+    findings.push({ check, status, message, ...(fix ? { fix } : {}) });
+  const pool = opsPool(flags, ctx, 'ferry-doctor');
+  let nc: NatsConnection | undefined;
+  try {
+    const subjects = await checkDatabase(pool, flags, add);
+    try {
+      nc = await connectNats(flags, 'ferry-doctor');
+      add(
+        'nats',
+        'ok',
+        `reachable at ${nc.getServer()} (nats-server ${nc.info?.version ?? '?'}, max_payload ${nc.info?.max_payload ?? '?'})`,
+      );
+    } catch (err) {
+      add('nats', 'problem', (err as Error).message, 'start NATS with JetStream (nats-server -js), or pass --nats-url / FERRY_NATS_URL');
+    }
+    if (nc) await checkNats(nc, pool, subjects, flags, add);
+  } finally {
+    await pool.end().catch(() => {});
+    await nc?.close().catch(() => {});
+  }
+  return {
+    problems: findings.filter((f) => f.status === 'problem').length,
+    warnings: findings.filter((f) => f.status === 'warning').length,
+    findings,
+  };
+}
+
+type Add = (check: string, status: FindingStatus, message: string, fix?: string) => void;
+
+/** Returns the outbox's distinct subjects with their counts, or undefined when they cannot be read. */
+async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise<Map<string, number> | undefined> {
+  const schema = flags.schema;
+  try {
+    const { rows } = await pool.query<{ v: string; idle: string }>(
+      `SELECT current_setting('server_version') AS v, current_setting('idle_in_transaction_session_timeout') AS idle`,
+    );
+    add('postgres', 'ok', `reachable (PostgreSQL ${rows[0]?.v})`);
+    if (rows[0]?.idle === '0') {
+      add(
+        'postgres',
+        'warning',
+        'idle_in_transaction_session_timeout is 0: a session left idle in a transaction holds back vacuum of the outbox and its row locks forever',
+        "ALTER DATABASE <db> SET idle_in_transaction_session_timeout = '60s' (or per role)",
+      );
+    }
+  } catch (err) {
+    add(
+      'postgres',
+      'problem',
+      `not reachable: ${(err as Error).message}`,
+      'check --database-url / FERRY_DATABASE_URL, the network and the credentials',
+    );
+    add('migrations', 'skipped', 'PostgreSQL is not reachable');
+    return undefined;
+  }
+  const status = await migrationStatus(pool, { schema, set: 'outbox' });
+  if (status.current === 0) {
+    add('migrations', 'problem', `schema "${schema}" has no outbox tables`, `ferry migrate --schema ${schema}`);
+    return undefined;
+  }
+  if (status.current < status.latest) {
+    add(
+      'migrations',
+      'problem',
+      `outbox schema "${schema}" is at version ${status.current}, this Ferry needs ${status.latest}`,
+      `ferry migrate --schema ${schema}`,
+    );
+  } else if (status.current > status.latest) {
+    add(
+      'migrations',
+      'problem',
+      `outbox schema "${schema}" is at version ${status.current}, newer than this Ferry (${status.latest})`,
+      'upgrade this ferry CLI to the version the relays run',
+    );
+  } else add('migrations', 'ok', `outbox schema "${schema}" is current (version ${status.current})`);
+  const s = quoteIdentifier(schema);
+  const [instances, dead] = await Promise.all([
+    relayInstances(pool, schema),
+    pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL`),
+  ]);
+  if (instances.length === 0)
+    add('relays', 'warning', `no relay instance is running for schema "${schema}"`, `ferry relay --schema ${schema}`);
+  else add('relays', 'ok', `${instances.length} relay instances alive (${instances.map((i) => i.instance).join(', ')})`);
+  const deadCount = Number(dead.rows[0]?.n ?? 0);
+  if (deadCount > 0)
+    add('relays', 'warning', `${deadCount} dead events block their keys`, 'ferry dlq list, then ferry dlq retry or discard');
+  const subjects = await pool.query<{ subject: string; n: string }>(
+    `SELECT subject, count(*)::text AS n FROM ${s}.outbox GROUP BY subject ORDER BY subject LIMIT 10000`,
+  );
+  return new Map(subjects.rows.map((r) => [r.subject, Number(r.n)]));
+}
+
+async function checkNats(
+  nc: NatsConnection,
+  pool: pg.Pool,
+  subjects: Map<string, number> | undefined,
+  flags: DoctorFlags,
+  add: Add,
+): Promise<void> {
+  let jsm: JetStreamManager;
+  try {
+    jsm = await jetstreamManager(nc, { timeout: 5000 });
+    await jsm.getAccountInfo();
+  } catch (err) {
+    add(
+      'nats',
+      'problem',
+      `JetStream is not available: ${(err as Error).message}`,
+      'enable JetStream on the server (nats-server -js, or jetstream {} in its config)',
+    );
+    return;
+  }
+  const streams = new Set<string>(flags.stream ?? []);
+  if (subjects === undefined) add('subjects', 'skipped', 'the outbox could not be read');
+  else if (subjects.size === 0) add('subjects', 'ok', 'the outbox holds no events yet');
+  else {
+    const missing: string[] = [];
+    for (const [subject, n] of subjects) {
+      try {
+        streams.add(await jsm.streams.find(subject));
+      } catch {
+        missing.push(`${subject} (${n} events)`);
+      }
+    }
+    if (missing.length > 0) {
+      add(
+        'subjects',
+        'problem',
+        `${missing.length} outbox subjects are in no stream: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', …' : ''}`,
+        'add them to a stream: nats stream edit <STREAM> --subjects …, or ferry relay --ensure-stream NAME=<subject>.>',
+      );
+    } else add('subjects', 'ok', `all ${subjects.size} outbox subjects are in a stream (${[...streams].join(', ')})`);
+  }
+  const span = retrySpanMs(flags);
+  for (const name of streams) {
+    let info: StreamInfo;
+    try {
+      info = await jsm.streams.info(name);
+    } catch (err) {
+      add(
+        `stream ${name}`,
+        'problem',
+        `does not exist or cannot be read: ${(err as Error).message}`,
+        `create it: nats stream add ${name} --subjects '…', or ferry relay --ensure-stream ${name}=<subjects>`,
+      );
+      continue;
+    }
+    const windowMs = Math.round(info.config.duplicate_window / 1e6);
+    if (windowMs < span) {
+      add(
+        `stream ${name}`,
+        'problem',
+        `duplicate window ${fmtMs(windowMs)} is shorter than the relay's retry span ${fmtMs(span)} (--max-attempts ${flags.maxAttempts}, --backoff-base-ms ${flags.backoffBaseMs}, --backoff-max-ms ${flags.backoffMaxMs}): a re-send after a lost PubAck could be stored twice`,
+        `nats stream edit ${name} --dupe-window ${fmtMs(Math.ceil(span / 60_000) * 60_000)} (or lower the relay's --max-attempts)`,
+      );
+    } else add(`stream ${name}`, 'ok', `duplicate window ${fmtMs(windowMs)} covers the retry span ${fmtMs(span)}`);
+    if (info.config.num_replicas < 3) {
+      add(
+        `stream ${name}`,
+        'warning',
+        `${info.config.num_replicas} replica(s), ${info.config.storage} storage: a lost server loses acknowledged events`,
+        `in production use a 3-node cluster: nats stream edit ${name} --replicas 3 (file storage)`,
+      );
+    }
+    for (const consumer of flags.consumer ?? []) await checkConsumer(jsm, name, consumer, flags, add);
+  }
+  if ((flags.consumer ?? []).length > 0 && streams.size === 0) {
+    add('consumer', 'skipped', 'no stream to look in', 'pass --stream NAME');
+  }
+  await checkPayload(nc, pool, subjects !== undefined, flags, add);
+}
+
+async function checkConsumer(jsm: JetStreamManager, stream: string, name: string, flags: DoctorFlags, add: Add): Promise<void> {
+  const check = `consumer ${stream}/${name}`;
+  let c: Awaited<ReturnType<JetStreamManager['consumers']['info']>>;
+  try {
+    c = await jsm.consumers.info(stream, name);
+  } catch (err) {
+    add(
+      check,
+      'problem',
+      `not found: ${(err as Error).message}`,
+      'start the inbox once (createInbox creates its durable consumer), or check --stream and --consumer',
+    );
+    return;
+  }
+  const cfg = c.config;
+  const bad: string[] = [];
+  if (cfg.deliver_subject) bad.push(`is a push consumer (deliver_subject ${cfg.deliver_subject}); the inbox needs a pull consumer`);
+  if (cfg.ack_policy !== AckPolicy.Explicit) bad.push(`ack_policy is ${cfg.ack_policy}; the inbox needs explicit`);
+  if (cfg.max_deliver !== undefined && cfg.max_deliver !== -1 && cfg.max_deliver <= flags.inboxMaxDeliver) {
+    bad.push(
+      `max_deliver ${cfg.max_deliver} <= the inbox's maxDeliver ${flags.inboxMaxDeliver}: the server drops a message before the inbox can park it`,
+    );
+  }
+  const ackWaitMs = Math.round((cfg.ack_wait ?? 0) / 1e6);
+  const summary = `ack_wait ${fmtMs(ackWaitMs)}, max_deliver ${cfg.max_deliver ?? -1}, max_ack_pending ${cfg.max_ack_pending ?? '?'}, filter ${cfg.filter_subject ?? '(all)'}, pending ${c.num_pending}, unacknowledged ${c.num_ack_pending}, redelivered ${c.num_redelivered}`;
+  if (bad.length > 0) {
+    add(
+      check,
+      'problem',
+      `${bad.join('; ')} (${summary})`,
+      'delete the consumer and let the inbox create it (manageConsumer: true), or fix it with nats consumer edit',
+    );
+    return;
+  }
+  add(check, 'ok', summary);
+  if (cfg.max_deliver !== undefined && cfg.max_deliver !== -1) {
+    add(
+      check,
+      'warning',
+      `max_deliver ${cfg.max_deliver}: a message whose parking failed (database down) is dropped after that many deliveries`,
+      'set max_deliver to -1 and let the inbox park',
+    );
+  }
+  if (ackWaitMs < 5000) {
+    add(
+      check,
+      'warning',
+      `ack_wait ${fmtMs(ackWaitMs)} is short: a slow handler's message is redelivered while it still runs`,
+      'raise the inbox ackWaitMs above your slowest handler',
+    );
+  }
+}
+
+async function checkPayload(nc: NatsConnection, pool: pg.Pool, outboxReadable: boolean, flags: DoctorFlags, add: Add): Promise<void> {
+  const max = nc.info?.max_payload;
+  if (max === undefined) {
+    add('max_payload', 'skipped', 'the server did not report max_payload');
+    return;
+  }
+  if (flags.maxPayloadBytes > max) {
+    add(
+      'max_payload',
+      'problem',
+      `the publisher's maxPayloadBytes ${flags.maxPayloadBytes} is above the server's max_payload ${max}: an event can commit and then never be publishable`,
+      `createPublisher({ maxPayloadBytes: ${max} }) or raise max_payload in the nats-server config`,
+    );
+  } else add('max_payload', 'ok', `maxPayloadBytes ${flags.maxPayloadBytes} <= the server's max_payload ${max}`);
+  if (!outboxReadable) return;
+  const s = quoteIdentifier(flags.schema);
+  const { rows } = await pool.query<{
+    id: string;
+    key: string;
+    version: string;
+    subject: string;
+    type: string;
+    source: string;
+    content_type: string;
+    data: Buffer;
+    headers: Record<string, string> | null;
+    occurred_at: Date;
+  }>(
+    `SELECT id::text AS id, key, version::text AS version, subject, type, source, content_type, data, headers, occurred_at
+       FROM ${s}.outbox o ORDER BY octet_length(o.data) DESC LIMIT 1`,
+  );
+  const row = rows[0];
+  if (!row) return;
+  const size = encodedSize(
+    encodeEvent({
+      id: row.id,
+      key: row.key,
+      version: BigInt(row.version),
+      subject: row.subject,
+      type: row.type,
+      source: row.source,
+      time: row.occurred_at,
+      contentType: row.content_type,
+      data: row.data,
+      headers: row.headers ?? {},
+    }),
+  );
+  if (size > max) {
+    add(
+      'max_payload',
+      'problem',
+      `event ${row.id} encodes to ${size} bytes, over the server's max_payload ${max}: it dies in the relay`,
+      'raise max_payload in the nats-server config, then ferry dlq retry it; or ferry dlq discard it',
+    );
+  } else add('max_payload', 'ok', `the largest retained event encodes to ${size} bytes`);
+}
