@@ -1,6 +1,7 @@
 import { isConfigError, isMigrationError, isValidationError } from '@ferry/core';
 import { Command, CommanderError } from 'commander';
 import { dlqCommand } from './commands/dlq.js';
+import { doctorCommand } from './commands/doctor.js';
 import { inboxCommand } from './commands/inbox.js';
 import { migrateCommand } from './commands/migrate.js';
 import { relayCommand } from './commands/relay.js';
@@ -34,6 +35,7 @@ export function buildProgram(ctx: CommandContext): Command {
   program.addCommand(inboxCommand(ctx));
   program.addCommand(statusCommand(ctx));
   program.addCommand(replayCommand(ctx));
+  program.addCommand(doctorCommand(ctx));
   for (const cmd of program.commands)
     cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
   return program;
