@@ -120,19 +120,10 @@ describe('inbox parking', () => {
     await waitFor(async () => (await f.effects()).length === 6, { what: 'a/4 applied' });
   });
 
-  test('inbox - poison input is parked with its reason and never blocks other keys', async () => {
-    const f = await fixture();
-    const inbox = f.inbox({
-      mode: 'latest',
-      handlers: {
-        Set: async (event, { tx }) => {
-          await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
-        },
-      },
-    });
-    await inbox.start();
-    const p = f.stream.prefix;
-    const good = ferryEvent(p, { key: 'k', version: 1 });
+  describe('poison input is parked with its reason and never blocks other keys', () => {
+    let f: InboxFixture;
+    let inbox: ReturnType<InboxFixture['inbox']>;
+    let n = 0;
     const base: Record<string, string> = {
       'ce-specversion': '1.0',
       'ce-id': 'a6a0e0a4-6a38-4d5f-8a43-9b0c4f9e2f11',
@@ -142,41 +133,75 @@ describe('inbox parking', () => {
       'ce-sequence': '00000000000000000001',
       'Content-Type': 'application/json',
     };
-    const { 'ce-partitionkey': _k, ...noKey } = base;
-    // 1. no ce-* headers at all
-    await publishRaw(f.stream.nc, `${p}.raw`, {}, Buffer.from('{}'));
-    // 2. a missing ce-partitionkey
-    await publishRaw(f.stream.nc, `${p}.raw`, noKey, Buffer.from('{}'));
-    // 3. a non-numeric sequence
-    await publishRaw(f.stream.nc, `${p}.raw`, { ...base, 'ce-sequence': 'seven', 'ce-partitionkey': 'p3' }, Buffer.from('{}'));
-    // 4. a JSON content type with a body that is not JSON
-    await publishRaw(f.stream.nc, `${p}.raw`, { ...base, 'ce-partitionkey': 'p4' }, Buffer.from('{not json'));
-    // 5. a type with no handler
-    await publishRaw(f.stream.nc, `${p}.raw`, { ...base, 'ce-partitionkey': 'p5', 'ce-type': 'Unheard' }, Buffer.from('{}'));
-    await publishEvents(f.stream.nc, [good]);
-    await waitFor(() => inbox.counts().parked === 5 && inbox.counts().applied === 1, { what: 'five parked, the good event applied' });
-    const reasons = parkedReports(f).map((r) => `${r.reason}:${r.key ?? '-'}`);
-    assert.deepEqual([...reasons].sort(), [
-      'undecodable-body:p4',
-      'undecodable-headers:-',
-      'undecodable-headers:-',
-      'undecodable-headers:-',
-      'unknown-type:p5',
-    ]);
-    const errors = parkedReports(f).map((r) => r.error);
-    assert.ok(errors.some((e) => /ce-specversion/.test(e)));
-    assert.ok(errors.some((e) => /ce-partitionkey/.test(e)));
-    assert.ok(errors.some((e) => /ce-sequence.*"seven"/.test(e)));
-    assert.ok(errors.some((e) => /not JSON/.test(e)));
-    assert.ok(errors.some((e) => /no handler for event type "Unheard"/.test(e)));
-    assert.deepEqual(await f.effects(), [{ key: 'k', version: '1' }]);
-    assert.equal(inbox.state, 'running');
-    const boss = await bossFor(f);
-    const listed = await listParked({ boss, consumer: 'billing' });
-    assert.equal(listed.length, 5);
-    // The parked job carries the message as it came (headers + body), so a fix can replay it.
-    const job = await boss.findJobs(inbox.parkQueue, { key: 'p4' });
-    assert.equal(Buffer.from((job[0]!.data as { body: string }).body, 'base64').toString(), '{not json');
+
+    /** Publishes the poison message, then a good event on another key; both must settle, the good one applied. */
+    async function poison(headers: Record<string, string>, body: string): Promise<Extract<InboxReport, { kind: 'parked' }>> {
+      f ??= await fixture();
+      if (!inbox) {
+        inbox = f.inbox({
+          mode: 'latest',
+          handlers: {
+            Set: async (event, { tx }) => {
+              await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
+            },
+          },
+        });
+        await inbox.start();
+      }
+      const parkedBefore = inbox.counts().parked;
+      const appliedBefore = inbox.counts().applied;
+      await publishRaw(f.stream.nc, `${f.stream.prefix}.raw`, headers, Buffer.from(body));
+      const good = `good-${++n}`;
+      await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: good, version: 1 })]);
+      await waitFor(() => inbox.counts().parked === parkedBefore + 1 && inbox.counts().applied === appliedBefore + 1, {
+        what: 'the poison parked and the good event applied',
+      });
+      assert.ok((await f.effects()).some((e) => e.key === good));
+      assert.equal(inbox.state, 'running');
+      const report = parkedReports(f).at(-1);
+      assert.ok(report);
+      return report;
+    }
+
+    test('inbox - a message without ce-* headers is parked as undecodable-headers', async () => {
+      const r = await poison({}, '{}');
+      assert.equal(r.reason, 'undecodable-headers');
+      assert.equal(r.key, undefined);
+      assert.match(r.error, /ce-specversion/);
+    });
+
+    test('inbox - a message without ce-partitionkey is parked as undecodable-headers', async () => {
+      const { 'ce-partitionkey': _k, ...noKey } = base;
+      const r = await poison(noKey, '{}');
+      assert.equal(r.reason, 'undecodable-headers');
+      assert.match(r.error, /ce-partitionkey/);
+    });
+
+    test('inbox - a non-numeric ce-sequence is parked as undecodable-headers', async () => {
+      const r = await poison({ ...base, 'ce-sequence': 'seven', 'ce-partitionkey': 'p3' }, '{}');
+      assert.equal(r.reason, 'undecodable-headers');
+      assert.match(r.error, /ce-sequence.*"seven"/);
+    });
+
+    test('inbox - a JSON content type with a body that is not JSON is parked as undecodable-body, message kept as it came', async () => {
+      const r = await poison({ ...base, 'ce-partitionkey': 'p4' }, '{not json');
+      assert.equal(r.reason, 'undecodable-body');
+      assert.equal(r.key, 'p4');
+      assert.match(r.error, /not JSON/);
+      const boss = await bossFor(f);
+      const [job] = await boss.findJobs(inbox.parkQueue, { key: 'p4' });
+      assert.ok(job);
+      assert.equal(Buffer.from((job.data as { body: string }).body, 'base64').toString(), '{not json');
+      const listed = await listParked({ boss, consumer: 'billing' });
+      assert.ok(listed.some((p) => p.key === 'p4' && p.reason === 'undecodable-body'));
+    });
+
+    test('inbox - a type with no handler is parked as unknown-type', async () => {
+      const r = await poison({ ...base, 'ce-partitionkey': 'p5', 'ce-type': 'Unheard' }, '{}');
+      assert.equal(r.reason, 'unknown-type');
+      assert.equal(r.key, 'p5');
+      assert.match(r.error, /no handler for event type "Unheard"/);
+    });
   });
 
   test('inbox - a job sent through ctx.boss exists if and only if the handler committed', async () => {
