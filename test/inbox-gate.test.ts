@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Handler, isConsumerMismatchError, isValidationError, pruneInboxMessages, pruneQueueName } from '@ferry/inbox';
-import { waitFor } from '@ferry/testkit';
+import { createTestStream, waitFor } from '@ferry/testkit';
 import { AckPolicy } from '@nats-io/jetstream';
 import { PgBoss } from 'pg-boss';
 import { countReports, EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
@@ -230,6 +230,58 @@ describe('inbox gate', () => {
     await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'c', version: 1 })]);
     await sleep(300);
     assert.equal((await f.effects()).length, 2);
+  });
+
+  test('inbox - a handler slower than the ack wait is kept in progress, not redelivered', async () => {
+    const f = await fixture();
+    let calls = 0;
+    const inbox = f.inbox({
+      ackWaitMs: 1_000,
+      handlers: {
+        Set: async (event, ctx) => {
+          calls++;
+          await sleep(2_500);
+          await effectHandler(f)(event, ctx);
+        },
+      },
+    });
+    await inbox.start();
+    await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'slow', version: 1 })]);
+    await waitFor(() => inbox.counts().applied === 1, { what: 'the slow event applied', timeoutMs: 10_000 });
+    await sleep(1_200);
+    const info = await f.stream.jsm.consumers.info(f.stream.name, 'billing');
+    assert.equal(info.num_redelivered, 0);
+    assert.equal(calls, 1);
+    assert.equal(inbox.counts().duplicate, 0);
+  });
+
+  test('inbox - the first version of a new key is serialised across processes: two racing deliveries apply it once', async () => {
+    const f = await fixture();
+    // A second stream consumed under the same consumer name: two inboxes gate on the same (consumer, key) rows.
+    const other = await createTestStream();
+    try {
+      let calls = 0;
+      const handler: Handler = async (event, ctx) => {
+        calls++;
+        await sleep(300);
+        await effectHandler(f)(event, ctx);
+      };
+      const a = f.inbox({ handlers: { Set: handler } });
+      const b = f.inbox({ nc: other.nc, stream: other.name, handlers: { Set: handler } });
+      await Promise.all([a.start(), b.start()]);
+      const event = ferryEvent(f.stream.prefix, { key: 'brand-new', version: 1 });
+      await Promise.all([publishEvents(f.stream.nc, [event]), publishEvents(other.nc, [{ ...event, subject: `${other.prefix}.set` }])]);
+      await waitFor(() => a.counts().applied + b.counts().applied + a.counts().duplicate + b.counts().duplicate === 2, {
+        what: 'both deliveries settled',
+      });
+      assert.equal(a.counts().applied + b.counts().applied, 1);
+      assert.equal(a.counts().duplicate + b.counts().duplicate, 1);
+      assert.equal(calls, 1, 'the loser waited on the row, then skipped its handler');
+      assert.deepEqual(await f.effects(), [{ key: 'brand-new', version: '1' }]);
+      await b.stop();
+    } finally {
+      await other.close();
+    }
   });
 
   test('inbox - start creates the durable pull consumer with explicit ack and ack pending bounded by concurrency', async () => {

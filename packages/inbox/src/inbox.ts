@@ -427,7 +427,8 @@ class InboxImpl implements Inbox {
           continue;
         }
         const key = m.headers?.get(WIRE_HEADERS.partitionKey) || `~seq/${m.info.streamSequence}`;
-        this.#scheduler.push(key, () => this.#handleMessage(m));
+        const receivedAt = Date.now();
+        this.#scheduler.push(key, () => this.#handleMessage(m, receivedAt));
       }
     } catch (err) {
       if (!this.#stopping) {
@@ -457,7 +458,22 @@ class InboxImpl implements Inbox {
     return Math.round(base / 2 + (Math.random() * base) / 2);
   }
 
-  async #handleMessage(m: JsMsg): Promise<void> {
+  async #handleMessage(m: JsMsg, receivedAt: number): Promise<void> {
+    // A message waits in its key's queue and then runs its handler; telling the
+    // server it is in progress every half ack wait keeps a slow one from being
+    // redelivered to another instance meanwhile (which would only wait on the
+    // row lock and end as a duplicate).
+    const o = this.#o;
+    if (Date.now() - receivedAt > o.ackWaitMs / 4) m.working();
+    const keepAlive = setInterval(() => m.working(), Math.max(500, Math.floor(o.ackWaitMs / 2)));
+    try {
+      await this.#handle(m);
+    } finally {
+      clearInterval(keepAlive);
+    }
+  }
+
+  async #handle(m: JsMsg): Promise<void> {
     const o = this.#o;
     const seq = m.info.streamSequence;
     const headerNames = m.headers ? [...m.headers.keys()] : [];
