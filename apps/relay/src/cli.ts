@@ -7,6 +7,7 @@ import { migrateCommand } from './commands/migrate.js';
 import { relayCommand } from './commands/relay.js';
 import { replayCommand } from './commands/replay.js';
 import { statusCommand } from './commands/status.js';
+import { verifyCommand } from './commands/verify.js';
 import type { CommandContext } from './context.js';
 import { EXIT } from './exit-codes.js';
 
@@ -36,6 +37,7 @@ export function buildProgram(ctx: CommandContext): Command {
   program.addCommand(statusCommand(ctx));
   program.addCommand(replayCommand(ctx));
   program.addCommand(doctorCommand(ctx));
+  program.addCommand(verifyCommand(ctx));
   for (const cmd of program.commands)
     cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
   return program;
