@@ -33,6 +33,9 @@ export interface DispatcherDeps {
   maxPayload: () => number | undefined;
 }
 
+/** Parallel claim queries per loop iteration (each on its own pool connection, over disjoint lanes). */
+const CLAIMERS = 2;
+
 /** Tries a statement a few times (a terminated pool connection is replaced by the next attempt). */
 async function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>, attempts = 5): Promise<T> {
   let last: unknown;
@@ -52,15 +55,20 @@ async function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>
  * The publishing loop of one relay instance. It claims due rows of the leased
  * lanes, publishes them pipelined on the one NATS connection, and marks the
  * acknowledged ones published in one statement per batch. Batches overlap
- * (up to `maxInFlight` rows), but a key with a row in flight is left out of
- * the next claim, so a key's rows are never in two batches at once.
+ * (up to `maxInFlight` rows): the next claim leaves out the rows in flight,
+ * and a key's later rows may follow its in-flight rows on the wire (publish
+ * order on one connection is stream order), except behind a retry: a key with
+ * a retried row in flight sends nothing more until that row's outcome is known.
  */
 export class Dispatcher {
   readonly #d: DispatcherDeps;
   readonly #claimSql: string;
   readonly #markPublishedSql: string;
   readonly #markFailedSql: string;
-  readonly #inflightKeys = new Map<string, number>();
+  /** Seqs in flight, per lane. */
+  readonly #inflightSeqs = new Map<number, Set<string>>();
+  /** Keys with a retry in flight: their later rows wait for its outcome instead of being pipelined behind it. */
+  readonly #retryingKeys = new Map<string, number>();
   readonly #inflightLanes = new Map<number, number>();
   readonly #batches = new Set<Promise<void>>();
   #inflightRows = 0;
@@ -154,10 +162,13 @@ export class Dispatcher {
         await this.#pause(o.pollIntervalMs);
         continue;
       }
-      const limit = probing ? 1 : Math.min(o.batchSize, capacity);
-      let rows: ClaimedRow[];
+      // Claims for disjoint lane groups run in parallel, on separate pool connections: the claim
+      // round trip, not NATS, is what bounds a single claim loop.
+      const groups = probing ? [lanes] : this.#groups(lanes);
+      const limit = probing ? 1 : Math.max(1, Math.min(o.batchSize, Math.floor(capacity / groups.length)));
+      let claimed: ClaimedRow[][];
       try {
-        rows = await this.#claim(lanes, limit);
+        claimed = await Promise.all(groups.map((g) => this.#claim(g, limit)));
         if (this.#dbDown) this.#d.logger.info({ event: 'database-restored' }, 'database answering again: claiming resumed');
         this.#dbDown = false;
       } catch (err) {
@@ -166,35 +177,55 @@ export class Dispatcher {
         await this.#pause(o.pollIntervalMs);
         continue;
       }
-      if (rows.length > 0) this.#launch(rows);
-      if (rows.length === limit && !probing) {
+      for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
+      const found = claimed.reduce((n, rows) => n + rows.length, 0);
+      if (!probing && claimed.some((rows) => rows.length === limit)) {
         this.#idleDelayMs = 0;
         continue;
       }
       // Adaptive: right after finding rows, look again soon; each empty poll doubles the wait up to the poll interval.
-      this.#idleDelayMs = rows.length > 0 ? 5 : Math.min(o.pollIntervalMs, Math.max(5, this.#idleDelayMs * 2));
+      this.#idleDelayMs = found > 0 ? 5 : Math.min(o.pollIntervalMs, Math.max(5, this.#idleDelayMs * 2));
       await this.#pause(this.#idleDelayMs);
     }
   }
 
+  /** The lanes split round-robin into up to CLAIMERS groups. */
+  #groups(lanes: readonly number[]): number[][] {
+    const n = Math.min(CLAIMERS, lanes.length);
+    const groups: number[][] = Array.from({ length: n }, () => []);
+    lanes.forEach((lane, i) => groups[i % n]?.push(lane));
+    return groups;
+  }
+
   async #claim(lanes: readonly number[], limit: number): Promise<ClaimedRow[]> {
-    this.#laneRotation = (this.#laneRotation + 1) % lanes.length;
-    const rotated = [...lanes.slice(this.#laneRotation), ...lanes.slice(0, this.#laneRotation)];
-    const { rows } = await this.#d.pool.query<ClaimedRow>(this.#claimSql, [rotated, [...this.#inflightKeys.keys()], limit]);
+    this.#laneRotation = (this.#laneRotation + 1) % 1024;
+    const r = this.#laneRotation % lanes.length;
+    const rotated = [...lanes.slice(r), ...lanes.slice(0, r)];
+    const inflight: string[] = [];
+    for (const lane of lanes) for (const seq of this.#inflightSeqs.get(lane) ?? []) inflight.push(seq);
+    const { rows } = await this.#d.pool.query<ClaimedRow>(this.#claimSql, [rotated, inflight, [...this.#retryingKeys.keys()], limit]);
     return rows;
   }
 
   #launch(rows: ClaimedRow[]): void {
     for (const r of rows) {
-      this.#inflightKeys.set(r.key, (this.#inflightKeys.get(r.key) ?? 0) + 1);
+      let seqs = this.#inflightSeqs.get(r.lane);
+      if (!seqs) this.#inflightSeqs.set(r.lane, (seqs = new Set()));
+      seqs.add(r.seq);
+      if (r.attempts > 0) this.#retryingKeys.set(r.key, (this.#retryingKeys.get(r.key) ?? 0) + 1);
       this.#inflightLanes.set(r.lane, (this.#inflightLanes.get(r.lane) ?? 0) + 1);
     }
     this.#inflightRows += rows.length;
     const batch = this.#batch(rows).finally(() => {
       for (const r of rows) {
-        const k = (this.#inflightKeys.get(r.key) ?? 1) - 1;
-        if (k === 0) this.#inflightKeys.delete(r.key);
-        else this.#inflightKeys.set(r.key, k);
+        const seqs = this.#inflightSeqs.get(r.lane);
+        seqs?.delete(r.seq);
+        if (seqs?.size === 0) this.#inflightSeqs.delete(r.lane);
+        if (r.attempts > 0) {
+          const k = (this.#retryingKeys.get(r.key) ?? 1) - 1;
+          if (k === 0) this.#retryingKeys.delete(r.key);
+          else this.#retryingKeys.set(r.key, k);
+        }
         const l = (this.#inflightLanes.get(r.lane) ?? 1) - 1;
         if (l === 0) this.#inflightLanes.delete(r.lane);
         else this.#inflightLanes.set(r.lane, l);

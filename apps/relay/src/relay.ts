@@ -42,7 +42,14 @@ class RelayImpl implements Relay {
     this.#appName = `${this.#o.applicationName}:${this.instanceId}`;
     this.#log = this.#o.logger.child({ instance: this.instanceId });
     this.#schemaSql = quoteIdentifier(this.#o.schema);
-    this.#pool = new pg.Pool({ connectionString: this.#o.databaseUrl, max: 4, application_name: this.#appName, keepAlive: true });
+    // synchronous_commit off: a mark lost in a server crash only means a re-send, which JetStream drops as a duplicate.
+    this.#pool = new pg.Pool({
+      connectionString: this.#o.databaseUrl,
+      max: 4,
+      application_name: this.#appName,
+      keepAlive: true,
+      options: '-c synchronous_commit=off',
+    });
     // An idle client killed by the server must not crash the process; the pool replaces it.
     this.#pool.on('error', (err) => this.#log.debug({ err }, 'idle PostgreSQL connection lost'));
     this.#metrics = new RelayMetrics(() => this.#readBacklog());

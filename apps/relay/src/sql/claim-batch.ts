@@ -1,8 +1,9 @@
 /**
- * Claims up to `$3` due rows of the leased lanes `$1`, in `seq` order within
+ * Claims up to `$4` due rows of the leased lanes `$1`, in `seq` order within
  * each lane, leaving out:
- * - keys with a row in flight on this instance (`$2`): their later rows go in
- *   a later batch, after the earlier ones are acknowledged and marked;
+ * - rows in flight on this instance (`$2`, their seqs);
+ * - keys with a retried row in flight (`$3`): their later rows wait for the
+ *   retry's outcome;
  * - keys blocked by an earlier unpublished row that failed (backing off or
  *   dead). `outbox_retrying_key_idx` holds only such rows, so this check is a
  *   lookup in an almost empty index.
@@ -22,15 +23,16 @@ export function claimBatchSql(schema: string): string {
        AND o.published_at IS NULL
        AND o.dead_at IS NULL
        AND o.next_attempt_at <= now()
-       AND o.key <> ALL ($2::text[])
+       AND o.seq <> ALL ($2::bigint[])
+       AND o.key <> ALL ($3::text[])
        AND NOT EXISTS (
              SELECT 1 FROM ${schema}.outbox b
               WHERE b.key = o.key AND b.published_at IS NULL AND b.attempts > 0 AND b.seq < o.seq
                 AND (b.dead_at IS NOT NULL OR b.next_attempt_at > now()))
      ORDER BY o.seq
-     LIMIT $3
+     LIMIT $4
   ) x
- LIMIT $3`;
+ LIMIT $4`;
 }
 
 export interface ClaimedRow {
