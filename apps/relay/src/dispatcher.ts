@@ -193,7 +193,7 @@ export class Dispatcher {
   #groups(lanes: readonly number[]): number[][] {
     const n = Math.min(CLAIMERS, lanes.length);
     const groups: number[][] = Array.from({ length: n }, () => []);
-    lanes.forEach((lane, i) => groups[i % n]?.push(lane));
+    for (const [i, lane] of lanes.entries()) groups[i % n]?.push(lane);
     return groups;
   }
 
@@ -209,8 +209,8 @@ export class Dispatcher {
 
   #launch(rows: ClaimedRow[]): void {
     for (const r of rows) {
-      let seqs = this.#inflightSeqs.get(r.lane);
-      if (!seqs) this.#inflightSeqs.set(r.lane, (seqs = new Set()));
+      const seqs = this.#inflightSeqs.get(r.lane) ?? new Set<string>();
+      this.#inflightSeqs.set(r.lane, seqs);
       seqs.add(r.seq);
       if (r.attempts > 0) this.#retryingKeys.set(r.key, (this.#retryingKeys.get(r.key) ?? 0) + 1);
       this.#inflightLanes.set(r.lane, (this.#inflightLanes.get(r.lane) ?? 0) + 1);
