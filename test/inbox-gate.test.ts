@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Handler, isConsumerMismatchError, isValidationError, pruneInboxMessages, pruneQueueName } from '@ferry/inbox';
+import { type Handler, isConsumerMismatchError, isValidationError, migrateInbox, pruneInboxMessages, pruneQueueName } from '@ferry/inbox';
 import { createTestStream, waitFor } from '@ferry/testkit';
 import { AckPolicy } from '@nats-io/jetstream';
 import { PgBoss } from 'pg-boss';
@@ -315,6 +315,29 @@ describe('inbox gate', () => {
     const right = f.inbox({ consumer: 'right', manageConsumer: false, handlers: {} });
     await right.start();
     assert.equal(right.state, 'running');
+  });
+
+  test('inbox - migrateInbox creates the consumer tables with the parked count, and is idempotent', async () => {
+    const f = await fixture();
+    const schema = `${f.db.schema}_m`;
+    try {
+      const first = await migrateInbox({ pool: f.db.pool, schema });
+      assert.deepEqual(
+        first.applied.map((m) => m.name),
+        ['inbox', 'inbox_parked'],
+      );
+      const { rows } = await f.db.pool.query(
+        `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'inbox_versions' ORDER BY ordinal_position`,
+        [schema],
+      );
+      assert.deepEqual(
+        rows.map((r) => r.column_name),
+        ['consumer', 'key', 'version', 'applied_at', 'parked'],
+      );
+      assert.deepEqual((await migrateInbox({ pool: f.db.pool, schema })).applied, []);
+    } finally {
+      await f.db.pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    }
   });
 
   test('inbox - more than one filter subject is refused with a ValidationError (nats-server 2.9 takes one)', async () => {

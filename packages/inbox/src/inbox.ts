@@ -1,8 +1,11 @@
 import {
   ConfigError,
+  type ConnectionPool,
   DEFAULT_SCHEMA,
   decodeEvent,
   type FerryEvent,
+  type MigrateResult,
+  migrate,
   type PooledConnection,
   type Queryable,
   quoteIdentifier,
@@ -670,4 +673,12 @@ export function pruneInboxMessages(options: { pool: Queryable; schema?: string; 
     validateIdentifier(options.consumer, 'consumer'),
     options.olderThanMs,
   );
+}
+
+/**
+ * Creates or upgrades the consumer-side tables (`inbox_versions`,
+ * `inbox_messages`) in `schema`: what `ferry migrate --inbox` runs.
+ */
+export function migrateInbox(options: { pool: ConnectionPool; schema?: string }): Promise<MigrateResult> {
+  return migrate({ pool: options.pool, schema: options.schema ?? DEFAULT_SCHEMA, set: 'inbox' });
 }

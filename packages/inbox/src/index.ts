@@ -8,7 +8,7 @@ export {
   PoisonMessageError,
   ValidationError,
 } from './errors.js';
-export { createInbox, pruneInboxMessages } from './inbox.js';
+export { createInbox, migrateInbox, pruneInboxMessages } from './inbox.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName } from './options.js';
 export { discardParked, listParked, type ParkedAdminOptions, type ParkedEvent, retryParked } from './parked.js';
 export type { ParkedJobData } from './parked-job.js';
