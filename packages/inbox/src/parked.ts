@@ -33,6 +33,8 @@ export interface ParkedAdminOptions {
 }
 
 const LIVE_STATES = new Set(['created', 'retry', 'active', 'failed']);
+const PAGE = 1000;
+const MAX_PAGES = 1000;
 const QUEUE = /^ferry\.inbox\.([a-z_][a-z0-9_]{0,62})\.parked$/;
 
 async function consumersOf(options: ParkedAdminOptions): Promise<string[]> {
@@ -66,8 +68,24 @@ export async function listParked(options: ParkedAdminOptions & { limit?: number 
   for (const consumer of await consumersOf(options)) {
     const queue = parkQueueName(consumer);
     if (!(await options.boss.getQueue(queue))) continue;
-    const jobs = (await options.boss.findJobs(queue, { limit: options.limit ?? 1000 })) as unknown as JobWithMetadata<unknown>[];
-    for (const job of jobs) if (LIVE_STATES.has(job.state)) out.push(toParked(consumer, job));
+    // The queue also keeps completed jobs for a while: page through (oldest first) until `limit` live ones.
+    const limit = options.limit ?? 1000;
+    let found = 0;
+    let after: string | undefined;
+    for (let page = 0; page < MAX_PAGES && found < limit; page++) {
+      const jobs = (await options.boss.findJobs(queue, {
+        limit: PAGE,
+        ...(after ? { after } : {}),
+      })) as unknown as JobWithMetadata<unknown>[];
+      for (const job of jobs) {
+        if (found < limit && LIVE_STATES.has(job.state)) {
+          out.push(toParked(consumer, job));
+          found++;
+        }
+      }
+      if (jobs.length < PAGE) break;
+      after = jobs.at(-1)?.id;
+    }
   }
   return out;
 }
