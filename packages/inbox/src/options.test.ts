@@ -1,0 +1,53 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { isValidationError } from '@ferry/core';
+import { compileInboxOptions, INBOX_DEFAULTS } from './options.js';
+import { literal } from './sql/gate-statements.js';
+import type { InboxOptions } from './types.js';
+
+const base = {
+  pool: { query: async () => ({ rows: [] }), connect: async () => ({ query: async () => ({ rows: [] }), release() {} }) },
+  nc: { request: async () => ({}) },
+  stream: 'ORDERS',
+  consumer: 'billing',
+  handlers: {},
+} as unknown as InboxOptions;
+
+test('inbox options - defaults are applied once into a frozen object with units in the names', () => {
+  const o = compileInboxOptions(base);
+  assert.ok(Object.isFrozen(o));
+  assert.equal(o.mode, INBOX_DEFAULTS.mode);
+  assert.equal(o.concurrency, 32);
+  assert.equal(o.maxAckPending, 64);
+  assert.equal(o.ackWaitMs, 30_000);
+  assert.deepEqual(o.backoffMs, [1_000, 5_000, 30_000]);
+  assert.equal(o.schema, 'ferry');
+  assert.equal(o.filterSubject, undefined);
+});
+
+test('inbox options - an invalid option fails at construction naming the option and the accepted range', () => {
+  const cases: Array<[Partial<InboxOptions>, string, RegExp]> = [
+    [{ concurrency: 0 }, 'concurrency', /from 1 to 1024/],
+    [{ mode: 'newest' as never }, 'mode', /latest, sequential, dedupe/],
+    [{ consumer: 'Billing-Service' }, 'consumer', /a-z, 0-9 and _/],
+    [{ backoffMs: [] }, 'backoffMs', /non-empty array/],
+    [{ ackWaitMs: 10 }, 'ackWaitMs', /from 1000/],
+    [{ stream: 'a.b' }, 'stream', /stream name/],
+    [{ filterSubjects: ['a.>', 'b.>'] }, 'filterSubjects', /one filter subject/],
+    [{ handlers: { X: 'nope' } as never }, 'handlers.X', /must be a function/],
+  ];
+  for (const [patch, field, message] of cases) {
+    assert.throws(
+      () => compileInboxOptions({ ...base, ...patch }),
+      (err: unknown) => isValidationError(err) && err.field === field && message.test(err.message),
+      field,
+    );
+  }
+});
+
+test('inbox sql - literals are escaped as libpq does, and NUL is refused', () => {
+  assert.equal(literal('plain'), "'plain'");
+  assert.equal(literal("o'brien"), "'o''brien'");
+  assert.equal(literal('a\\b'), " E'a\\\\b'");
+  assert.throws(() => literal('a\u0000b'), RangeError);
+});
