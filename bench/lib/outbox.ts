@@ -1,0 +1,159 @@
+/**
+ * Backlogs and drains shared by the relay scenarios: outbox rows generated in
+ * SQL, the raw JetStream baseline, and a relay draining a backlog.
+ */
+import { encodeEvent, notifyChannel, quoteIdentifier } from '@ferry/core';
+import { createRelay, type RelayOptions } from '@ferry/relay';
+import { jetstream } from '@nats-io/jetstream';
+import { headers, type NatsConnection } from '@nats-io/transport-node';
+import type pg from 'pg';
+import { until } from './args.js';
+
+/** The JSON payload every generated event carries (about 90 bytes), built in SQL. */
+const PAYLOAD_SQL = `convert_to(json_build_object('order', g, 'amount', 4200, 'currency', 'EUR',
+  'lines', json_build_array(json_build_object('sku', 'A-1', 'qty', 2)))::text, 'UTF8')`;
+
+export interface GenerateOptions {
+  /** Rows to insert. */
+  count: number;
+  /** Distinct keys the rows spread over (versions 1, 2, … per key). */
+  keys: number;
+  /** Key prefix; distinct per backlog so (key, version) stays unique. */
+  keyPrefix: string;
+  subject: string;
+  /** Insert the rows as already published this long ago (retained history), or pending when undefined. */
+  publishedAgoMs?: number;
+}
+
+/** One INSERT … SELECT generate_series statement: rows as the publisher would have written them. */
+export function generateRowsSql(schema: string, o: GenerateOptions, from = 0): { text: string; values: unknown[] } {
+  const s = quoteIdentifier(schema);
+  // NULL ago: pending (NULL arithmetic stays NULL).
+  const published = 'now() - make_interval(secs => $5::double precision / 1000)';
+  return {
+    text: `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at, published_at)
+      SELECT gen_random_uuid(), $1 || (g % $2), g / $2 + 1, $3, 'OrderPlaced', 'bench', 'application/json', ${PAYLOAD_SQL}, now(), ${published}
+        FROM generate_series($4::bigint, $4::bigint + $6 - 1) AS g`,
+    values: [o.keyPrefix, o.keys, o.subject, from, o.publishedAgoMs ?? null, o.count],
+  };
+}
+
+/** Inserts `count` rows numbered from `startAt` in chunks of `chunk` (one transaction each). */
+export async function generateRows(pool: pg.Pool, schema: string, o: GenerateOptions, startAt = 0, chunk = 500_000): Promise<void> {
+  for (let from = 0; from < o.count; from += chunk) {
+    const q = generateRowsSql(schema, { ...o, count: Math.min(chunk, o.count - from) }, startAt + from);
+    await pool.query(q.text, q.values);
+  }
+}
+
+/**
+ * Inserts a pending backlog in one transaction that also NOTIFYs the relay
+ * channel, and returns `performance.now()` right after COMMIT: the relay can
+ * see none of it before then.
+ */
+export async function commitBacklog(pool: pg.Pool, schema: string, o: GenerateOptions): Promise<number> {
+  const c = await pool.connect();
+  try {
+    await c.query('BEGIN');
+    const q = generateRowsSql(schema, o);
+    await c.query(q.text, q.values);
+    await c.query('SELECT pg_notify($1, $2)', [notifyChannel(schema), 'bench']);
+    await c.query('COMMIT');
+    return performance.now();
+  } finally {
+    c.release();
+  }
+}
+
+export interface RowForRaw {
+  id: string;
+  key: string;
+  version: string;
+  subject: string;
+  type: string;
+  source: string;
+  content_type: string;
+  data: Buffer;
+  occurred_at: Date;
+}
+
+/** The rows `generateRowsSql` writes, built in memory for the raw baseline (same sizes, same headers). */
+export function makeRows(o: GenerateOptions): RowForRaw[] {
+  const now = new Date();
+  return Array.from({ length: o.count }, (_, g) => ({
+    id: crypto.randomUUID(),
+    key: `${o.keyPrefix}${g % o.keys}`,
+    version: String(Math.floor(g / o.keys) + 1),
+    subject: o.subject,
+    type: 'OrderPlaced',
+    source: 'bench',
+    content_type: 'application/json',
+    data: Buffer.from(`{"order" : ${g}, "amount" : 4200, "currency" : "EUR", "lines" : [{"sku" : "A-1", "qty" : 2}]}`),
+    occurred_at: now,
+  }));
+}
+
+/**
+ * The ceiling: the same messages encoded the same way (CloudEvents headers,
+ * Nats-Msg-Id) and published pipelined from one connection with at most
+ * `window` PubAcks outstanding. Returns messages per second.
+ */
+export async function rawPublish(nc: NatsConnection, rows: RowForRaw[], window: number): Promise<number> {
+  const js = jetstream(nc);
+  let next = 0;
+  const started = performance.now();
+  const worker = async () => {
+    while (next < rows.length) {
+      const r = rows[next++];
+      if (!r) break;
+      const enc = encodeEvent({
+        id: r.id,
+        key: r.key,
+        version: BigInt(r.version),
+        subject: r.subject,
+        type: r.type,
+        source: r.source,
+        time: r.occurred_at,
+        contentType: r.content_type,
+        data: r.data,
+        headers: {},
+      });
+      const h = headers();
+      for (const [k, v] of enc.headers) h.set(k, v);
+      await js.publish(enc.subject, enc.body, { headers: h });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(window, rows.length) }, worker));
+  return rows.length / ((performance.now() - started) / 1000);
+}
+
+/** A started relay and a counter of the rows it marked published. */
+export async function startRelay(options: RelayOptions): Promise<{
+  relay: ReturnType<typeof createRelay>;
+  marked: () => number;
+}> {
+  let marked = 0;
+  const relay = createRelay({ maintenance: false, ...options });
+  relay.on('relay:batch:published', (e) => {
+    marked += e.published;
+  });
+  await relay.start();
+  await until(() => relay.ready() && relay.lanes.length > 0, 'the relay to lease its lanes', 30_000);
+  return { relay, marked: () => marked };
+}
+
+/**
+ * Drains a backlog of `count` rows with a relay started before the backlog is
+ * committed: events per second from COMMIT to the last batch marked published.
+ */
+export async function relayDrain(pool: pg.Pool, schema: string, relayOptions: RelayOptions, backlog: GenerateOptions): Promise<number> {
+  const { relay, marked } = await startRelay({ listen: true, ...relayOptions });
+  try {
+    const before = marked();
+    const t0 = await commitBacklog(pool, schema, backlog);
+    await until(() => marked() - before >= backlog.count, `the relay to mark ${backlog.count} rows`);
+    return backlog.count / ((performance.now() - t0) / 1000);
+  } finally {
+    await relay.stop();
+  }
+}

@@ -1,0 +1,72 @@
+/** CPU time of processes, from /proc (Linux only). */
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+
+let ticks: number | undefined;
+
+/** Clock ticks per second (`getconf CLK_TCK`, usually 100). */
+export function clockTicks(): number {
+  if (ticks === undefined) {
+    try {
+      ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+    } catch {
+      ticks = 100;
+    }
+  }
+  return ticks;
+}
+
+/** utime + stime of a process in seconds, or undefined when it is gone. */
+export function cpuSecondsOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces) start at ") ".
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // rest[0] is field 3 (state); utime is field 14, stime field 15.
+    const utime = Number(rest[11]);
+    const stime = Number(rest[12]);
+    return (utime + stime) / clockTicks();
+  } catch {
+    return undefined;
+  }
+}
+
+/** Sum of utime + stime over pids; pids not running count as 0. */
+export function cpuSecondsOfAll(pids: Iterable<number>): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const pid of pids) out.set(pid, cpuSecondsOf(pid) ?? 0);
+  return out;
+}
+
+/** Local TCP ports of the sockets a process holds open (from /proc/<pid>/fd and /proc/net/tcp*). */
+export function localPortsOf(pid: number): number[] {
+  const inodes = new Set<string>();
+  try {
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      try {
+        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+        if (m?.[1]) inodes.add(m[1]);
+      } catch {
+        // closed meanwhile
+      }
+    }
+  } catch {
+    return [];
+  }
+  const ports: number[] = [];
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      const local = f[1];
+      const inode = f[9];
+      if (local && inode && inodes.has(inode)) ports.push(Number.parseInt(local.split(':')[1] ?? '0', 16));
+    }
+  }
+  return ports;
+}
