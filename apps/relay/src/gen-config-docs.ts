@@ -37,6 +37,14 @@ function describe(opt: Option): string {
   return cell(`${opt.description}${choices}`);
 }
 
+/** A Markdown table with padded columns, exactly as the repository's formatter (Biome) lays it out. */
+function table(head: string[], rows: string[][]): string[] {
+  const len = (text: string) => [...text].length;
+  const widths = head.map((h, i) => Math.max(3, len(h), ...rows.map((r) => len(r[i] ?? ''))));
+  const line = (cells: string[]) => `| ${cells.map((c, i) => c + ' '.repeat((widths[i] ?? 0) - len(c))).join(' | ')} |`;
+  return [line(head), `| ${widths.map((w) => '-'.repeat(w)).join(' | ')} |`, ...rows.map(line)];
+}
+
 function section(cmd: Command, path: string[], out: string[]): void {
   const name = ['ferry', ...path].join(' ');
   const options = cmd.options.filter((o) => !o.hidden && o.long !== '--help' && o.long !== '--version');
@@ -44,11 +52,8 @@ function section(cmd: Command, path: string[], out: string[]): void {
     out.push(`## \`${name}\``, '', cell(cmd.description()), '');
     if (options.length === 0) out.push('No options.', '');
     else {
-      out.push('| Flag | Environment | Default | Description |', '|---|---|---|---|');
-      for (const o of options) {
-        out.push(`| \`${cell(o.flags)}\` | ${o.envVar ? `\`${o.envVar}\`` : ''} | ${defaultOf(o)} | ${describe(o)} |`);
-      }
-      out.push('');
+      const rows = options.map((o) => [`\`${cell(o.flags)}\``, o.envVar ? `\`${o.envVar}\`` : '', defaultOf(o), describe(o)]);
+      out.push(...table(['Flag', 'Environment', 'Default', 'Description'], rows), '');
     }
   }
   for (const sub of cmd.commands) section(sub, [...path, sub.name()], out);
