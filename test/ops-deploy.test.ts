@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+
+const ROOT = new URL('../../', import.meta.url); // test/dist/ → repo root
+const read = (path: string) => readFileSync(new URL(path, ROOT), 'utf8');
+const METRICS = new Set([...read('apps/relay/src/metrics.ts').matchAll(/name: '(ferry_[a-z_]+)'/g)].map((m) => m[1] ?? ''));
+
+interface Panel {
+  id: number;
+  title: string;
+  targets: Array<{ expr: string }>;
+}
+
+test('deploy - the Grafana dashboard queries only metrics the relay exports, and aggregates the database gauges with max', () => {
+  const dash = JSON.parse(read('deploy/grafana/ferry-relay.json')) as { uid: string; panels: Panel[] };
+  assert.equal(dash.uid, 'ferry-relay');
+  assert.ok(dash.panels.length >= 8);
+  assert.equal(new Set(dash.panels.map((p) => p.id)).size, dash.panels.length, 'panel ids are unique');
+  const used = new Set<string>();
+  for (const p of dash.panels) {
+    assert.ok(p.targets.length > 0, `${p.title} has a query`);
+    for (const t of p.targets) {
+      for (const m of t.expr.matchAll(/ferry_[a-z_]+/g)) {
+        const name = m[0].replace(/_(bucket|sum|count)$/, '');
+        assert.ok(METRICS.has(name), `${p.title}: ${m[0]} is not a relay metric`);
+        used.add(name);
+      }
+      for (const gauge of ['ferry_outbox_backlog', 'ferry_outbox_oldest_pending_seconds', 'ferry_dead_events']) {
+        if (t.expr.includes(gauge))
+          assert.match(t.expr, new RegExp(`max\\(${gauge}`), `${p.title}: every instance reports ${gauge}; use max`);
+      }
+    }
+  }
+  assert.deepEqual(
+    [...METRICS].filter((m) => !used.has(m)),
+    [],
+    'every relay metric is on the dashboard',
+  );
+});
+
+test('deploy - the Kubernetes example runs several non-root replicas with /healthz and /readyz probes and the database URL in a Secret', () => {
+  const k8s = read('deploy/kubernetes/relay.yaml');
+  const docs = k8s.split(/^---$/m);
+  const kinds = docs.map((d) => /^kind: (\w+)$/m.exec(d)?.[1]);
+  for (const kind of ['Secret', 'Deployment', 'PodDisruptionBudget', 'Service']) assert.ok(kinds.includes(kind), `has a ${kind}`);
+  const deployment = docs[kinds.indexOf('Deployment')] ?? '';
+  assert.ok(Number(/^ {2}replicas: (\d+)$/m.exec(deployment)?.[1]) >= 2, 'several replicas');
+  assert.match(deployment, /livenessProbe:\n\s+httpGet: \{ path: \/healthz, port: http \}/);
+  assert.match(deployment, /readinessProbe:\n\s+httpGet: \{ path: \/readyz, port: http \}/);
+  assert.match(deployment, /runAsNonRoot: true/);
+  assert.match(deployment, /secretRef: \{ name: ferry-relay \}/);
+  assert.match(docs[kinds.indexOf('Secret')] ?? '', /FERRY_DATABASE_URL: postgres:\/\//);
+  const grace = Number(/terminationGracePeriodSeconds: (\d+)/.exec(deployment)?.[1]);
+  const shutdownMs = Number(/FERRY_SHUTDOWN_TIMEOUT_MS: "(\d+)"/.exec(k8s)?.[1]);
+  assert.ok(grace * 1000 > shutdownMs, `the grace period ${grace}s outlasts the relay's drain timeout ${shutdownMs}ms`);
+  assert.doesNotMatch(k8s, /\t/, 'no tabs in YAML');
+  assert.match(read('Dockerfile'), /^USER node$/m, 'the image runs as a non-root user');
+});
