@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { quoteIdentifier } from '@ferry/core';
-import { createTestDatabase, createTestStream, freePort, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { createTestDatabase, createTestStream, freePort, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
 import {
   assertExactlyOnceInKeyOrder,
   countPending,
@@ -153,6 +155,49 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
     const out = p.output();
     assert.match(out, /postgres:\*\*\*@/, 'the URL is logged with its password masked');
     assert.ok(!out.includes(PASSWORD), 'no password in the log');
+  });
+
+  test('relay - NATS token auth from FERRY_NATS_TOKEN works and the token never appears in the log', async () => {
+    const token = 'tok-7f3a9c2e5b1d';
+    const server = await NatsServer.start({ config: `authorization { token: "${token}" }` });
+    try {
+      const nc = await connect({ servers: server.url, token });
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: 'TOKEN', subjects: ['relaytoken.>'] });
+      try {
+        const ids = await publishEvents(db.pool, db.schema, 'relaytoken', 50, { keys: 5 });
+        const p = spawnRelay(
+          [
+            '--database-url',
+            db.url,
+            '--schema',
+            db.schema,
+            '--nats-url',
+            server.url,
+            '--no-maintenance',
+            '--http-port',
+            '0',
+            '--log-level',
+            'debug',
+          ],
+          { FERRY_NATS_TOKEN: token },
+        );
+        procs.push(p);
+        await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, {
+          timeoutMs: 20_000,
+          what: 'a drain through the token-protected server',
+        });
+        const events = await readStream(nc, 'TOKEN');
+        assert.deepEqual(new Set(events.map((e) => e.id)), new Set(ids));
+        p.proc.kill('SIGTERM');
+        assert.equal((await p.exited).code, 0);
+        assert.ok(!p.output().includes(token), 'no token in the log');
+      } finally {
+        await nc.close();
+      }
+    } finally {
+      await server.stop();
+    }
   });
 
   test('relay - an invalid option value exits 2 with one line naming the option, the value and what is accepted', () => {

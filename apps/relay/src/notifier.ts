@@ -71,8 +71,10 @@ export class Notifier {
         failures = 0;
         this.#o.onWake();
         await broken;
+        if (this.#running) this.#o.logger.warn({ event: 'listen-lost' }, 'LISTEN connection lost: polling only until it is back');
       } catch (err) {
-        if (failures === 0 && this.#running) this.#o.logger.warn({ err }, 'LISTEN connection failed: polling only until it is back');
+        if (failures === 0 && this.#running)
+          this.#o.logger.warn({ err, event: 'listen-lost' }, 'LISTEN connection failed: polling only until it is back');
       }
       this.#client = undefined;
       client.on('error', () => {});

@@ -8,8 +8,13 @@
  *   dead). `outbox_retrying_key_idx` holds only such rows, so this check is a
  *   lookup in an almost empty index.
  *
- * Each lane is read through `outbox_pending_lane_idx` in seq order; the caller
- * rotates the lane array so that no lane starves.
+ * Each lane is walked through `outbox_pending_lane_idx` (index only) in seq
+ * order, and each candidate row is then fetched by its primary key; both
+ * subqueries are fenced with OFFSET 0. Left to itself the planner prefers the
+ * primary key for `ORDER BY seq` (believing pending rows spread evenly) or a
+ * merge join against it, and either wades through every published row still
+ * in the table on each claim: quadratic over a drain. The caller rotates the
+ * lane array so that no lane starves.
  */
 export function claimBatchSql(schema: string): string {
   return `SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
@@ -18,18 +23,24 @@ export function claimBatchSql(schema: string): string {
   CROSS JOIN LATERAL (
     SELECT o.seq, o.id, o.key, o.version, o.lane, o.subject, o.type, o.source, o.content_type, o.data, o.headers,
            o.occurred_at, o.created_at, o.attempts
-      FROM ${schema}.outbox o
-     WHERE o.lane = l.lane
-       AND o.published_at IS NULL
-       AND o.dead_at IS NULL
-       AND o.next_attempt_at <= now()
-       AND o.seq <> ALL ($2::bigint[])
-       AND o.key <> ALL ($3::text[])
-       AND NOT EXISTS (
+      FROM (SELECT p.seq FROM ${schema}.outbox p
+             WHERE p.lane = l.lane AND p.published_at IS NULL AND p.seq <> ALL ($2::bigint[])
+             ORDER BY p.seq
+            OFFSET 0) c
+      CROSS JOIN LATERAL (
+        SELECT * FROM ${schema}.outbox r
+         WHERE r.seq = c.seq
+           AND r.published_at IS NULL
+           AND r.dead_at IS NULL
+           AND r.next_attempt_at <= now()
+           AND r.key <> ALL ($3::text[])
+        OFFSET 0
+      ) o
+     WHERE NOT EXISTS (
              SELECT 1 FROM ${schema}.outbox b
               WHERE b.key = o.key AND b.published_at IS NULL AND b.attempts > 0 AND b.seq < o.seq
                 AND (b.dead_at IS NOT NULL OR b.next_attempt_at > now()))
-     ORDER BY o.seq
+     ORDER BY c.seq
      LIMIT $4
   ) x
  LIMIT $4`;
