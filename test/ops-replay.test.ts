@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { quoteIdentifier, withTransaction } from '@ferry/core';
+import { migrate, quoteIdentifier, withTransaction } from '@ferry/core';
+import { createInbox, type InboxReport } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
@@ -62,7 +63,7 @@ const lastSeq = async () => (await stream.jsm.streams.info(stream.name)).state.l
 const base = () => ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer()];
 
 before(async () => {
-  db = await createTestDatabase({ prefix: 'ops_replay', lanes: 4 });
+  db = await createTestDatabase({ prefix: 'ops_replay', lanes: 4, max: 20 });
   stream = await createTestStream({ prefix: 'OPSRP', duplicateWindowMs: 600_000 });
   ids = await publishEvents(db.pool, db.schema, stream.prefix, 200, { keys: 20 });
   const publisher = createPublisher({ schema: db.schema, source: 'replay-test' });
@@ -81,6 +82,7 @@ before(async () => {
 });
 after(async () => {
   await stream.close();
+  await db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(`${db.schema}_boss`)} CASCADE`);
   await db.close();
 });
 
@@ -202,4 +204,45 @@ test('ferry replay - an event no stream covers stops the replay with exit 1 and 
   assert.equal(report.replayed, 0);
   assert.equal(report.failed?.seq, seq);
   assert.match(r.err, new RegExp(`re-run with --from-seq ${seq}`));
+});
+
+test('ferry replay - an inbox that already applied the events drops the replayed copies (duplicate or stale)', async () => {
+  const s = quoteIdentifier(db.schema);
+  await migrate({ pool: db.pool, schema: db.schema, set: 'inbox' });
+  await db.pool.query(`CREATE TABLE ${s}.payments (key text NOT NULL, version bigint NOT NULL, PRIMARY KEY (key, version))`);
+  const reports: InboxReport[] = [];
+  const inbox = createInbox<{ PaymentTaken: { i: number } }>({
+    pool: db.pool,
+    nc: stream.nc,
+    stream: stream.name,
+    consumer: 'ops_replay',
+    schema: db.schema,
+    bossSchema: `${db.schema}_boss`,
+    filterSubjects: [`${stream.prefix}.payments`],
+    mode: 'latest',
+    handlers: {
+      PaymentTaken: async (event, { tx }) => {
+        await tx.query(`INSERT INTO ${s}.payments (key, version) VALUES ($1, $2)`, [event.key, event.version.toString()]);
+      },
+    },
+    onEvent: (r) => reports.push(r),
+  });
+  await inbox.start();
+  try {
+    const count = (kind: string) => reports.filter((r) => r.kind === kind).length;
+    // The stream holds pay-1's 10 events and the 10 copies an earlier test replayed.
+    // In latest mode a copy of the newest version is a duplicate, a copy of an older one stale.
+    const dropped = () => count('duplicate') + count('stale');
+    await waitFor(async () => count('applied') + dropped() === 20, { timeoutMs: 20_000, what: 'the stream consumed' });
+    assert.equal(count('applied'), 10);
+    assert.equal(dropped(), 10, 'the earlier copies were dropped');
+    const r = await ferry([...base(), '--key', 'pay-1', '--json', '--progress', 'none']);
+    assert.equal(r.json<ReplayReport>().replayed, 10);
+    await waitFor(async () => dropped() === 20, { timeoutMs: 20_000, what: 'the replayed copies dropped' });
+    assert.equal(count('applied'), 10, 'nothing applied twice');
+    const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.payments`);
+    assert.equal(rows[0]?.n, '10');
+  } finally {
+    await inbox.stop();
+  }
 });
