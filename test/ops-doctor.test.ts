@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, freePort, type TestDatabase, type TestStream, uniqueName } from '@ferry/testkit';
 import { AckPolicy } from '@nats-io/jetstream';
 import { ferry } from './ops-helpers.js';
-import { publishEvents } from './relay-helpers.js';
+import { FERRY_BIN, publishEvents } from './relay-helpers.js';
 
 interface DoctorReport {
   problems: number;
@@ -96,6 +97,10 @@ test('ferry doctor - the exit code is the number of problems: short window, unco
   assert.ok(by(/maxPayloadBytes 4194304 is above the server's max_payload 1048576/));
   assert.ok(by(/encodes to 12\d{5} bytes, over the server's max_payload/));
   for (const f of found) assert.ok(f.fix, `${f.check} has a fix`);
+  // The process exit code, through bin/ferry.js, is the same count.
+  const proc = spawnSync(process.execPath, [FERRY_BIN, ...base(), '--consumer', 'bad', '--json'], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(proc.status, 4, proc.stderr);
+  assert.equal((JSON.parse(proc.stdout) as DoctorReport).problems, 4);
   const human = await ferry([...base(), '--consumer', 'bad']);
   assert.equal(human.code, 4, 'the default maxPayloadBytes fits: one problem fewer');
   assert.match(human.out, /^PROBLEM {2}subjects: /m);
