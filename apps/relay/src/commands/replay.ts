@@ -90,6 +90,8 @@ class Progress {
     const pct = Math.floor((done / this.#total) * 100);
     const rate = Math.round(done / Math.max(0.001, (now - this.#started) / 1000));
     if (this.#mode === 'bar') {
+      if (!final && now - this.#lastLine < 100) return; // redraw at most 10 times a second
+      this.#lastLine = now;
       const width = 30;
       const filled = Math.round((done / this.#total) * width);
       process.stderr.write(`\r[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${pct}% ${done}/${this.#total} ${rate}/s`);
