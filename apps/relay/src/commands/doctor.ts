@@ -1,4 +1,5 @@
 import { encodedSize, encodeEvent, LIMITS, migrationStatus, quoteIdentifier } from '@ferry/core';
+import { INBOX_DEFAULTS } from '@ferry/inbox';
 import { AckPolicy, type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Command, Option } from 'commander';
@@ -43,7 +44,7 @@ Checks, each printed with its fix:
   migrations     the outbox schema is at this Ferry's version
   relays         live relay instances; dead events waiting
   nats           reachable, JetStream enabled
-  subjects       every distinct subject in the outbox is in a stream
+  subjects       every distinct subject in the outbox is in a stream (scans the outbox)
   stream NAME    exists (--stream), duplicate window >= the relay's retry span,
                  replicas and storage
   max_payload    the server's max_payload >= --max-payload-bytes and the largest event
@@ -95,7 +96,9 @@ export function doctorCommand(ctx: CommandContext): Command {
         .argParser(parseIntIn(1, 64 * 1024 * 1024)),
     )
     .addOption(
-      new Option('--inbox-max-deliver <n>', "the inbox's maxDeliver (attempts before parking)").default(5).argParser(parseIntIn(1, 10_000)),
+      new Option('--inbox-max-deliver <n>', "the inbox's maxDeliver (attempts before parking)")
+        .default(INBOX_DEFAULTS.maxDeliver)
+        .argParser(parseIntIn(1, 10_000)),
     )
     .addHelpText('after', HELP_AFTER)
     .action(async (flags: DoctorFlags) => {
