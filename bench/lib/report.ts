@@ -55,6 +55,21 @@ ${
 }`;
 }
 
+function variantsTable(sw: Json, def: Json): string {
+  if (!sw.variants?.length) return '';
+  const rows = [
+    [`${sw.params.keys.toLocaleString('en')} keys (the sweep's default point)`, def?.relayPerSec, def?.rawPerSec],
+    ...sw.variants.map((v: Json) => [v.name, v.relayPerSec, v.rawPerSec ?? '']),
+  ];
+  return `**What else moves it** (defaults, ${sw.params.sweepEvents.toLocaleString('en')}-event backlog, one trial each). The relay keeps one row per
+key in flight, so the number of keys caps the window; and nats.js builds two \`Error\`s with stack traces per request
+unless the connection sets \`noAsyncTraces\`:
+
+${table(['variant', 'relay events/s', 'raw events/s (same option)'], rows)}
+
+`;
+}
+
 function sweepSection(sw: Json): string {
   if (!sw) return '_not run_';
   const h = sw.headline;
@@ -83,7 +98,7 @@ ${table(
   sw.sweep.map((s: Json) => [s.batchSize, s.maxInFlight, s.relayPerSec, s.rawPerSec, s.ratio.toFixed(2)]),
 )}
 
-**Defaults from the data.** Fastest within 5% of the best, then the smallest window: \`--batch-size ${rec?.batchSize}
+${variantsTable(sw, def)}**Defaults from the data.** Fastest within 5% of the best, then the smallest window: \`--batch-size ${rec?.batchSize}
 --max-in-flight ${rec?.maxInFlight}\` (${n(rec?.relayPerSec)} events/s; the current defaults ${sw.defaults.batchSize}/${sw.defaults.maxInFlight}
 gave ${n(def?.relayPerSec)} events/s in the sweep). ${
     sameAsDefault
@@ -168,8 +183,8 @@ function alternativesSection(alt: Json): string {
 The same ${alt.params.events.toLocaleString('en')} events (${alt.params.keys} keys), written by ${alt.params.writers} writers, one event per business transaction
 (business \`UPDATE\` + \`publisher.publish\`, or + \`boss.send\` on the caller's client through pg-boss's \`db\` option, \`singletonKey\`
 = the event key). pg-boss's worker fetches batches of 100 (\`localConcurrency\` 2, \`burstWhenBatchFull\`), publishes them
-pipelined and completes them after the PubAcks. Drains are timed from the drainer being ready to the last event
-acknowledged. ${alt.params.trials} trials, order alternating.`;
+pipelined and completes them after the PubAcks. Drain rates are steady rates, from a tenth of the events
+acknowledged to the last, so that no one's cold start (connections, JIT, the first JetStream request) counts. ${alt.params.trials} trials, order alternating.`;
 }
 
 function growthSection(g: Json): string {

@@ -1,7 +1,7 @@
 /**
  * Scenario 6, growth: relay drain throughput and publish latency with 0, 1
  * million and 5 million retained published rows in the outbox (--quick:
- * 0, 20,000, 60,000), each level against level 0 measured in the same run.
+ * 0, 10,000, 30,000), each level against level 0 measured in the same run.
  * The retained rows are generated with INSERT … SELECT generate_series,
  * published 8 days ago, then VACUUM ANALYZE (what autovacuum would do). At
  * the top level the relay's own prune (7-day retention, batches of 5,000)
@@ -19,9 +19,9 @@ import { generateRows, relayDrain } from '../lib/outbox.js';
 import { hasFlag, percentile, printTable, summarize, writeResult } from '../lib/stats.js';
 
 const QUICK = hasFlag('quick');
-const LEVELS = listArg('levels', QUICK ? [0, 20_000, 60_000] : [0, 1_000_000, 5_000_000]);
-const BACKLOG = numArg('backlog', QUICK ? 2000 : 20_000);
-const PUBLISHES = numArg('publishes', QUICK ? 200 : 1000);
+const LEVELS = listArg('levels', QUICK ? [0, 10_000, 30_000] : [0, 1_000_000, 5_000_000]);
+const BACKLOG = numArg('backlog', QUICK ? 1000 : 20_000);
+const PUBLISHES = numArg('publishes', QUICK ? 100 : 1000);
 const TRIALS = numArg('trials', QUICK ? 1 : 2);
 const DAY_MS = 86_400_000;
 const ACCOUNTS = 10_000;

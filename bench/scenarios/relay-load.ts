@@ -153,7 +153,7 @@ async function oneRun(listen: boolean, rate: number | undefined, seconds: number
 const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
 
 try {
-  await oneRun(true, 500, QUICK ? 0.5 : 1, 0); // warm-up
+  await oneRun(true, 500, QUICK ? 0.3 : 1, 0); // warm-up
   const cap = await oneRun(true, undefined, CAPACITY_SECONDS, Math.min(1, CAPACITY_SECONDS / 4));
   const capacity = cap.received; // events/s reaching the stream while producers go flat out
   console.log(`capacity: ${capacity.toFixed(0)} events/s reach the stream with ${PRODUCERS} closed-loop producers`);
