@@ -70,6 +70,32 @@ describe('inbox parking', () => {
     assert.equal((await listParked({ boss, consumer: 'billing' })).length, 0);
   });
 
+  test('inbox - in latest mode a parked event overtaken by a newer version is completed from the park as stale', async () => {
+    const f = await fixture();
+    const inbox = f.inbox({
+      mode: 'latest',
+      maxDeliver: 1,
+      handlers: {
+        Set: async (event, { tx }) => {
+          if (event.version === 1n) throw new Error('v1 cannot apply');
+          await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
+        },
+      },
+    });
+    await inbox.start();
+    await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'a', version: 1 })]);
+    await waitFor(() => inbox.counts().parked === 1, { what: 'a/1 parked' });
+    await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'a', version: 2 })]);
+    await waitFor(() => inbox.counts().applied === 1, { what: 'a/2 applied past the parked a/1' });
+    const boss = await bossFor(f);
+    await waitFor(async () => (await listParked({ boss, consumer: 'billing' })).length === 0, {
+      what: 'a/1 completed from the park',
+      timeoutMs: 15_000,
+    });
+    assert.ok(f.reports.some((r) => r.kind === 'stale' && r.version === 1n && r.recorded === 2n));
+    assert.deepEqual(await f.effects(), [{ key: 'a', version: '2' }]);
+  });
+
   test('inbox - in sequential mode later events of a parked key park behind it, other keys go on, and the key applies in order once unblocked', async () => {
     const f = await fixture();
     let failing = true;

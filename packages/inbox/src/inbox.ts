@@ -31,11 +31,10 @@ import { ConsumerMismatchError, PoisonMessageError } from './errors.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { type CompiledInboxOptions, compileInboxOptions, parkQueueName, pruneQueueName } from './options.js';
 import { decodeParked, isParkedJobData, type ParkedJobData, parkKey } from './parked-job.js';
-import { beginAndLockKey, beginAndRecordMessage, recordVersionAndCommit } from './sql/gate-statements.js';
+import { beginAndRecordMessage, beginGate } from './sql/gate-statements.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { pruneMessages } from './sql/prune-messages.js';
-import { recordVersion } from './sql/record-version.js';
 import type { EventMap, HandlerContext, Inbox, InboxCounts, InboxEvent, InboxOptions, InboxState, ParkReason, TxBoss } from './types.js';
 
 type GateOutcome =
@@ -337,13 +336,14 @@ class InboxImpl implements Inbox {
   }
 
   /**
-   * Version gate → handler → version record → COMMIT, on a connection of its
-   * own. BEGIN travels with the row lock and the record with COMMIT, so an
-   * applied message costs two round trips besides the handler's, a stale or
-   * duplicate one two in all. `park` and `gap` outcomes are rolled back (in
-   * `dedupe` mode the message id was already recorded). `beforeCommit` runs in
-   * the transaction after the gate, on every outcome that commits (the park
-   * worker completes its job there).
+   * Version gate (which records the version and takes the row lock) → handler
+   * → COMMIT, on a connection of its own. BEGIN travels with the gate, so an
+   * applied message costs two round trips besides the handler's, as a plain
+   * BEGIN/handler/COMMIT does; a stale or duplicate one costs two and writes
+   * nothing. `park` and `gap` outcomes are rolled back (the gate's write, or in
+   * `dedupe` mode the message id, is undone). `beforeCommit` runs in the
+   * transaction before COMMIT on applied, stale and duplicate outcomes (the
+   * park worker completes its job there).
    */
   async #gate(
     event: FerryEvent,
@@ -368,24 +368,26 @@ class InboxImpl implements Inbox {
           return { kind: 'duplicate' };
         }
       } else {
-        const row = await beginAndLockKey(client, this.#s, o.consumer, event.key, event.version);
-        if (!row.locked || event.version <= row.version) {
-          await end('COMMIT');
-          return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
-        }
-        if (o.mode === 'sequential') {
-          if (!fromPark && row.parked > 0) {
-            await end('ROLLBACK');
+        const row = await beginGate(client, this.#s, o.consumer, event.key, event.version, {
+          sequential: o.mode === 'sequential',
+          ignoreParked: fromPark,
+        });
+        if (!row.won) {
+          if (event.version <= row.version) {
+            // Nothing was written; commit only when the park worker has its own bookkeeping to do.
+            await end(beforeCommit ? 'COMMIT' : 'ROLLBACK');
+            return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
+          }
+          await end('ROLLBACK');
+          if (o.mode === 'sequential' && !fromPark && row.parked > 0) {
             return {
               kind: 'park',
               reason: 'behind-parked',
               error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
             };
           }
-          if (event.version > row.version + 1n) {
-            await end('ROLLBACK');
-            return { kind: 'gap', recorded: row.version };
-          }
+          if (o.mode === 'sequential') return { kind: 'gap', recorded: row.version };
+          throw new Error(`version gate for key ${JSON.stringify(event.key)} v${event.version} lost to a concurrent writer; retrying`);
         }
       }
       const prepared = this.#prepare(event);
@@ -397,14 +399,7 @@ class InboxImpl implements Inbox {
       const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
       const ctx: HandlerContext = { tx: client, boss: this.#txBoss(client), consumer: o.consumer, attempt };
       await prepared.handler(inboxEvent, ctx);
-      if (o.mode === 'dedupe') await end('COMMIT');
-      else if (beforeCommit) {
-        await recordVersion(client, this.#s, o.consumer, event.key, event.version);
-        await end('COMMIT');
-      } else {
-        await recordVersionAndCommit(client, this.#s, o.consumer, event.key, event.version);
-        open = false;
-      }
+      await end('COMMIT');
       return { kind: 'applied', durationMs: performance.now() - started };
     } catch (err) {
       if (open) {

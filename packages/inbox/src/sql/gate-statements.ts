@@ -1,9 +1,7 @@
 import type { Queryable } from '@ferry/core';
-import type { KeyRow } from './lock-key.js';
 
 // The gate's hot path in as few round trips as possible: BEGIN travels with the
-// lock, and the version record travels with COMMIT, as multi-statement simple
-// queries. Simple queries take no parameters, so the values are inlined as SQL
+// gate, as multi-statement simple queries. Simple queries take no parameters, so the values are inlined as SQL
 // literals escaped by `literal()`; the schema is the pre-quoted identifier.
 
 /** A string as a SQL literal, escaped as libpq's PQescapeLiteral (and node-pg's escapeLiteral) do. */
@@ -28,47 +26,65 @@ function lastRows<R>(result: unknown): R[] {
   return last?.rows ?? [];
 }
 
+export interface GateRow {
+  /** This transaction recorded the event's version and holds the row lock: run the handler, then COMMIT. */
+  won: boolean;
+  /** The recorded version after the gate (the event's own when `won`); 0 when the key has none. */
+  version: bigint;
+  /** Events of the key parked and not yet resolved (`sequential` mode). */
+  parked: number;
+}
+
 /**
- * BEGIN, make sure the `(consumer, key)` row exists, and lock it only if the
- * event is newer than the recorded version: one round trip.
+ * BEGIN and the version gate as one conditional write, in one round trip: the
+ * statement that decides whether the event is new also records its version
+ * and takes the row lock, so an applied event writes its version row once and
+ * a stale or duplicate one writes nothing (and its transaction ends without a
+ * WAL flush).
  *
- * - The insert is `ON CONFLICT DO NOTHING`, so a second process inserting the
- *   same new key waits on the unique index until the first commits: even
- *   version 1 of a key is serialised across processes.
- * - The locking read carries `version < $v`: a stale or duplicate event locks
- *   nothing and writes nothing, so its transaction commits without a WAL
- *   flush. If another transaction holds the row, PostgreSQL waits, then
- *   re-checks the condition on the committed row (READ COMMITTED), so the lock
- *   is taken only when the event is still newer.
- * - The last read (a new snapshot) reports the recorded version either way.
+ * - `latest`: upsert the version where the recorded one is older. A key's
+ *   first version is an insert: a second process inserting the same key waits
+ *   on the primary key until the first commits, then re-checks, so even
+ *   version 1 is serialised across processes. The `NOT EXISTS` pre-check
+ *   keeps an already-stale event from locking the row.
+ * - `sequential`: only recorded + 1, and (from the stream) only while the key
+ *   has no parked events.
+ * - A row held by another transaction makes the statement wait; PostgreSQL
+ *   then re-checks the condition on the committed row (READ COMMITTED).
+ * - The last read reports the recorded version and parked count either way.
  */
-export async function beginAndLockKey(
+export async function beginGate(
   tx: Queryable,
   schema: string,
   consumer: string,
   key: string,
   version: bigint,
-): Promise<KeyRow & { locked: boolean }> {
+  rule: { sequential: boolean; ignoreParked: boolean },
+): Promise<GateRow> {
+  const t = `${schema}.inbox_versions`;
   const c = literal(consumer);
   const k = literal(key);
-  const where = `consumer = ${c} AND key = ${k}`;
-  const result = await tx.query(
-    `BEGIN; INSERT INTO ${schema}.inbox_versions (consumer, key, version) VALUES (${c}, ${k}, 0) ON CONFLICT DO NOTHING; ` +
-      `SELECT 1 AS locked FROM ${schema}.inbox_versions WHERE ${where} AND version < ${version.toString()} FOR UPDATE; ` +
-      `SELECT version::text AS version, parked FROM ${schema}.inbox_versions WHERE ${where}`,
-  );
+  const v = version.toString();
+  const row = `consumer = ${c} AND key = ${k}`;
+  const parkedOk = rule.ignoreParked ? '' : ` AND ${t}.parked = 0`;
+  let gate: string;
+  if (!rule.sequential) {
+    gate =
+      `INSERT INTO ${t} (consumer, key, version) SELECT ${c}, ${k}, ${v} ` +
+      `WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE ${row} AND version >= ${v}) ` +
+      `ON CONFLICT (consumer, key) DO UPDATE SET version = excluded.version, applied_at = now() WHERE ${t}.version < excluded.version RETURNING 1 AS won`;
+  } else if (version === 1n) {
+    gate =
+      `INSERT INTO ${t} (consumer, key, version) VALUES (${c}, ${k}, 1) ` +
+      `ON CONFLICT (consumer, key) DO UPDATE SET version = 1, applied_at = now() WHERE ${t}.version = 0${parkedOk} RETURNING 1 AS won`;
+  } else {
+    gate = `UPDATE ${t} SET version = ${v}, applied_at = now() WHERE ${row} AND version = ${v} - 1${parkedOk} RETURNING 1 AS won`;
+  }
+  const result = await tx.query(`BEGIN; ${gate}; SELECT version::text AS version, parked FROM ${t} WHERE ${row}`);
   const results = Array.isArray(result) ? result : [result];
-  const locked = ((results.at(-2) as { rows?: unknown[] } | undefined)?.rows?.length ?? 0) > 0;
-  const row = lastRows<{ version: string; parked: number }>(result)[0];
-  if (!row) throw new Error(`inbox_versions row for consumer ${consumer} key ${key} vanished`);
-  return { version: BigInt(row.version), parked: row.parked, locked };
-}
-
-/** Records the applied version and commits: one round trip. */
-export async function recordVersionAndCommit(tx: Queryable, schema: string, consumer: string, key: string, version: bigint): Promise<void> {
-  await tx.query(
-    `UPDATE ${schema}.inbox_versions SET version = ${version.toString()}, applied_at = now() WHERE consumer = ${literal(consumer)} AND key = ${literal(key)}; COMMIT`,
-  );
+  const won = ((results.at(-2) as { rows?: unknown[] } | undefined)?.rows?.length ?? 0) > 0;
+  const current = lastRows<{ version: string; parked: number }>(result)[0];
+  return { won, version: current ? BigInt(current.version) : 0n, parked: current?.parked ?? 0 };
 }
 
 /** `dedupe`: BEGIN and record the message id; `false` when it was already there. One round trip. */
