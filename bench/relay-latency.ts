@@ -1,7 +1,7 @@
 /**
  * Commit-to-stream latency of the relay at a steady 1,000 events/s (200
- * transactions/s of 5 events each), with LISTEN/NOTIFY and with polling only,
- * in the same run.
+ * transactions/s of 5 events each), and at a trickle of 20 events/s (one per
+ * transaction), each with LISTEN/NOTIFY and with polling only, in one run.
  * Latency is measured from the producer's COMMIT returning to the message
  * arriving at an ordered JetStream consumer in the same process: it is the
  * commit-to-PubAck time plus one local delivery (well under a millisecond).
@@ -21,9 +21,12 @@ const RATE = 1000; // events per second
 const SECONDS = QUICK ? 5 : 20;
 const WARMUP_SECONDS = 1;
 const PER_TX = 5;
+/** A trickle as well: where the idle poll backs off to --poll-interval-ms, LISTEN should matter. */
+const LOW_RATE = 20;
+const LOW_SECONDS = QUICK ? 5 : 15;
 const CONCURRENCY = 16; // producer transactions in flight at most
 
-async function scenario(listen: boolean) {
+async function scenario(listen: boolean, rate: number, perTx: number, seconds: number) {
   const db = await createTestDatabase({ prefix: 'bench_lat', lanes: 16, max: CONCURRENCY + 2 });
   const stream = await createTestStream({ prefix: `benchlat${listen ? 'l' : 'p'}` });
   const committed = new Map<string, number>();
@@ -55,19 +58,19 @@ async function scenario(listen: boolean) {
   });
   await relay.start();
   const publisher = createPublisher({ schema: db.schema, source: 'bench', notify: listen });
-  const total = RATE * SECONDS;
-  const warmup = RATE * WARMUP_SECONDS;
+  const total = rate * seconds;
+  const warmup = rate * WARMUP_SECONDS;
   const start = performance.now();
   let inFlight = 0;
   let behind = 0;
-  for (let i = 0; i < total; i += PER_TX) {
-    const due = start + (i * 1000) / RATE;
+  for (let i = 0; i < total; i += perTx) {
+    const due = start + (i * 1000) / rate;
     const wait = due - performance.now();
     if (wait > 1) await sleep(wait);
     while (inFlight >= CONCURRENCY) await sleep(0);
     if (performance.now() - due > 50) behind++;
     inFlight++;
-    const events = Array.from({ length: PER_TX }, (_, j) => ({
+    const events = Array.from({ length: perTx }, (_, j) => ({
       subject: `${stream.prefix}.orders`,
       key: `order-${(i + j) % 500}`,
       type: 'OrderPlaced',
@@ -111,21 +114,24 @@ async function scenario(listen: boolean) {
   };
 }
 
-const polling = await scenario(false);
-const listening = await scenario(true);
+const polling = await scenario(false, RATE, PER_TX, SECONDS);
+const listening = await scenario(true, RATE, PER_TX, SECONDS);
+const lowPolling = await scenario(false, LOW_RATE, 1, LOW_SECONDS);
+const lowListening = await scenario(true, LOW_RATE, 1, LOW_SECONDS);
+const row = (r: typeof polling, label: string) => [label, r.offeredPerSecond, r.p50Ms, r.p90Ms, r.p99Ms, r.maxMs, r.measured];
 printTable(
-  `relay commit-to-stream latency at ${RATE} events/s for ${SECONDS} s (${PER_TX} events per transaction; first ${WARMUP_SECONDS} s not counted), ms`,
-  ['wake-up', 'events/s offered', 'p50', 'p90', 'p99', 'max', 'measured'],
-  [polling, listening].map((r) => [
-    r.listen ? 'LISTEN/NOTIFY + polling' : 'polling only (adaptive, --poll-interval-ms 500)',
-    r.offeredPerSecond,
-    r.p50Ms,
-    r.p90Ms,
-    r.p99Ms,
-    r.maxMs,
-    r.measured,
-  ]),
+  `relay commit-to-stream latency, ms (first ${WARMUP_SECONDS} s not counted; poll interval 500 ms)`,
+  ['scenario', 'events/s offered', 'p50', 'p90', 'p99', 'max', 'measured'],
+  [
+    row(polling, `${RATE}/s, ${PER_TX} per tx, polling only (adaptive)`),
+    row(listening, `${RATE}/s, ${PER_TX} per tx, LISTEN/NOTIFY + polling`),
+    row(lowPolling, `${LOW_RATE}/s, 1 per tx, polling only (adaptive)`),
+    row(lowListening, `${LOW_RATE}/s, 1 per tx, LISTEN/NOTIFY + polling`),
+  ],
 );
-const file = writeResult('relay-latency', { rate: RATE, seconds: SECONDS, polling, listening });
+const file = writeResult('relay-latency', {
+  steady: { rate: RATE, perTransaction: PER_TX, seconds: SECONDS, polling, listening },
+  trickle: { rate: LOW_RATE, perTransaction: 1, seconds: LOW_SECONDS, polling: lowPolling, listening: lowListening },
+});
 console.log(`\nwrote ${file}`);
 process.exit(0);
