@@ -104,9 +104,17 @@ describe('ferry inbox parked', () => {
       { key: 'b', version: '1' },
     ]);
 
+    const errLines: string[] = [];
     const bad = await ferry(fx, ['inbox', 'parked', 'retry', 'not-a-uuid', '--consumer', 'billing']);
     assert.equal(bad.code, 2);
     assert.match(bad.err, /not a parked job id/);
+    const missing = await main(['node', 'ferry', 'inbox', 'parked', 'list', '--database-url', fx.db.url, '--boss-schema', 'no_such_boss'], {
+      out: () => {},
+      err: (l) => errLines.push(l),
+      env: {},
+    });
+    assert.equal(missing, 2);
+    assert.match(errLines.join('\n'), /no pg-boss in schema "no_such_boss"/);
     const noConsumer = await ferry(fx, ['inbox', 'parked', 'discard', a1]);
     assert.equal(noConsumer.code, 2);
     assert.match(noConsumer.err, /--consumer/);

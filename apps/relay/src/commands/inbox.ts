@@ -1,4 +1,4 @@
-import { ValidationError } from '@ferry/core';
+import { ConfigError, ValidationError } from '@ferry/core';
 import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import pg from 'pg';
@@ -39,7 +39,18 @@ async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: P
   });
   boss.on('error', () => {});
   try {
-    await boss.start();
+    try {
+      await boss.start();
+    } catch (err) {
+      if (/not installed/i.test(String(err))) {
+        throw new ConfigError(
+          '--boss-schema',
+          `no pg-boss in schema "${flags.bossSchema}" on this database: no inbox has run with bossSchema "${flags.bossSchema}" here; pass the inbox's --boss-schema`,
+          { cause: err },
+        );
+      }
+      throw err;
+    }
     return await fn(boss, pool);
   } finally {
     await boss.stop({ graceful: false, close: false }).catch(() => {});
