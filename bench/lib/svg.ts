@@ -29,8 +29,17 @@ const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replac
 
 function niceTicks(min: number, max: number, log: boolean): number[] {
   if (log) {
+    const lo = Math.floor(Math.log10(min));
+    const hi = Math.ceil(Math.log10(max));
     const out: number[] = [];
-    for (let e = Math.floor(Math.log10(min)); e <= Math.ceil(Math.log10(max)); e++) out.push(10 ** e);
+    for (let e = lo; e <= hi; e++) {
+      // 1-2-5 steps when the range is narrow enough to label them.
+      for (const m of hi - lo <= 3 ? [1, 2, 5] : [1]) {
+        const v = m * 10 ** e;
+        if (e === hi && m > 1) break;
+        if (m === 1 || (v > min / 2 && v < max * 2)) out.push(Number(v.toPrecision(6)));
+      }
+    }
     return out;
   }
   const span = max - min || 1;
