@@ -44,7 +44,7 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     script: 'publish-overhead.js',
     result: 'publisher',
     quick: ['--quick', '--seconds', '1', '--trials', '1'],
-    full: ['--writers', '8,32', '--seconds', '4', '--trials', '3'],
+    full: ['--writers', '8,32', '--seconds', '3', '--trials', '3'],
   },
   {
     name: 'relay-sweep',
@@ -68,7 +68,7 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     script: 'inbox-throughput.js',
     result: 'inbox',
     quick: ['--quick', '--events', '600', '--keys', '200'],
-    full: ['--events', '10000', '--trials', '3'],
+    full: ['--events', '8000', '--trials', '3'],
   },
   {
     name: 'alternatives',

@@ -38,12 +38,28 @@ export function generateRowsSql(schema: string, o: GenerateOptions, from = 0): {
   };
 }
 
-/** Inserts `count` rows numbered from `startAt` in chunks of `chunk` (one transaction each). */
-export async function generateRows(pool: pg.Pool, schema: string, o: GenerateOptions, startAt = 0, chunk = 500_000): Promise<void> {
-  for (let from = 0; from < o.count; from += chunk) {
-    const q = generateRowsSql(schema, { ...o, count: Math.min(chunk, o.count - from) }, startAt + from);
-    await pool.query(q.text, q.values);
-  }
+/**
+ * Inserts `count` rows numbered from `startAt` in chunks of `chunk` (one
+ * transaction each), `parallel` chunks at a time (disjoint numbers, so no
+ * unique conflicts).
+ */
+export async function generateRows(
+  pool: pg.Pool,
+  schema: string,
+  o: GenerateOptions,
+  startAt = 0,
+  chunk = 250_000,
+  parallel = 2,
+): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    for (let from = next; from < o.count; from = next) {
+      next += chunk;
+      const q = generateRowsSql(schema, { ...o, count: Math.min(chunk, o.count - from) }, startAt + from);
+      await pool.query(q.text, q.values);
+    }
+  };
+  await Promise.all(Array.from({ length: parallel }, worker));
 }
 
 /**
