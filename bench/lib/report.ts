@@ -143,10 +143,10 @@ function inboxSection(inbox: Json): string {
     spread(r.plain),
     r.inbox.median,
     spread(r.inbox),
-    `**${r.ratio.toFixed(2)}**`,
+    `**${r.ratio.toFixed(2)}** ${r.pairedRatios ? `(${range(r.pairedRatios)})` : ''}`,
     `${r.inboxCounts.applied}/${r.inboxCounts.stale}/${r.inboxCounts.duplicate}`,
   ]);
-  return `${table(['stream', 'messages', 'plain msgs/s', 'spread', 'inbox msgs/s', 'spread', 'inbox / plain (target ≥ 0.7)', 'inbox applied/stale/dup'], rows)}
+  return `${table(['stream', 'messages', 'plain msgs/s', 'spread', 'inbox msgs/s', 'spread', 'inbox / plain, paired trials (target ≥ 0.7)', 'inbox applied/stale/dup'], rows)}
 
 The inbox (\`latest\` mode: version gate, handler, version record, one transaction per message, concurrency
 ${inbox.params.concurrency}) against a plain JetStream pull consumer running the same handler SQL (a projection upsert) in its own
