@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { FerryEvent } from '@ferry/core';
+import { createInbox, type Handler, type Inbox, type InboxMode } from '@ferry/inbox';
+import { natsUrl, waitFor } from '@ferry/testkit';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import pg from 'pg';
+import { ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
+
+// The two-instance race of the inbox concurrency tests.
+
+/**
+ * The race of the issue: 100 keys × 100 versions = 10,000 events in `sequential`
+ * mode (about 30 s on 2 cores). `latest` and `dedupe` run the same race with
+ * 2,000 events to keep the file well under a minute.
+ */
+export const FULL = { keys: 100, versions: 100 };
+export const SMALL = { keys: 40, versions: 50 };
+
+const cleanup: Array<() => Promise<unknown>> = [];
+const fixtures: InboxFixture[] = [];
+/** Call from the test file's `after()`. */
+export async function closeRaces(): Promise<void> {
+  for (const fn of cleanup.reverse()) await fn().catch(() => {});
+  for (const f of fixtures) await f.close();
+}
+
+export interface RaceResult {
+  f: InboxFixture;
+  inboxes: Inbox[];
+  events: number;
+  keys: number;
+  versions: number;
+}
+
+/**
+ * Two inbox instances (each with its own pool and NATS connection, as two
+ * processes) on one durable consumer; every event published twice in a row
+ * (the copy with its own message id, so JetStream keeps it), then the whole
+ * stream replayed; handlers with random delays. Resolves once all 3 × events
+ * messages settled and both instances stopped.
+ */
+export async function race(mode: InboxMode, size: { keys: number; versions: number }): Promise<RaceResult> {
+  const f = await inboxFixture();
+  fixtures.push(f);
+  // No unique constraint: a double apply must show up as a second row, not as a retried error.
+  await f.db.pool.query(`CREATE TABLE ${f.s}.effect_log (seq bigserial PRIMARY KEY, key text NOT NULL, version bigint NOT NULL)`);
+  const handler: Handler = async (event, { tx }) => {
+    if (Math.random() < 0.05) await sleep(Math.floor(Math.random() * 5));
+    await tx.query(`INSERT INTO ${f.s}.effect_log (key, version) VALUES ($1, $2)`, [event.key, event.version.toString()]);
+    await tx.query(`INSERT INTO ${f.s}.state (key, version) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET version = excluded.version`, [
+      event.key,
+      event.version.toString(),
+    ]);
+  };
+  const inboxes: Inbox[] = [];
+  for (let i = 0; i < 2; i++) {
+    const pool = new pg.Pool({ connectionString: f.db.url, max: 12 });
+    const nc: NatsConnection = await connect({ servers: natsUrl(), name: `inbox-${i}` });
+    cleanup.push(
+      () => pool.end(),
+      () => nc.close(),
+    );
+    const inbox = createInbox({
+      pool,
+      nc,
+      stream: f.stream.name,
+      consumer: 'billing',
+      schema: f.db.schema,
+      bossSchema: f.bossSchema,
+      mode,
+      concurrency: 16,
+      maxAckPending: 64,
+      gapRetryMs: 20,
+      handlers: { Set: handler },
+    });
+    cleanup.push(() => inbox.stop());
+    inboxes.push(inbox);
+  }
+  await Promise.all(inboxes.map((i) => i.start()));
+  const events: FerryEvent[] = [];
+  for (let v = 1; v <= size.versions; v++) {
+    for (let k = 0; k < size.keys; k++) events.push(ferryEvent(f.stream.prefix, { key: `k${k}`, version: v }));
+  }
+  const n = events.length;
+  const js = f.stream.nc;
+  await Promise.all([publishEvents(js, events), publishEvents(js, events, { msgIdSuffix: 'resend' })]);
+  const settled = () => inboxes.reduce((sum, i) => sum + i.counts().applied + i.counts().stale + i.counts().duplicate, 0);
+  await waitFor(() => settled() >= 2 * n, { what: `${2 * n} messages settled`, timeoutMs: 60_000, intervalMs: 100 });
+  await publishEvents(js, events, { msgIdSuffix: 'replay' });
+  await waitFor(() => settled() >= 3 * n, { what: `${3 * n} messages settled`, timeoutMs: 60_000, intervalMs: 100 });
+  await Promise.all(inboxes.map((i) => i.stop()));
+  assert.equal(settled(), 3 * n, 'every message settled exactly once');
+  assert.ok(
+    inboxes.every((i) => i.counts().applied > 0),
+    'both instances did work',
+  );
+  return { f, inboxes, events: n, ...size };
+}
+
+export async function assertNoDoubleApply(r: RaceResult): Promise<number> {
+  const { rows: dup } = await r.f.db.pool.query(
+    `SELECT key, version, count(*) FROM ${r.f.s}.effect_log GROUP BY key, version HAVING count(*) > 1`,
+  );
+  assert.deepEqual(dup, [], 'no (key, version) applied twice');
+  const { rows } = await r.f.db.pool.query(`SELECT count(*)::int AS n FROM ${r.f.s}.effect_log`);
+  const applied = r.inboxes.reduce((sum, i) => sum + i.counts().applied, 0);
+  assert.equal(rows[0]?.n, applied, 'one effect row per applied message');
+  return applied;
+}
+
+export async function assertFinalState(r: RaceResult): Promise<void> {
+  const { rows } = await r.f.db.pool.query(`SELECT count(*)::int AS n FROM ${r.f.s}.state WHERE version = ${r.versions}`);
+  assert.equal(rows[0]?.n, r.keys, 'every key ends at its last version');
+}
