@@ -200,6 +200,27 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
     }
   });
 
+  test('relay - a second signal, or the shutdown timeout, forces exit 4 when draining cannot finish', async () => {
+    // NATS unreachable: the relay waits for it, so a drain cannot complete.
+    const dead = `nats://127.0.0.1:${await freePort()}`;
+    const args = ['--database-url', db.url, '--schema', db.schema, '--nats-url', dead, '--no-maintenance', '--http-port', '0'];
+    const byTimeout = spawnRelay([...args, '--shutdown-timeout-ms', '500']);
+    procs.push(byTimeout);
+    await waitFor(() => byTimeout.output().includes('"event":"starting"'), { timeoutMs: 10_000, what: 'the relay to start' });
+    byTimeout.proc.kill('SIGTERM');
+    assert.equal((await byTimeout.exited).code, 4);
+    assert.match(byTimeout.output(), /forced exit: draining took longer than 500 ms/);
+
+    const bySignal = spawnRelay(args);
+    procs.push(bySignal);
+    await waitFor(() => bySignal.output().includes('"event":"starting"'), { timeoutMs: 10_000, what: 'the relay to start' });
+    bySignal.proc.kill('SIGTERM');
+    await waitFor(() => bySignal.output().includes('"event":"signal"'), { timeoutMs: 5000, what: 'the first signal to be seen' });
+    bySignal.proc.kill('SIGINT');
+    assert.equal((await bySignal.exited).code, 4);
+    assert.match(bySignal.output(), /forced exit: second signal SIGINT/);
+  });
+
   test('relay - an invalid option value exits 2 with one line naming the option, the value and what is accepted', () => {
     const cases: Array<[string[], NodeJS.ProcessEnv, RegExp]> = [
       [['--batch-size', '0'], {}, /--batch-size.*'0'.*integer from 1 to 10000/],
