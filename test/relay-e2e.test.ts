@@ -66,4 +66,25 @@ describe('relay end to end', () => {
       await stream.jsm.streams.delete(name);
     }
   });
+
+  test('relay - a fixed --lanes-per-instance caps the lanes each instance leases', async () => {
+    const options = { databaseUrl: db.url, schema: db.schema, nats: { servers: stream.nc.getServer() }, maintenance: false };
+    await relays[0]?.stop(); // the first test's relay holds every lane
+    const a = createRelay({ ...options, lanesPerInstance: 3 });
+    const b = createRelay({ ...options, lanesPerInstance: 3 });
+    relays.push(a, b);
+    await a.start();
+    await b.start();
+    await waitFor(() => a.lanes.length === 3 && b.lanes.length === 3, { timeoutMs: 5000, what: 'three lanes each' });
+    assert.equal(new Set([...a.lanes, ...b.lanes]).size, 6, 'no lane is held twice');
+    await a.stop();
+    await b.stop();
+  });
+
+  test('relay - starting on an unmigrated schema fails with what to do', async () => {
+    const relay = createRelay({ databaseUrl: db.url, schema: 'relay_no_such_schema', nats: { servers: stream.nc.getServer() } });
+    await assert.rejects(relay.start(), /no Ferry outbox tables: run ferry migrate --schema relay_no_such_schema first/);
+    assert.equal(relay.state, 'failed');
+    await relay.stop();
+  });
 });

@@ -216,25 +216,27 @@ export class Dispatcher {
       this.#inflightLanes.set(r.lane, (this.#inflightLanes.get(r.lane) ?? 0) + 1);
     }
     this.#inflightRows += rows.length;
-    const batch = this.#batch(rows).finally(() => {
-      for (const r of rows) {
-        const seqs = this.#inflightSeqs.get(r.lane);
-        seqs?.delete(r.seq);
-        if (seqs?.size === 0) this.#inflightSeqs.delete(r.lane);
-        if (r.attempts > 0) {
-          const k = (this.#retryingKeys.get(r.key) ?? 1) - 1;
-          if (k === 0) this.#retryingKeys.delete(r.key);
-          else this.#retryingKeys.set(r.key, k);
+    const batch = this.#batch(rows)
+      .catch((err) => this.#d.logger.error({ err, rows: rows.length }, 'batch failed unexpectedly; its rows will be claimed again'))
+      .finally(() => {
+        for (const r of rows) {
+          const seqs = this.#inflightSeqs.get(r.lane);
+          seqs?.delete(r.seq);
+          if (seqs?.size === 0) this.#inflightSeqs.delete(r.lane);
+          if (r.attempts > 0) {
+            const k = (this.#retryingKeys.get(r.key) ?? 1) - 1;
+            if (k === 0) this.#retryingKeys.delete(r.key);
+            else this.#retryingKeys.set(r.key, k);
+          }
+          const l = (this.#inflightLanes.get(r.lane) ?? 1) - 1;
+          if (l === 0) this.#inflightLanes.delete(r.lane);
+          else this.#inflightLanes.set(r.lane, l);
         }
-        const l = (this.#inflightLanes.get(r.lane) ?? 1) - 1;
-        if (l === 0) this.#inflightLanes.delete(r.lane);
-        else this.#inflightLanes.set(r.lane, l);
-      }
-      this.#inflightRows -= rows.length;
-      this.#batches.delete(batch);
-      // Capacity came back, or the keys of this batch may have more rows: look again.
-      this.#wake?.();
-    });
+        this.#inflightRows -= rows.length;
+        this.#batches.delete(batch);
+        // Capacity came back, or the keys of this batch may have more rows: look again.
+        this.#wake?.();
+      });
     this.#batches.add(batch);
   }
 

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { notifyChannel, quoteIdentifier } from '@ferry/core';
+import { notifyChannel, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
@@ -128,8 +128,15 @@ class RelayImpl implements Relay {
     const o = this.#o;
     this.#state = 'starting';
     // Fails fast on a wrong URL, a missing schema or an unmigrated database.
-    const lanes = await this.#pool.query<{ value: string }>(`SELECT value FROM ${this.#schemaSql}.settings WHERE name = 'lanes'`);
-    if (!lanes.rows[0]) throw new Error(`schema "${o.schema}" has no lane setting: run ferry migrate first`);
+    const lanes = await this.#pool
+      .query<{ value: string }>(`SELECT value FROM ${this.#schemaSql}.settings WHERE name = 'lanes'`)
+      .catch((err) => {
+        if (sqlState(err) === SQLSTATE.undefinedTable) {
+          throw new Error(`schema "${o.schema}" has no Ferry outbox tables: run ferry migrate --schema ${o.schema} first`, { cause: err });
+        }
+        throw err;
+      });
+    if (!lanes.rows[0]) throw new Error(`schema "${o.schema}" has no lane setting: run ferry migrate --schema ${o.schema} first`);
     const nc = await connect({
       maxReconnectAttempts: -1,
       reconnectTimeWait: 1000,
