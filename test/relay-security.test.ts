@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createTestDatabase, NatsServer, type TestDatabase, waitFor } from '@ferry/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { connect } from '@nats-io/transport-node';
+import { connect, nkeyAuthenticator, nkeys } from '@nats-io/transport-node';
 import { countPending, publishEvents, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
 
 /** A throw-away CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl. */
@@ -45,7 +45,7 @@ function makeCertificates(dir: string): Record<'ca' | 'serverCert' | 'serverKey'
   };
 }
 
-describe('relay over mutual TLS', () => {
+describe('relay NATS security: mutual TLS and nkeys', () => {
   let db: TestDatabase;
   let nats: NatsServer;
   let dir: string;
@@ -105,5 +105,42 @@ describe('relay over mutual TLS', () => {
     const exit = await p.exited;
     assert.equal(exit.code, 2);
     assert.match(p.output(), /--nats-tls-ca ".*missing\.pem" cannot be read \(ENOENT\)/);
+  });
+
+  test('relay - --nats-nkey-seed authenticates with an nkey, and the seed never appears in the log', async () => {
+    const user = nkeys.createUser();
+    const seed = new TextDecoder().decode(user.getSeed());
+    const server = await NatsServer.start({ config: `authorization { users: [ { nkey: "${user.getPublicKey()}" } ] }` });
+    const nc = await connect({ servers: server.url, authenticator: nkeyAuthenticator(user.getSeed()) });
+    try {
+      await (await jetstreamManager(nc)).streams.add({ name: 'NKEY', subjects: ['relaynkey.>'] });
+      const ids = await publishEvents(db.pool, db.schema, 'relaynkey', 50, { keys: 5 });
+      relay = spawnRelay(
+        [
+          '--database-url',
+          db.url,
+          '--schema',
+          db.schema,
+          '--nats-url',
+          server.url,
+          '--no-maintenance',
+          '--http-port',
+          '0',
+          '--log-level',
+          'debug',
+        ],
+        {
+          FERRY_NATS_NKEY_SEED: seed,
+        },
+      );
+      await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 20_000, what: 'a drain with nkey auth' });
+      assert.deepEqual(new Set((await readStream(nc, 'NKEY')).map((e) => e.id)), new Set(ids));
+      relay.proc.kill('SIGTERM');
+      assert.equal((await relay.exited).code, 0, relay.output().slice(-1500));
+      assert.ok(!relay.output().includes(seed), 'no seed in the log');
+    } finally {
+      await nc.close();
+      await server.stop();
+    }
   });
 });
