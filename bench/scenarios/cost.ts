@@ -6,7 +6,7 @@
  * spends publishing the same messages raw (pipelined, one connection,
  * process.cpuUsage()). Linux only.
  *
- *   node bench/dist/scenarios/cost.js [--quick] [--events 50000] [--trials 2]
+ *   node bench/dist/scenarios/cost.js [--quick] [--events 30000] [--trials 2]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -18,7 +18,7 @@ import { cpuSecondsOf, localPortsOf } from '../lib/proc.js';
 import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
 
 const QUICK = hasFlag('quick');
-const EVENTS = numArg('events', QUICK ? 3000 : 50_000);
+const EVENTS = numArg('events', QUICK ? 3000 : 30_000);
 const TRIALS = numArg('trials', QUICK ? 1 : 2);
 const FERRY_BIN = fileURLToPath(new URL('../../../apps/relay/bin/ferry.js', import.meta.url));
 
