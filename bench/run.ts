@@ -9,6 +9,7 @@
  *                                 produced numbers (never thresholds) and writes its output
  *                                 under bench/results/quick/, leaving the committed results alone
  *   npm run bench -- --only relay-sweep,cost   some scenarios (output under bench/results/partial/)
+ *   npm run bench -- --render     docs/benchmarks.md and charts again from bench/results/latest.json
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -278,7 +279,19 @@ function charts(r: Record<string, Json>): Record<string, string> {
   return out;
 }
 
+/** `--render`: docs/benchmarks.md and the charts again from the committed latest.json (after editing analysis.md). */
+function render(): number {
+  const latest = JSON.parse(readFileSync(new URL('latest.json', results), 'utf8'));
+  const docsDir = new URL('docs/', repo);
+  const svgs = charts(latest.scenarios);
+  for (const [file, svg] of Object.entries(svgs)) writeFileSync(new URL(file, docsDir), svg);
+  writeFileSync(new URL('benchmarks.md', docsDir), renderMarkdown(latest, Object.keys(svgs)));
+  console.log(`rendered ${fileURLToPath(new URL('benchmarks.md', docsDir))} and ${Object.keys(svgs).length} chart(s) from latest.json`);
+  return 0;
+}
+
 async function main(): Promise<number> {
+  if (hasFlag('render')) return render();
   const started = performance.now();
   const machine = await describeMachine();
   const selected = SCENARIOS.filter((s) => ONLY.length === 0 || ONLY.includes(s.name));
