@@ -19,6 +19,7 @@ import { natsUrl } from '@ferry/testkit';
 import { connect } from '@nats-io/transport-node';
 import pg from 'pg';
 import { arg } from './lib/args.js';
+import { missingNumbers } from './lib/checks.js';
 import { renderMarkdown } from './lib/report.js';
 import { fmt, hasFlag, printTable } from './lib/stats.js';
 import { lineChart } from './lib/svg.js';
@@ -183,30 +184,6 @@ function headline(r: Record<string, Json>) {
       relayVsNaiveRelay: { target: '> 1', met: ratios.relayVsNaiveRelay > 1 },
     },
   };
-}
-
-/** Every number a scenario must produce, by path; the smoke run fails on any that is missing or not finite. */
-function missingNumbers(name: string, r: Json): string[] {
-  const paths: Record<string, string[]> = {
-    publisher: ['txPerSec', 'publishOverhead'],
-    'relay-sweep': [
-      'headline.raw.median',
-      'headline.relay.median',
-      'headline.ratio.median',
-      'sweep.0.relayPerSec',
-      'recommended.batchSize',
-    ],
-    'relay-load': ['capacityPerSec', 'runs.0.p50Ms', 'runs.0.p99Ms', 'runs.0.p999Ms', 'runs.1.p50Ms'],
-    inbox: ['results.fresh.ratio', 'results.duplicates50.ratio', 'results.stale50.ratio'],
-    alternatives: ['relayVsPgBossOutbox', 'relayVsNaiveRelay', 'drainPerSec.pgboss.median', 'drainPerSec.naive.median'],
-    growth: ['levels.0.drainPerSec.median', 'levels.2.drainPerSec.median', 'levels.2.publishP50Ms.median', 'prune.after.tableMiB'],
-    cost: ['cpuSecondsPer1k.relay.median', 'cpuSecondsPer1k.postgres.median', 'cpuSecondsPer1k.rawPublisher.median'],
-  };
-  if (!r) return ['(no result file)'];
-  return (paths[name] ?? []).filter((p) => {
-    const v = p.split('.').reduce<Json>((o, k) => (o == null ? undefined : o[k]), r);
-    return typeof v !== 'number' || !Number.isFinite(v);
-  });
 }
 
 function charts(r: Record<string, Json>): Record<string, string> {

@@ -1,0 +1,94 @@
+/**
+ * The benchmark library's own tests (the numbers are checked by the smoke run,
+ * `npm run bench -- --quick`, in CI):
+ *   npm run build && node --test bench/dist/lib/lib.test.js
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { quoteIdentifier } from '@ferry/core';
+import { createTestDatabase, createTestStream, natsUrl, type TestDatabase } from '@ferry/testkit';
+import { missingNumbers } from './checks.js';
+import { generateRows, makeRows, relayDrain } from './outbox.js';
+import { cpuSecondsOf, localPortsOf } from './proc.js';
+import { percentile, summarize } from './stats.js';
+import { lineChart } from './svg.js';
+
+let db: TestDatabase;
+before(async () => {
+  db = await createTestDatabase({ prefix: 'bench_lib', lanes: 4, max: 4 });
+});
+after(async () => {
+  await db.close();
+});
+
+test('bench stats - the median, spread and percentiles of trials', () => {
+  const s = summarize([30, 10, 20]);
+  assert.equal(s.median, 20);
+  assert.equal(s.spread, 0.5);
+  assert.equal(percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 90), 9);
+  assert.ok(Number.isNaN(percentile([], 50)));
+});
+
+test('bench checks - a missing or non-finite number fails the smoke run, a complete result passes', () => {
+  assert.deepEqual(missingNumbers('cost', undefined), ['(no result file)']);
+  const cost = { cpuSecondsPer1k: { relay: { median: 0.1 }, postgres: { median: Number.NaN }, rawPublisher: { median: 0.2 } } };
+  assert.deepEqual(missingNumbers('cost', cost), ['cpuSecondsPer1k.postgres.median']);
+  cost.cpuSecondsPer1k.postgres.median = 0.05;
+  assert.deepEqual(missingNumbers('cost', cost), []);
+});
+
+test('bench svg - one path per series, a gap where a value is missing, escaped labels', () => {
+  const svg = lineChart({
+    title: 'a <b> & c',
+    xLabel: 'x',
+    yLabel: 'y',
+    logY: true,
+    categories: ['1', '2', '3'],
+    series: [
+      { name: 'one', values: [1, 10, 100] },
+      { name: 'two', values: [5, undefined, 50], dashed: true },
+    ],
+  });
+  assert.match(svg, /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+  assert.match(svg, /a &lt;b&gt; &amp; c/);
+  const paths = [...svg.matchAll(/<path d="([^"]+)"/g)].map((m) => m[1] ?? '');
+  assert.equal(paths.length, 2);
+  assert.equal(paths[1]?.match(/M/g)?.length, 2, 'the missing point splits the second line');
+  assert.ok(svg.trimEnd().endsWith('</svg>'));
+});
+
+test('bench proc - CPU seconds and local TCP ports of this process', async () => {
+  const cpu = cpuSecondsOf(process.pid);
+  assert.ok(cpu !== undefined && cpu >= 0);
+  assert.equal(cpuSecondsOf(2 ** 22 + 12345), undefined);
+  const { rows } = await db.pool.query<{ port: number }>('SELECT inet_client_port() AS port');
+  assert.ok(localPortsOf(process.pid).includes(Number(rows[0]?.port)), 'the pool connection port is among ours');
+});
+
+test('bench outbox - generated rows are unique per key and version, and a relay drains them all', async () => {
+  const s = quoteIdentifier(db.schema);
+  await generateRows(db.pool, db.schema, { count: 1000, keys: 10, keyPrefix: 'old-', subject: 'x.y', publishedAgoMs: 86_400_000 }, 0, 300);
+  const { rows } = await db.pool.query<{ n: string; versions: string; old: string }>(
+    `SELECT count(*) AS n, count(DISTINCT (key, version)) AS versions,
+            count(*) FILTER (WHERE published_at < now() - interval '23 hours') AS old FROM ${s}.outbox`,
+  );
+  assert.deepEqual(rows[0], { n: '1000', versions: '1000', old: '1000' });
+  const made = makeRows({ count: 20, keys: 3, keyPrefix: 'k', subject: 'x.y' });
+  assert.deepEqual(
+    made.slice(0, 4).map((r) => `${r.key}@${r.version}`),
+    ['k0@1', 'k1@1', 'k2@1', 'k0@2'],
+  );
+  const stream = await createTestStream({ prefix: 'benchlib' });
+  try {
+    const eps = await relayDrain(
+      db.pool,
+      db.schema,
+      { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
+      { count: 500, keys: 50, keyPrefix: 'new-', subject: `${stream.prefix}.orders` },
+    );
+    assert.ok(eps > 0);
+    assert.equal((await stream.jsm.streams.info(stream.name)).state.messages, 500);
+  } finally {
+    await stream.close();
+  }
+});
