@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, freePort, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -207,17 +208,21 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
     const byTimeout = spawnRelay([...args, '--shutdown-timeout-ms', '500']);
     procs.push(byTimeout);
     await waitFor(() => byTimeout.output().includes('"event":"starting"'), { timeoutMs: 10_000, what: 'the relay to start' });
+    await sleep(200);
     byTimeout.proc.kill('SIGTERM');
-    assert.equal((await byTimeout.exited).code, 4);
+    const timedOut = await byTimeout.exited;
+    assert.equal(timedOut.code, 4, `${JSON.stringify(timedOut)} ${byTimeout.output().slice(-1500)}`);
     assert.match(byTimeout.output(), /forced exit: draining took longer than 500 ms/);
 
     const bySignal = spawnRelay(args);
     procs.push(bySignal);
     await waitFor(() => bySignal.output().includes('"event":"starting"'), { timeoutMs: 10_000, what: 'the relay to start' });
+    await sleep(200);
     bySignal.proc.kill('SIGTERM');
     await waitFor(() => bySignal.output().includes('"event":"signal"'), { timeoutMs: 5000, what: 'the first signal to be seen' });
     bySignal.proc.kill('SIGINT');
-    assert.equal((await bySignal.exited).code, 4);
+    const signalled = await bySignal.exited;
+    assert.equal(signalled.code, 4, `${JSON.stringify(signalled)} ${bySignal.output().slice(-1500)}`);
     assert.match(bySignal.output(), /forced exit: second signal SIGINT/);
   });
 
