@@ -250,6 +250,7 @@ export class Dispatcher {
       if (err instanceof NatsUnavailableError) outcomes = (err.cause as Outcome[]) ?? [];
       else throw err;
     }
+    this.#d.events.emit('relay:batch:acked', { rows: rows.length, acked: outcomes.filter((x) => x.ok).length });
     await this.#settle(rows, outcomes, started);
   }
 
