@@ -1,8 +1,8 @@
-import { encodedSize, encodeEvent, LIMITS, migrationStatus, quoteIdentifier } from '@ferry/core';
+import { describeValue, encodedSize, encodeEvent, LIMITS, migrationStatus, quoteIdentifier } from '@ferry/core';
 import { INBOX_DEFAULTS } from '@ferry/inbox';
 import { AckPolicy, type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import type pg from 'pg';
 import { parseIntIn } from '../config.js';
 import type { CommandContext } from '../context.js';
@@ -116,7 +116,13 @@ export function doctorCommand(ctx: CommandContext): Command {
     });
 }
 
+/** A JetStream stream or consumer name (no whitespace, `.`, `*`, `>` or path separators), collected. */
 function collect(value: string, previous: string[] = []): string[] {
+  if (!/^[^\s.*>/\\]{1,255}$/.test(value)) {
+    throw new InvalidArgumentError(
+      `${describeValue(value, 40)} is not a JetStream name: 1-255 characters, no whitespace, '.', '*', '>', '/' or '\\'`,
+    );
+  }
   return [...previous, value];
 }
 
