@@ -162,7 +162,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
   test('security - the inbox role consumes and applies with its own handler table granted', async () => {
     const pool = poolAs(roles.inbox);
     const ins = quoteIdentifier(inboxSchema);
-    inbox = createInbox({
+    inbox = createInbox<{ Set: unknown }>({
       pool,
       nc: stream.nc,
       stream: stream.name,
