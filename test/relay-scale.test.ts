@@ -39,7 +39,7 @@ describe('relay scale-out and lost connections', () => {
     await db?.close();
   });
 
-  test('relay - three instances split the lanes, and when one is SIGKILLed the others take its lanes within a poll interval', async () => {
+  test('relay - three instances split the lanes, and when one is SIGKILLed the others take its lanes within a poll interval', async (t) => {
     const ids = await publishEvents(db.pool, db.schema, stream.prefix, 15_000, { keys: 300, perTx: 500 });
     for (let i = 0; i < 3; i++) {
       procs.push(
@@ -84,6 +84,7 @@ describe('relay scale-out and lost connections', () => {
       { timeoutMs: 10_000, intervalMs: 20, what: 'the survivors to hold every lane' },
     );
     const takeoverMs = performance.now() - killedAt;
+    t.diagnostic(`lanes taken over ${takeoverMs.toFixed(0)} ms after the SIGKILL (poll interval ${POLL_MS} ms)`);
     // One poll interval, plus the time PostgreSQL takes to notice the dead connection and the test's own polling.
     assert.ok(takeoverMs < POLL_MS + 1000, `lanes taken over in ${takeoverMs.toFixed(0)} ms`);
 
