@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, describe, test } from 'node:test';
+import { after, afterEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type Handler, isConsumerMismatchError, isValidationError, migrateInbox, pruneInboxMessages, pruneQueueName } from '@ferry/inbox';
 import { createTestStream, waitFor } from '@ferry/testkit';
@@ -8,9 +8,12 @@ import { PgBoss } from 'pg-boss';
 import { countReports, EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
 
 const fixtures: InboxFixture[] = [];
-after(async () => {
-  for (const f of fixtures) await f.close();
-});
+// Each test's pools and streams go when it ends: the shared PostgreSQL has a connection limit.
+async function release(): Promise<void> {
+  for (const f of fixtures.splice(0)) await f.close();
+}
+afterEach(release);
+after(release);
 
 async function fixture(): Promise<InboxFixture> {
   const f = await inboxFixture();

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, describe, test } from 'node:test';
+import { after, afterEach, describe, test } from 'node:test';
 import { type InboxReport, listParked } from '@ferry/inbox';
 import { waitFor } from '@ferry/testkit';
 import { PgBoss } from 'pg-boss';
@@ -7,10 +7,13 @@ import { EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents,
 
 const fixtures: InboxFixture[] = [];
 const bosses: PgBoss[] = [];
-after(async () => {
-  for (const b of bosses) await b.stop({ graceful: false }).catch(() => {});
-  for (const f of fixtures) await f.close();
-});
+// Each test's servers and pools go when it ends: the shared PostgreSQL has a connection limit.
+async function release(): Promise<void> {
+  for (const b of bosses.splice(0)) await b.stop({ graceful: false }).catch(() => {});
+  for (const f of fixtures.splice(0)) await f.close();
+}
+afterEach(release);
+after(release);
 
 async function fixture(): Promise<InboxFixture> {
   const f = await inboxFixture();
@@ -160,9 +163,12 @@ describe('inbox parking', () => {
       'Content-Type': 'application/json',
     };
 
+    after(() => f?.close());
+
     /** Publishes the poison message, then a good event on another key; both must settle, the good one applied. */
     async function poison(headers: Record<string, string>, body: string): Promise<Extract<InboxReport, { kind: 'parked' }>> {
-      f ??= await fixture();
+      // One fixture for the five cases (not closed between them).
+      f ??= await inboxFixture();
       if (!inbox) {
         inbox = f.inbox({
           mode: 'latest',

@@ -55,7 +55,7 @@ export async function race(mode: InboxMode, size: { keys: number; versions: numb
   };
   const inboxes: Inbox[] = [];
   for (let i = 0; i < 2; i++) {
-    const pool = new pg.Pool({ connectionString: f.db.url, max: 12 });
+    const pool = new pg.Pool({ connectionString: f.db.url, max: 8 });
     const nc: NatsConnection = await connect({ servers: natsUrl(), name: `inbox-${i}` });
     cleanup.push(
       () => pool.end(),

@@ -83,7 +83,7 @@ export interface InboxFixture {
  * apply fails loudly) and `state(key, version)`, plus a stream of its own.
  */
 export async function inboxFixture(options: { max?: number; duplicateWindowMs?: number } = {}): Promise<InboxFixture> {
-  const db = await createTestDatabase({ migrate: ['inbox'], max: options.max ?? 20 });
+  const db = await createTestDatabase({ migrate: ['inbox'], max: options.max ?? 6 });
   const stream = await createTestStream({ duplicateWindowMs: options.duplicateWindowMs ?? 120_000 });
   const s = quoteIdentifier(db.schema);
   await db.pool.query(

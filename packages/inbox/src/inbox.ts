@@ -31,7 +31,7 @@ import { ConsumerMismatchError, PoisonMessageError } from './errors.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { type CompiledInboxOptions, compileInboxOptions, parkQueueName, pruneQueueName } from './options.js';
 import { decodeParked, isParkedJobData, type ParkedJobData, parkKey } from './parked-job.js';
-import { beginAndRecordMessage, beginGate } from './sql/gate-statements.js';
+import { beginAndRecordMessage, beginGate, readKeyRow } from './sql/gate-statements.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { pruneMessages } from './sql/prune-messages.js';
@@ -368,17 +368,21 @@ class InboxImpl implements Inbox {
           return { kind: 'duplicate' };
         }
       } else {
-        const row = await beginGate(client, this.#s, o.consumer, event.key, event.version, {
+        const won = await beginGate(client, this.#s, o.consumer, event.key, event.version, {
           sequential: o.mode === 'sequential',
           ignoreParked: fromPark,
         });
-        if (!row.won) {
+        if (!won) {
+          // Nothing was written. Read why, ending the transaction in the same round trip unless the
+          // park worker still has its own bookkeeping to commit.
+          const rollbackNow = !beforeCommit;
+          const row = await readKeyRow(client, this.#s, o.consumer, event.key, rollbackNow);
+          if (rollbackNow) open = false;
           if (event.version <= row.version) {
-            // Nothing was written; commit only when the park worker has its own bookkeeping to do.
-            await end(beforeCommit ? 'COMMIT' : 'ROLLBACK');
+            if (open) await end('COMMIT');
             return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
           }
-          await end('ROLLBACK');
+          if (open) await end('ROLLBACK');
           if (o.mode === 'sequential' && !fromPark && row.parked > 0) {
             return {
               kind: 'park',

@@ -26,15 +26,6 @@ function lastRows<R>(result: unknown): R[] {
   return last?.rows ?? [];
 }
 
-export interface GateRow {
-  /** This transaction recorded the event's version and holds the row lock: run the handler, then COMMIT. */
-  won: boolean;
-  /** The recorded version after the gate (the event's own when `won`); 0 when the key has none. */
-  version: bigint;
-  /** Events of the key parked and not yet resolved (`sequential` mode). */
-  parked: number;
-}
-
 /**
  * BEGIN and the version gate as one conditional write, in one round trip: the
  * statement that decides whether the event is new also records its version
@@ -51,7 +42,10 @@ export interface GateRow {
  *   has no parked events.
  * - A row held by another transaction makes the statement wait; PostgreSQL
  *   then re-checks the condition on the committed row (READ COMMITTED).
- * - The last read reports the recorded version and parked count either way.
+ *
+ * Resolves `true` when this transaction recorded the event's version and holds
+ * the row lock (run the handler, then COMMIT); otherwise read the row with
+ * `readKeyRow`.
  */
 export async function beginGate(
   tx: Queryable,
@@ -60,7 +54,7 @@ export async function beginGate(
   key: string,
   version: bigint,
   rule: { sequential: boolean; ignoreParked: boolean },
-): Promise<GateRow> {
+): Promise<boolean> {
   const t = `${schema}.inbox_versions`;
   const c = literal(consumer);
   const k = literal(key);
@@ -80,11 +74,27 @@ export async function beginGate(
   } else {
     gate = `UPDATE ${t} SET version = ${v}, applied_at = now() WHERE ${row} AND version = ${v} - 1${parkedOk} RETURNING 1 AS won`;
   }
-  const result = await tx.query(`BEGIN; ${gate}; SELECT version::text AS version, parked FROM ${t} WHERE ${row}`);
+  const result = await tx.query(`BEGIN; ${gate}`);
+  return lastRows(result).length > 0;
+}
+
+/**
+ * After a gate that did not pass: the key's recorded version and parked count
+ * as now committed (0 and 0 when the key has no row), with ROLLBACK in the
+ * same round trip when `thenRollback`.
+ */
+export async function readKeyRow(
+  tx: Queryable,
+  schema: string,
+  consumer: string,
+  key: string,
+  thenRollback: boolean,
+): Promise<{ version: bigint; parked: number }> {
+  const select = `SELECT version::text AS version, parked FROM ${schema}.inbox_versions WHERE consumer = ${literal(consumer)} AND key = ${literal(key)}`;
+  const result = await tx.query(thenRollback ? `${select}; ROLLBACK` : select);
   const results = Array.isArray(result) ? result : [result];
-  const won = ((results.at(-2) as { rows?: unknown[] } | undefined)?.rows?.length ?? 0) > 0;
-  const current = lastRows<{ version: string; parked: number }>(result)[0];
-  return { won, version: current ? BigInt(current.version) : 0n, parked: current?.parked ?? 0 };
+  const row = (results[0] as { rows?: Array<{ version: string; parked: number }> } | undefined)?.rows?.[0];
+  return { version: row ? BigInt(row.version) : 0n, parked: row?.parked ?? 0 };
 }
 
 /** `dedupe`: BEGIN and record the message id; `false` when it was already there. One round trip. */
