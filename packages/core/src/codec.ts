@@ -75,6 +75,8 @@ export function headerReader(headers: Readonly<Record<string, string>>): HeaderR
 }
 
 const DIGITS = /^[0-9]{1,20}$/;
+/** Versions are PostgreSQL bigints. */
+const MAX_VERSION = 9_223_372_036_854_775_807n;
 const RESERVED_PREFIX = /^(ce-|nats-)/i;
 
 function required(read: HeaderReader, name: string): string {
@@ -110,8 +112,11 @@ export function decodeEvent(
   const type = required(read, WIRE_HEADERS.type);
   const key = required(read, WIRE_HEADERS.partitionKey);
   const seq = required(read, WIRE_HEADERS.sequence);
-  if (!DIGITS.test(seq) || BigInt(seq) < 1n) {
-    throw new ValidationError(WIRE_HEADERS.sequence, `${WIRE_HEADERS.sequence} ${describeValue(seq)} is not a positive decimal version`);
+  if (!DIGITS.test(seq) || BigInt(seq) < 1n || BigInt(seq) > MAX_VERSION) {
+    throw new ValidationError(
+      WIRE_HEADERS.sequence,
+      `${WIRE_HEADERS.sequence} ${describeValue(seq)} is not a positive decimal version of at most 2^63-1`,
+    );
   }
   const timeText = read(WIRE_HEADERS.time);
   const time = timeText === undefined ? new Date(0) : new Date(timeText);
