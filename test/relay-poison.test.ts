@@ -156,6 +156,69 @@ describe('relay poison events and the dead-letter commands', () => {
     );
   });
 
+  test('relay - a row backing off after a retryable failure holds back the later rows of its key only, then they follow in order', async () => {
+    await relay.stop();
+    relay = createRelay({
+      databaseUrl: db.url,
+      schema: db.schema,
+      nats: { servers: nats.url },
+      maintenance: false,
+      publishTimeoutMs: 1000,
+      backoffBaseMs: 1500,
+      backoffMaxMs: 1500,
+      pollIntervalMs: 100,
+    });
+    await relay.start();
+    const publisher = createPublisher({ schema: db.schema, source: 'relay-test' });
+    const s = quoteIdentifier(db.schema);
+    const first = await withTransaction(db.pool, (tx) => publisher.publish(tx, { subject: 'later.a', key: 'held', type: 'T', data: 1 }));
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query<{ attempts: number }>(`SELECT attempts FROM ${s}.outbox WHERE id = $1`, [first.id]);
+        return (rows[0]?.attempts ?? 0) > 0;
+      },
+      { timeoutMs: 10_000, what: 'the first attempt to fail (no stream for later.a yet)' },
+    );
+    const second = await withTransaction(db.pool, (tx) =>
+      publisher.publish(tx, { subject: `${stream.prefix}.orders`, key: 'held', type: 'T', data: 2 }),
+    );
+    const others = await publishEvents(db.pool, db.schema, stream.prefix, 200, { keys: 200, keyPrefix: 'free' });
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = ANY ($1::uuid[]) AND published_at IS NULL`, [others]);
+        return rows.length === 0;
+      },
+      { timeoutMs: 15_000, what: 'the other keys to flow' },
+    );
+    const held = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = $1 AND published_at IS NULL AND attempts = 0`, [second.id]);
+    assert.equal(held.rows.length, 1, 'the later row of the key waits, untried, while the earlier one backs off');
+
+    await stream.jsm.streams.add({ name: 'LATER', subjects: ['later.>'] });
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE key = 'held' AND published_at IS NULL`);
+        return rows.length === 0;
+      },
+      { timeoutMs: 20_000, what: 'both rows of the key to be published once the stream exists' },
+    );
+    const { rows } = await db.pool.query<{ id: string; published_at: Date }>(
+      `SELECT id::text, published_at FROM ${s}.outbox WHERE key = 'held' ORDER BY seq`,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.id),
+      [first.id, second.id],
+    );
+    assert.ok(
+      (rows[0]?.published_at as Date) < (rows[1]?.published_at as Date),
+      'the retried row was marked first, the later one after it',
+    );
+    const inStream = (await readStream(stream.nc, stream.name)).filter((e) => e.key === 'held');
+    assert.deepEqual(
+      inStream.map((e) => e.id),
+      [second.id],
+    );
+  });
+
   test('relay - ferry dlq rejects an id that is not a UUID with exit code 2', async () => {
     const r = await ferry('dlq', 'retry', 'not-a-uuid', '--database-url', db.url, '--schema', db.schema);
     assert.equal(r.code, 2);

@@ -36,6 +36,20 @@ export interface DispatcherDeps {
 /** Parallel claim queries per loop iteration (each on its own pool connection, over disjoint lanes). */
 const CLAIMERS = 2;
 
+/**
+ * Drops from a claimed batch the rows that follow a retried row of their key:
+ * they are sent after the retry's outcome is known (the key is left out of
+ * claims while its retry is in flight), never pipelined behind it.
+ */
+export function holdBehindRetries(rows: ClaimedRow[]): ClaimedRow[] {
+  const retrying = new Set<string>();
+  return rows.filter((row) => {
+    if (retrying.has(row.key)) return false;
+    if (row.attempts > 0) retrying.add(row.key);
+    return true;
+  });
+}
+
 /** Tries a statement a few times (a terminated pool connection is replaced by the next attempt). */
 async function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>, attempts = 5): Promise<T> {
   let last: unknown;
@@ -177,7 +191,7 @@ export class Dispatcher {
         await this.#pause(o.pollIntervalMs);
         continue;
       }
-      for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
+      for (const rows of claimed) if (rows.length > 0) this.#launch(holdBehindRetries(rows));
       const found = claimed.reduce((n, rows) => n + rows.length, 0);
       if (!probing && claimed.some((rows) => rows.length === limit)) {
         this.#idleDelayMs = 0;

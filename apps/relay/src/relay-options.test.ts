@@ -4,6 +4,7 @@ import { isValidationError } from '@ferry/core';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors } from '@nats-io/transport-node';
 import { parseDuration, parseEnsureStream, parseLanesPerInstance, parseNatsUrls } from './config.js';
+import { holdBehindRetries } from './dispatcher.js';
 import { classifyPublishError } from './errors.js';
 import { lockNamespace } from './lane-leaser.js';
 import { backoffDelayMs, compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
@@ -99,4 +100,14 @@ test('relay lanes - lock namespaces are stable, non-negative 31-bit, and differ 
   assert.equal(a, lockNamespace('ferry:lanes:ferry'));
   assert.ok(a >= 0 && a < 2 ** 31);
   assert.notEqual(a, lockNamespace('ferry:lanes:billing'));
+});
+
+test('relay dispatcher - rows behind a retried row of their key are held out of the batch', () => {
+  const row = (seq: number, key: string, attempts: number) =>
+    ({ seq: String(seq), key, attempts }) as Parameters<typeof holdBehindRetries>[0][number];
+  const kept = holdBehindRetries([row(1, 'a', 2), row(2, 'b', 0), row(3, 'a', 0), row(4, 'b', 0), row(5, 'c', 1), row(6, 'a', 0)]);
+  assert.deepEqual(
+    kept.map((r) => r.seq),
+    ['1', '2', '4', '5'],
+  );
 });
