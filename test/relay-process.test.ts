@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { after, before, describe, test } from 'node:test';
+import { after, afterEach, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, freePort, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
@@ -57,6 +57,21 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
     stream = await createTestStream({ prefix: 'relayproc' });
   });
 
+  /** A test that failed half-way must not leave its relay running into the next test. */
+  afterEach(async () => {
+    for (const p of procs) {
+      if (p.proc.exitCode === null && p.proc.signalCode === null) {
+        p.proc.kill('SIGKILL');
+        await p.exited;
+      }
+    }
+  });
+
+  /** Waits until the relay logged that it runs (its signal handlers are in place by then). */
+  async function running(p: RelayProcess): Promise<void> {
+    await waitFor(() => p.output().includes('"event":"started"'), { timeoutMs: 30_000, what: 'the relay to start' });
+  }
+
   after(async () => {
     for (const p of procs) if (p.proc.exitCode === null && p.proc.signalCode === null) p.proc.kill('SIGKILL');
     await stream?.close();
@@ -64,26 +79,27 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
   });
 
   test('relay - SIGKILL mid-batch and a restart lose nothing and duplicate nothing in the stream', async () => {
-    const ids = await publishEvents(db.pool, db.schema, stream.prefix, 20_000, { keys: 200, perTx: 500 });
+    const ids = await publishEvents(db.pool, db.schema, stream.prefix, 10_000, { keys: 200, perTx: 500 });
     const first = start();
-    await waitFor(async () => (await published()) >= 2000, { timeoutMs: 20_000, what: 'the first relay to publish some rows' });
+    await waitFor(async () => (await published()) >= 1000, { timeoutMs: 30_000, what: 'the first relay to publish some rows' });
     first.proc.kill('SIGKILL');
     const exit = await first.exited;
     assert.equal(exit.signal, 'SIGKILL');
     const left = await countPending(db.pool, db.schema);
     assert.ok(left > 0, 'the relay was killed with rows still unpublished');
     const second = start();
-    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 40_000, what: 'the restarted relay to drain' });
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 60_000, what: 'the restarted relay to drain' });
     assertExactlyOnceInKeyOrder(await readStream(stream.nc, stream.name), ids);
     second.proc.kill('SIGTERM');
     assert.equal((await second.exited).code, 0);
   });
 
   test('relay - SIGTERM drains: exit 0, and every event in the stream is marked published', async () => {
-    await publishEvents(db.pool, db.schema, stream.prefix, 20_000, { keys: 200, perTx: 500 });
+    await publishEvents(db.pool, db.schema, stream.prefix, 10_000, { keys: 200, perTx: 500 });
     const before = await published();
     const p = start(['--max-in-flight', '4000']);
-    await waitFor(async () => (await published()) >= before + 1000, { timeoutMs: 20_000, what: 'the relay to publish some rows' });
+    await running(p);
+    await waitFor(async () => (await published()) >= before + 1000, { timeoutMs: 30_000, what: 'the relay to publish some rows' });
     p.proc.kill('SIGTERM');
     const exit = await p.exited;
     assert.equal(exit.code, 0, p.output().slice(-2000));
@@ -97,7 +113,7 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
     const acknowledgedButUnmarked = rows.filter((r) => inStream.has(r.id));
     assert.equal(acknowledgedButUnmarked.length, 0, 'nothing acknowledged is left unmarked');
     const rest = start();
-    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 40_000, what: 'the rest to drain' });
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 60_000, what: 'the rest to drain' });
     rest.proc.kill('SIGTERM');
     assert.equal((await rest.exited).code, 0);
   });

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, afterEach, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createRelay, lockNamespace, type Relay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
@@ -30,6 +30,16 @@ describe('relay scale-out and lost connections', () => {
   before(async () => {
     db = await createTestDatabase({ prefix: 'relay_scale', lanes: LANES });
     stream = await createTestStream({ prefix: 'relayscale' });
+  });
+
+  /** A test that failed half-way must not leave relays holding lanes into the next test. */
+  afterEach(async () => {
+    for (const p of procs) {
+      if (p.proc.exitCode === null && p.proc.signalCode === null) {
+        p.proc.kill('SIGKILL');
+        await p.exited;
+      }
+    }
   });
 
   after(async () => {
@@ -85,8 +95,9 @@ describe('relay scale-out and lost connections', () => {
     );
     const takeoverMs = performance.now() - killedAt;
     t.diagnostic(`lanes taken over ${takeoverMs.toFixed(0)} ms after the SIGKILL (poll interval ${POLL_MS} ms)`);
-    // One poll interval, plus the time PostgreSQL takes to notice the dead connection and the test's own polling.
-    assert.ok(takeoverMs < POLL_MS + 1000, `lanes taken over in ${takeoverMs.toFixed(0)} ms`);
+    // One poll interval, plus the time PostgreSQL takes to notice the dead connection and the test's own polling
+    // (about half a second on a quiet machine; the bound leaves room for a loaded CI box).
+    assert.ok(takeoverMs < POLL_MS + 2800, `lanes taken over in ${takeoverMs.toFixed(0)} ms`);
 
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 40_000, what: 'the survivors to drain' });
     assertExactlyOnceInKeyOrder(await readStream(stream.nc, stream.name), ids);
@@ -121,7 +132,7 @@ describe('relay scale-out and lost connections', () => {
     }
     assert.ok(terminated >= 3, `terminated ${terminated} relay connections`);
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 40_000, what: 'the drain to finish' });
-    await waitFor(() => relay.lanes.length === LANES, { timeoutMs: 5000, what: 'the lanes to be leased again' });
+    await waitFor(() => relay.lanes.length === LANES, { timeoutMs: 15_000, what: 'the lanes to be leased again' });
     const all = await readStream(stream.nc, stream.name);
     assert.equal(all.length, before + ids.length);
     assertExactlyOnceInKeyOrder(
