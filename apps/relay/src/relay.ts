@@ -15,6 +15,12 @@ import { compileRelayOptions, retrySpanMs } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
 
+/** Node's TLS certificate verification errors (self-signed, unknown CA, wrong host name, expired). */
+function isTlsVerificationError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|HOSTNAME|ERR_TLS/.test(code);
+}
+
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
 
 class RelayImpl implements Relay {
@@ -137,12 +143,12 @@ class RelayImpl implements Relay {
         throw err;
       });
     if (!lanes.rows[0]) throw new Error(`schema "${o.schema}" has no lane setting: run ferry migrate --schema ${o.schema} first`);
-    const nc = await connect({
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: 1000,
-      waitOnFirstConnect: true,
-      name: this.#appName,
-      ...o.nats,
+    const natsOptions = { maxReconnectAttempts: -1, reconnectTimeWait: 1000, name: this.#appName, ...o.nats };
+    // A server that is down at start is waited for; a TLS verification failure is a misconfiguration
+    // that waiting would never cure, so it ends the start with its reason instead of retrying forever.
+    const nc = await connect({ ...natsOptions, waitOnFirstConnect: false }).catch((err) => {
+      if (isTlsVerificationError(err)) throw new Error(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
+      return connect({ ...natsOptions, waitOnFirstConnect: true });
     });
     this.#nc = nc;
     this.#natsUp = true;
