@@ -1,0 +1,392 @@
+// `npm run chaos -- --events N --kills K [--seed S]`: Ferry under failure,
+// end to end. A publisher load (several writers, many keys) commits N events
+// into an outbox of its own schema on the PostgreSQL of FERRY_DATABASE_URL
+// (default the local test database); two `ferry relay` processes ship them to
+// a private nats-server (JetStream, file storage); two inbox consumer
+// processes apply them. On a seeded schedule processes are SIGKILLed and
+// restarted, nats-server is stopped and restarted once, and the relays' and
+// consumers' PostgreSQL backends are terminated. Then it verifies: every
+// committed event is in the stream once and applied once, in per-key order.
+// Exit code 0: no violation; 1: a violation; 2: bad usage.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { migrate, quoteIdentifier, withTransaction } from '@ferry/core';
+import { createPublisher } from '@ferry/publisher';
+import { NatsServer } from '@ferry/testkit';
+import { DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import pg from 'pg';
+import type { ChaosConsumerConfig } from './consumer.js';
+import { type ChaosOptions, type Fault, faultSchedule, parseChaosArgs, seededRandom, type Target, UsageError } from './plan.js';
+
+const FERRY_BIN = fileURLToPath(new URL('../../relay/bin/ferry.js', import.meta.url));
+const CONSUMER_BIN = fileURLToPath(new URL('./consumer.js', import.meta.url));
+
+const log = (msg: string) => process.stderr.write(`[chaos ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
+
+/** One supervised child process: restarted whenever it exits, until the run stops. */
+class Supervised {
+  readonly name: Target;
+  readonly #command: () => string[];
+  #proc: ChildProcess | undefined;
+  #stopping = false;
+  #held = false;
+  #out = '';
+  /** Relay instance ids seen in the log (their PostgreSQL application_name). */
+  readonly instances = new Set<string>();
+  unexpectedExits = 0;
+  readonly reports = new Map<string, number>();
+
+  constructor(name: Target, command: () => string[]) {
+    this.name = name;
+    this.#command = command;
+  }
+
+  get tail(): string {
+    return this.#out.slice(-3000);
+  }
+
+  start(): void {
+    const proc = spawn(process.execPath, this.#command(), { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.#proc = proc;
+    let partial = '';
+    proc.stdout?.on('data', (b: Buffer) => {
+      const text = b.toString();
+      this.#out = (this.#out + text).slice(-20_000);
+      partial += text;
+      const lines = partial.split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) {
+        const inst = /"instance":"([0-9a-f]{8})"/.exec(line);
+        if (inst?.[1]) this.instances.add(inst[1]);
+        const kind = /^\{"kind":"([a-z-]+)"/.exec(line)?.[1];
+        if (kind) this.reports.set(kind, (this.reports.get(kind) ?? 0) + 1);
+      }
+    });
+    proc.stderr?.on('data', (b: Buffer) => {
+      this.#out = (this.#out + b.toString()).slice(-20_000);
+    });
+    proc.once('exit', (code, signal) => {
+      if (this.#stopping || this.#held) return;
+      this.unexpectedExits++;
+      log(`${this.name} exited on its own (code ${code}, signal ${signal}); restarting`);
+      setTimeout(() => {
+        if (!this.#stopping && !this.#held) this.start();
+      }, 500);
+    });
+  }
+
+  /** SIGKILL, stay down `downMs`, start again. */
+  async kill(downMs: number): Promise<void> {
+    const proc = this.#proc;
+    this.#held = true;
+    if (proc && proc.exitCode === null && proc.signalCode === null) {
+      const exited = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGKILL');
+      await exited;
+    }
+    await sleep(downMs);
+    this.#held = false;
+    if (!this.#stopping) this.start();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    const proc = this.#proc;
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise((r) => proc.once('exit', r));
+    proc.kill('SIGTERM');
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+interface Verdict {
+  committed: number;
+  inStream: number;
+  streamDistinct: number;
+  streamOrderViolations: number;
+  applied: number;
+  appliedTwice: number;
+  orderViolations: number;
+  published: number;
+  inboxDropped: number;
+  drainMs: number;
+}
+
+async function run(o: ChaosOptions): Promise<number> {
+  const databaseUrl = process.env.FERRY_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+  const runId = randomBytes(3).toString('hex');
+  const schema = `chaos_${runId}`;
+  const bossSchema = `${schema}_boss`;
+  const streamName = `CHAOS_${runId}`.toUpperCase();
+  const prefix = `chaos_${runId}`;
+  const s = quoteIdentifier(schema);
+  const faults = faultSchedule(o);
+  log(
+    `seed ${o.seed}: ${o.events} events over ${o.keys} keys by ${o.writers} writers at ~${o.ratePerSecond}/s; ${faults.length} faults; schema ${schema}`,
+  );
+
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: o.writers + 4, application_name: `chaos-${runId}` });
+  const nats = await NatsServer.start();
+  let nc: NatsConnection | undefined;
+  const procs: Supervised[] = [];
+  try {
+    await migrate({ pool, schema, set: 'outbox', lanes: 16 });
+    await migrate({ pool, schema, set: 'inbox' });
+    await pool.query(
+      `CREATE TABLE ${s}.effects (n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id uuid NOT NULL, key text NOT NULL, version bigint NOT NULL)`,
+    );
+    nc = await connect({ servers: nats.url, name: 'chaos', maxReconnectAttempts: -1, reconnectTimeWait: 250 });
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({
+      name: streamName,
+      subjects: [`${prefix}.>`],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      duplicate_window: 600_000 * 1_000_000,
+    });
+    // A core subscription sees every message the relays publish, re-sends included.
+    const sent = { total: 0 };
+    const tap = nc.subscribe(`${prefix}.>`);
+    void (async () => {
+      for await (const _m of tap) sent.total++;
+    })();
+
+    const relayArgs = () => [
+      FERRY_BIN,
+      'relay',
+      '--database-url',
+      databaseUrl,
+      '--schema',
+      schema,
+      '--nats-url',
+      nats.url,
+      '--http-port',
+      '0',
+      '--no-maintenance',
+      '--poll-interval-ms',
+      '100',
+      '--publish-timeout-ms',
+      '3000',
+      '--breaker-cooldown-ms',
+      '500',
+      '--backoff-base-ms',
+      '100',
+      '--backoff-max-ms',
+      '2000',
+      '--max-attempts',
+      '1000',
+      '--log-level',
+      'info',
+    ];
+    const consumerArgs = (i: number) => {
+      const config: ChaosConsumerConfig = {
+        databaseUrl,
+        natsUrl: nats.url,
+        schema,
+        bossSchema,
+        stream: streamName,
+        consumer: 'chaos',
+        applicationName: `chaos-${runId}-consumer-${i}`,
+      };
+      return [CONSUMER_BIN, JSON.stringify(config)];
+    };
+    const relays = [new Supervised('relay-0', relayArgs), new Supervised('relay-1', relayArgs)];
+    const consumers = [new Supervised('consumer-0', () => consumerArgs(0)), new Supervised('consumer-1', () => consumerArgs(1))];
+    procs.push(...relays, ...consumers);
+    // The first consumer creates the durable; the second joins it.
+    consumers[0]?.start();
+    await waitUntil(() => (consumers[0]?.reports.get('started') ?? 0) > 0, 30_000, `consumer-0 to start: ${consumers[0]?.tail}`);
+    for (const p of [...relays, consumers[1]]) p?.start();
+    const byName = new Map(procs.map((p) => [p.name, p]));
+
+    // ---- the load and the faults -------------------------------------------------------------
+    const publisher = createPublisher({ schema, source: 'chaos' });
+    let claimed = 0;
+    let committed = 0;
+    const started = Date.now();
+    const writer = async (w: number) => {
+      const rnd = seededRandom(o.seed * 31 + w + 1);
+      while (claimed < o.events) {
+        const n = Math.min(1 + Math.floor(rnd() * 8), o.events - claimed);
+        claimed += n;
+        const dueMs = started + (claimed / o.ratePerSecond) * 1000 - Date.now();
+        if (dueMs > 0) await sleep(dueMs);
+        const events = Array.from({ length: n }, () => {
+          const key = `k${Math.floor(rnd() * o.keys)}`;
+          return { subject: `${prefix}.set`, key, type: 'Set', data: { key } };
+        });
+        await withTransaction(pool, (tx) => publisher.publishMany(tx, events));
+        committed += n;
+      }
+    };
+    const faultLog = { kills: 0, natsRestarts: 0, backendsTerminated: 0 };
+    const runFaults = async () => {
+      for (const f of faults) {
+        while (committed < f.atEvent) await sleep(20);
+        await inject(f);
+      }
+    };
+    const inject = async (f: Fault) => {
+      if (f.kind === 'kill') {
+        log(`at ${committed}: SIGKILL ${f.target}, down ${f.downMs} ms`);
+        await byName.get(f.target)?.kill(f.downMs);
+        faultLog.kills++;
+      } else if (f.kind === 'nats-restart') {
+        log(`at ${committed}: nats-server stopped for ${f.downMs} ms`);
+        await nats.kill('SIGTERM');
+        await sleep(f.downMs);
+        await nats.restart();
+        faultLog.natsRestarts++;
+        log('nats-server back');
+      } else {
+        const p = byName.get(f.target);
+        const names = p?.name.startsWith('relay')
+          ? [...(p?.instances ?? [])].map((i) => `ferry-relay:${i}%`)
+          : [`chaos-${runId}-${p?.name}`];
+        const { rowCount } = await pool.query(
+          'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE ANY($1::text[]) AND pid <> pg_backend_pid()',
+          [names],
+        );
+        faultLog.backendsTerminated += rowCount ?? 0;
+        log(`at ${committed}: terminated ${rowCount} PostgreSQL backends of ${f.target}`);
+      }
+    };
+    await Promise.all([...Array.from({ length: o.writers }, (_, w) => writer(w)), runFaults()]);
+    const loadDoneAt = Date.now();
+    log(`load done: ${committed} events committed in ${((loadDoneAt - started) / 1000).toFixed(1)} s; draining`);
+
+    // ---- drain ------------------------------------------------------------------------------
+    const count = async (sql: string) => Number((await pool.query<{ n: string }>(sql)).rows[0]?.n ?? 0);
+    await waitUntil(
+      async () =>
+        (await count(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at IS NULL`)) === 0 &&
+        (await count(`SELECT count(*)::text AS n FROM ${s}.effects`)) >= committed,
+      o.drainTimeoutMs,
+      'the drain',
+    ).catch((err) => log(String(err)));
+    const drainMs = Date.now() - loadDoneAt;
+    await sleep(2000); // a late duplicate would land now
+    for (const p of procs) await p.stop();
+
+    // ---- verify -----------------------------------------------------------------------------
+    const stream = await readStreamIds(nc, streamName);
+    const lastVersion = new Map<string, bigint>();
+    let streamOrderViolations = 0;
+    for (const m of stream) {
+      if (m.version <= (lastVersion.get(m.key) ?? 0n)) streamOrderViolations++;
+      lastVersion.set(m.key, m.version);
+    }
+    const v: Verdict = {
+      committed: await count(`SELECT count(*)::text AS n FROM ${s}.outbox`),
+      inStream: (await jsm.streams.info(streamName)).state.messages,
+      streamDistinct: new Set(stream.map((m) => m.id)).size,
+      streamOrderViolations,
+      applied: await count(`SELECT count(*)::text AS n FROM ${s}.effects`),
+      appliedTwice: await count(`SELECT count(*)::text AS n FROM (SELECT 1 FROM ${s}.effects GROUP BY key, version HAVING count(*) > 1) d`),
+      orderViolations: await count(
+        `SELECT count(*)::text AS n FROM (SELECT version, lag(version) OVER (PARTITION BY key ORDER BY n) AS prev FROM ${s}.effects) e WHERE version <> prev + 1 OR (prev IS NULL AND version <> 1)`,
+      ),
+      published: sent.total,
+      inboxDropped: consumers.reduce((n, c) => n + (c.reports.get('duplicate') ?? 0) + (c.reports.get('stale') ?? 0), 0),
+      drainMs,
+    };
+    const parked = consumers.reduce((n, c) => n + (c.reports.get('parked') ?? 0), 0);
+    const gaps = consumers.reduce((n, c) => n + (c.reports.get('gap') ?? 0), 0);
+    const violations: string[] = [];
+    if (v.committed !== o.events) violations.push(`committed ${v.committed}, expected ${o.events}`);
+    if (v.inStream !== v.committed) violations.push(`stream holds ${v.inStream} messages for ${v.committed} committed events`);
+    if (v.streamDistinct !== v.committed) violations.push(`stream holds ${v.streamDistinct} distinct events of ${v.committed}`);
+    if (v.applied !== v.committed) violations.push(`${v.applied} effects for ${v.committed} committed events`);
+    if (v.appliedTwice > 0) violations.push(`${v.appliedTwice} events applied twice`);
+    if (v.orderViolations > 0 || v.streamOrderViolations > 0)
+      violations.push(`per-key order violations: ${v.orderViolations} applied, ${v.streamOrderViolations} in the stream`);
+    if (parked > 0) violations.push(`${parked} events parked`);
+
+    const rows: Array<[string, string, string]> = [
+      ['events committed', String(v.committed), ''],
+      ['events in the stream', String(v.inStream), v.inStream === v.committed ? 'ok (= committed)' : 'VIOLATION'],
+      ['distinct events in the stream', String(v.streamDistinct), v.streamDistinct === v.committed ? 'ok' : 'VIOLATION'],
+      [
+        'effects applied',
+        String(v.applied),
+        v.applied === v.committed && v.appliedTwice === 0 ? 'ok (= committed, none twice)' : 'VIOLATION',
+      ],
+      [
+        'per-key order violations',
+        String(v.orderViolations + v.streamOrderViolations),
+        v.orderViolations + v.streamOrderViolations === 0 ? 'ok' : 'VIOLATION',
+      ],
+      ['messages the relays published', String(v.published), 'seen by a core subscription'],
+      ['duplicates dropped by the stream', String(Math.max(0, v.published - v.inStream)), 'published − stored'],
+      ['duplicates dropped by the inbox', String(v.inboxDropped), 'duplicate + stale reports'],
+      ['inbox gap waits', String(gaps), 'sequential mode naks'],
+      ['time to drain', `${(v.drainMs / 1000).toFixed(1)} s`, 'after the last commit'],
+      ['processes SIGKILLed and restarted', String(faultLog.kills), ''],
+      ['nats-server stops and restarts', String(faultLog.natsRestarts), ''],
+      ['PostgreSQL backends terminated', String(faultLog.backendsTerminated), ''],
+      ['processes that exited on their own', String(procs.reduce((n, p) => n + p.unexpectedExits, 0)), 'restarted'],
+      ['total time', `${((Date.now() - started) / 1000).toFixed(1)} s`, `seed ${o.seed}`],
+    ];
+    const w0 = Math.max(...rows.map((r) => r[0].length));
+    const w1 = Math.max(...rows.map((r) => r[1].length));
+    process.stdout.write(`\n${rows.map(([a, b, c]) => `${a.padEnd(w0)}  ${b.padStart(w1)}  ${c}`.trimEnd()).join('\n')}\n\n`);
+    if (violations.length > 0) {
+      process.stdout.write(`FAILED: ${violations.join('; ')}\n`);
+      for (const p of procs) log(`${p.name} last output:\n${p.tail}`);
+      return 1;
+    }
+    process.stdout.write('OK: no loss, no duplicate, per-key order kept\n');
+    return 0;
+  } finally {
+    for (const p of procs) await p.stop().catch(() => {});
+    await nc?.close().catch(() => {});
+    await nats.stop().catch(() => {});
+    await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`).catch(() => {});
+    await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(bossSchema)} CASCADE`).catch(() => {});
+    await pool.end();
+  }
+}
+
+async function waitUntil(check: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+/** Every message of the stream in stream order: id, key, version. */
+async function readStreamIds(nc: NatsConnection, stream: string): Promise<Array<{ id: string; key: string; version: bigint }>> {
+  const total = (await (await jetstreamManager(nc)).streams.info(stream)).state.messages;
+  const consumer = await jetstream(nc).consumers.get(stream, { deliver_policy: DeliverPolicy.All });
+  const out: Array<{ id: string; key: string; version: bigint }> = [];
+  const deadline = Date.now() + 120_000;
+  while (out.length < total && Date.now() < deadline) {
+    const batch = await consumer.fetch({ max_messages: Math.min(5000, total - out.length), expires: 2000 });
+    for await (const m of batch) {
+      out.push({
+        id: m.headers?.get('ce-id') ?? '',
+        key: m.headers?.get('ce-partitionkey') ?? '',
+        version: BigInt(m.headers?.get('ce-sequence') || '0'),
+      });
+    }
+  }
+  return out;
+}
+
+try {
+  process.exitCode = await run(parseChaosArgs(process.argv.slice(2)));
+} catch (err) {
+  if (err instanceof UsageError) {
+    process.stderr.write(`${err.message}\n`);
+    process.exitCode = 2;
+  } else {
+    process.stderr.write(`chaos run failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exitCode = 1;
+  }
+}
