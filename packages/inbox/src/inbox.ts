@@ -13,6 +13,7 @@ import {
   validateIdentifier,
   validateKey,
   WIRE_HEADERS,
+  withTransaction,
 } from '@ferry/core';
 import {
   AckPolicy,
@@ -298,27 +299,6 @@ class InboxImpl implements Inbox {
   }
 
   // ---- the gate ------------------------------------------------------------------------------
-
-  /** Runs `fn` in a transaction of its own; rolls back instead of committing when `rollback(result)`. */
-  async #transaction<T>(fn: (tx: PooledConnection) => Promise<T>, rollback: (result: T) => boolean = () => false): Promise<T> {
-    const client = await this.#o.pool.connect();
-    let broken: Error | undefined;
-    try {
-      await client.query('BEGIN');
-      const result = await fn(client);
-      await client.query(rollback(result) ? 'ROLLBACK' : 'COMMIT');
-      return result;
-    } catch (err) {
-      try {
-        await client.query('ROLLBACK');
-      } catch (rollbackErr) {
-        broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
-      }
-      throw err;
-    } finally {
-      client.release(broken);
-    }
-  }
 
   /** Why an event cannot reach a handler, or its payload. */
   #prepare(event: FerryEvent): { handler: NonNullable<CompiledInboxOptions['handlers'][string]>; payload: unknown } | GateOutcome {
@@ -609,7 +589,7 @@ class InboxImpl implements Inbox {
     const o = this.#o;
     const boss = this.#boss;
     if (!boss) throw new ConfigError('boss', 'inbox is not started');
-    return this.#transaction(async (tx) => {
+    return withTransaction(o.pool, async (tx) => {
       if (event && o.mode !== 'dedupe') {
         const row = await lockKey(tx, this.#s, o.consumer, event.key);
         if (event.version <= row.version) return { stale: true as const, recorded: row.version };
