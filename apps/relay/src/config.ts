@@ -78,6 +78,23 @@ export function redactUrl(url: string): string {
   }
 }
 
+/** NATS URLs safe to print: a password inside one (nats://user:password@host) becomes ***. */
+export function redactNatsUrls(urls: readonly string[]): string[] {
+  return urls.map((u) => (u.includes('@') ? redactUrl(u) : u));
+}
+
+/** The passwords inside NATS URLs, for the log's secret filter. */
+export function natsUrlPasswords(urls: readonly string[]): string[] {
+  return urls.flatMap((u) => {
+    try {
+      const p = new URL(u).password;
+      return p ? [decodeURIComponent(p)] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
 const DURATION = /^(\d+)(ms|s|m|h|d)$/;
 const DURATION_UNITS_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 

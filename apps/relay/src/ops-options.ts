@@ -3,7 +3,7 @@ import { type ConnectionOptions, connect, type NatsConnection } from '@nats-io/t
 import { type Command, CommanderError, Option } from 'commander';
 import pg from 'pg';
 import { natsConnectOptions, type RelayFlags } from './commands/relay.js';
-import { databaseUrlOption, parseNatsUrls, resolveDatabaseUrl, schemaOption } from './config.js';
+import { databaseUrlOption, parseNatsUrls, redactNatsUrls, resolveDatabaseUrl, schemaOption } from './config.js';
 import type { CommandContext } from './context.js';
 import { lockNamespace } from './lane-leaser.js';
 
@@ -60,9 +60,12 @@ export async function connectNats(flags: OpsNatsFlags, name: string): Promise<Na
   try {
     return await connect(options);
   } catch (err) {
-    throw new Error(`NATS at ${flags.natsUrl.join(',')} is not reachable (${(err as Error).message}): start it or pass --nats-url`, {
-      cause: err,
-    });
+    throw new Error(
+      `NATS at ${redactNatsUrls(flags.natsUrl).join(',')} is not reachable (${(err as Error).message}): start it or pass --nats-url`,
+      {
+        cause: err,
+      },
+    );
   }
 }
 

@@ -6,12 +6,14 @@ import { Command, Option } from 'commander';
 import {
   databaseUrlOption,
   LOG_LEVELS,
+  natsUrlPasswords,
   parseBoolean,
   parseDuration,
   parseEnsureStream,
   parseIntIn,
   parseLanesPerInstance,
   parseNatsUrls,
+  redactNatsUrls,
   redactUrl,
   resolveDatabaseUrl,
   schemaOption,
@@ -251,7 +253,13 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     );
   }
   const nats = natsConnectOptions(flags);
-  const logger = createLogger(flags.logLevel, [passwordOf(databaseUrl), flags.natsPassword, flags.natsToken, flags.natsNkeySeed]);
+  const logger = createLogger(flags.logLevel, [
+    passwordOf(databaseUrl),
+    flags.natsPassword,
+    flags.natsToken,
+    flags.natsNkeySeed,
+    ...natsUrlPasswords(flags.natsUrl),
+  ]);
   const options: RelayOptions = {
     databaseUrl,
     nats,
@@ -285,7 +293,7 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     {
       event: 'starting',
       database: redactUrl(databaseUrl),
-      nats: flags.natsUrl,
+      nats: redactNatsUrls(flags.natsUrl),
       schema: flags.schema,
       pid: process.pid,
       instance: relay.instanceId,
