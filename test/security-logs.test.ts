@@ -1,0 +1,292 @@
+// Secrets and payloads in logs: every process this test starts (the relay, each
+// CLI command, an inbox with a pino logger) gets secrets in its configuration
+// (database password, NATS password, token, nkey seed, a password inside a NATS
+// URL) and events carrying a payload marker; all output is grepped.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { encodeEvent, withTransaction } from '@ferry/core';
+import { createInbox } from '@ferry/inbox';
+import { createPublisher } from '@ferry/publisher';
+import { createTestDatabase, freePort, NatsServer, type TestDatabase, waitFor } from '@ferry/testkit';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect, headers, type NatsConnection, nkeys } from '@nats-io/transport-node';
+import pg from 'pg';
+import { pino } from 'pino';
+import { FERRY_BIN } from './relay-helpers.js';
+
+const MARKER = 'PAYLOAD-MARKER-5e1d';
+const DB_PASSWORD = 'db-Secret-aa41';
+const NATS_PASSWORD = 'nats-Secret-b7e2';
+const URL_PASSWORD = 'url-Secret-c3d9';
+const TOKEN = 'tok-Secret-d0f4';
+const nkeyUser = nkeys.createUser();
+const SEED = new TextDecoder().decode(nkeyUser.getSeed());
+const SECRETS = [DB_PASSWORD, NATS_PASSWORD, URL_PASSWORD, TOKEN, SEED];
+
+function assertNoSecret(output: string, what: string): void {
+  for (const secret of SECRETS) {
+    assert.ok(
+      !output.includes(secret),
+      `${what}: ${secret.slice(0, 8)}… appears in the output:\n${output
+        .split('\n')
+        .filter((l) => l.includes(secret))
+        .join('\n')
+        .slice(0, 1500)}`,
+    );
+  }
+}
+
+/** pino JSON lines that mention the payload marker must be debug (20) or below. */
+function assertPayloadOnlyAtDebug(output: string, what: string): void {
+  for (const line of output.split('\n')) {
+    if (!line.includes(MARKER)) continue;
+    let level = Number.POSITIVE_INFINITY;
+    try {
+      level = (JSON.parse(line) as { level?: number }).level ?? level;
+    } catch {
+      // not a JSON log line: plain output must not carry payloads at all
+    }
+    assert.ok(level <= 20, `${what}: a payload logged above debug: ${line.slice(0, 300)}`);
+  }
+}
+
+function ferry(args: string[], env: Record<string, string> = {}, timeoutMs = 20_000): Promise<{ code: number | null; out: string }> {
+  const proc = spawn(process.execPath, [FERRY_BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  proc.stdout.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  proc.stderr.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  const timer = setTimeout(() => proc.kill('SIGKILL'), timeoutMs);
+  return new Promise((resolve) =>
+    proc.once('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    }),
+  );
+}
+
+describe('secrets are redacted and payloads stay at debug in every process', () => {
+  let db: TestDatabase;
+  let server: NatsServer;
+  let nc: NatsConnection;
+  let secretUrl: string;
+  const stream = 'SECLOGS';
+
+  before(async () => {
+    db = await createTestDatabase({ prefix: 'sec_logs', migrate: ['outbox', 'inbox'], lanes: 2 });
+    const u = new URL(db.url);
+    u.password = DB_PASSWORD; // the local server trusts, so the password only travels
+    secretUrl = u.toString();
+    server = await NatsServer.start({
+      config: `authorization { users: [ { user: "ferry", password: "${NATS_PASSWORD}" }, { user: "urluser", password: "${URL_PASSWORD}" }, { nkey: "${nkeyUser.getPublicKey()}" } ] }`,
+    });
+    nc = await connect({ servers: server.url, user: 'ferry', pass: NATS_PASSWORD });
+    await (await jetstreamManager(nc)).streams.add({ name: stream, subjects: ['seclogs.>'] });
+    const publisher = createPublisher({ schema: db.schema, source: 'sec-logs' });
+    await withTransaction(db.pool, async (tx) => {
+      for (let i = 0; i < 20; i++) {
+        await publisher.publish(tx, { subject: 'seclogs.orders', key: `k${i % 3}`, type: 'Set', data: { marker: MARKER, i } });
+      }
+      // No stream covers this subject: the relay fails it and logs the failure.
+      await publisher.publish(tx, { subject: 'nostream.orders', key: 'lost', type: 'Set', data: { marker: MARKER } });
+    });
+  });
+
+  after(async () => {
+    await nc?.close();
+    await server?.stop();
+    await db?.close();
+  });
+
+  test('security - the relay at debug level logs no secret, and payloads only at debug', async () => {
+    const proc = spawn(
+      process.execPath,
+      [
+        FERRY_BIN,
+        'relay',
+        '--database-url',
+        secretUrl,
+        '--schema',
+        db.schema,
+        '--nats-url',
+        `${server.url},nats://urluser:${URL_PASSWORD}@127.0.0.1:${server.port}`,
+        '--nats-user',
+        'ferry',
+        '--http-port',
+        '0',
+        '--log-level',
+        'debug',
+        '--max-attempts',
+        '2',
+        '--backoff-base-ms',
+        '10',
+        '--backoff-max-ms',
+        '20',
+        '--poll-interval-ms',
+        '50',
+        '--no-maintenance',
+      ],
+      { env: { ...process.env, FERRY_NATS_PASSWORD: NATS_PASSWORD }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    proc.stdout.on('data', (b: Buffer) => {
+      out += b.toString();
+    });
+    proc.stderr.on('data', (b: Buffer) => {
+      out += b.toString();
+    });
+    const exited = new Promise<number | null>((resolve) => proc.once('close', resolve));
+    try {
+      await waitFor(
+        async () => {
+          const { rows } = await db.pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE published_at IS NULL AND dead_at IS NULL`,
+          );
+          return rows[0]?.n === 0;
+        },
+        {
+          timeoutMs: 20_000,
+          what: 'the drain (and the dead row)',
+        },
+      );
+    } finally {
+      proc.kill('SIGTERM');
+    }
+    assert.equal(await exited, 0, out.slice(-1500));
+    assert.ok(out.split('\n').length > 3, 'the relay logged');
+    assertNoSecret(out, 'ferry relay');
+    assertPayloadOnlyAtDebug(out, 'ferry relay');
+  });
+
+  test('security - every CLI command keeps secrets out of its output, also when NATS refuses or is down', async () => {
+    const closedPort = await freePort();
+    const natsEnv = { FERRY_NATS_USER: 'ferry', FERRY_NATS_PASSWORD: NATS_PASSWORD };
+    const base = ['--database-url', secretUrl, '--schema', db.schema];
+    const runs: Array<[string, string[], Record<string, string>]> = [
+      ['migrate', ['migrate', ...base], {}],
+      ['migrate --inbox', ['migrate', ...base, '--inbox'], {}],
+      ['status', ['status', ...base], {}],
+      ['status --json', ['status', ...base, '--json'], {}],
+      ['dlq list', ['dlq', 'list', ...base, '--json'], {}],
+      ['inbox parked list', ['inbox', 'parked', 'list', ...base, '--boss-schema', `${db.schema}_nope`], {}],
+      ['doctor', ['doctor', ...base, '--nats-url', server.url, '--stream', stream], natsEnv],
+      ['doctor --json', ['doctor', ...base, '--nats-url', server.url, '--json'], natsEnv],
+      ['replay', ['replay', ...base, '--nats-url', server.url, '--from-seq', '1', '--json'], natsEnv],
+      ['verify', ['verify', ...base, '--nats-url', server.url, '--subject', 'seclogs.canary', '--timeout', '1s'], natsEnv],
+      ['doctor, token', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_TOKEN: TOKEN }],
+      ['doctor, nkey', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_NKEY_SEED: SEED }],
+      [
+        'doctor, password in the NATS URL',
+        ['doctor', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${server.port}`],
+        {},
+      ],
+      [
+        'replay, NATS down, password in its URL',
+        ['replay', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--from-seq', '1'],
+        {},
+      ],
+      [
+        'verify, NATS down, password in its URL',
+        ['verify', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--timeout', '1s'],
+        {},
+      ],
+      [
+        'relay, NATS refuses',
+        ['relay', ...base, '--nats-url', server.url, '--http-port', '0', '--no-maintenance'],
+        { FERRY_NATS_USER: 'ferry', FERRY_NATS_PASSWORD: `${NATS_PASSWORD}x` },
+      ],
+      ['relay, bad option next to secrets', ['relay', ...base, '--batch-size', 'lots'], natsEnv],
+      [
+        'status, database down',
+        ['status', '--database-url', `postgres://postgres:${DB_PASSWORD}@127.0.0.1:${closedPort}/test`, '--schema', db.schema],
+        {},
+      ],
+    ];
+    // The two migrations first, one after the other; the rest concurrently.
+    const results = [];
+    for (const [, args, env] of runs.slice(0, 2)) results.push(await ferry(args, env));
+    results.push(...(await Promise.all(runs.slice(2).map(([, args, env]) => ferry(args, env)))));
+    for (const [i, r] of results.entries()) {
+      const what = `ferry ${runs[i]?.[0]}`;
+      assert.notEqual(r.code, null, `${what} ended by the time bound`);
+      assertNoSecret(r.out, what);
+      assertPayloadOnlyAtDebug(r.out, what);
+    }
+  });
+
+  test('security - an inbox with a pino logger at debug logs no payload above debug, also when it fails and parks', async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: 'debug' }, { write: (s: string) => lines.push(s) });
+    const pool = new pg.Pool({ connectionString: secretUrl, max: 4 });
+    const subject = 'seclogs.inbox';
+    const js = jetstream(nc);
+    const inboxStream = 'SECLOGSIN';
+    await (await jetstreamManager(nc)).streams.add({ name: inboxStream, subjects: ['seclogsin.>'] });
+    const send = async (type: string, key: string, body: string) => {
+      const e = encodeEvent({
+        id: randomUUID(),
+        key,
+        version: 1n,
+        subject,
+        type,
+        source: 'sec',
+        time: new Date(),
+        contentType: 'application/json',
+        data: Buffer.from(body),
+        headers: {},
+      });
+      const h = headers();
+      for (const [n, v] of e.headers) h.set(n, v);
+      await js.publish(`seclogsin.${type.toLowerCase()}`, e.body, { headers: h });
+    };
+    const inbox = createInbox<{ Ok: unknown; Fail: unknown }>({
+      pool,
+      nc,
+      stream: inboxStream,
+      consumer: 'seclogs',
+      schema: db.schema,
+      bossSchema: `${db.schema}_boss`,
+      maxDeliver: 2,
+      backoffMs: [10],
+      logger,
+      handlers: {
+        Ok: async () => {},
+        Fail: async (event) => {
+          throw new Error(`handler refused ${JSON.stringify(event.payload)}`);
+        },
+      },
+    });
+    try {
+      await send('Ok', 'a', JSON.stringify({ marker: MARKER }));
+      await send('Fail', 'b', JSON.stringify({ marker: MARKER }));
+      await send('Unknown', 'c', JSON.stringify({ marker: MARKER }));
+      await send('Ok', 'd', `{"marker": "${MARKER}", broken`);
+      await inbox.start();
+      await waitFor(() => inbox.counts().parked >= 3 && inbox.counts().applied >= 1, {
+        timeoutMs: 20_000,
+        what: 'one applied and three parked (handler failure, unknown type, bad JSON)',
+      });
+    } finally {
+      await inbox.stop();
+      await pool.end();
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${db.schema}_boss" CASCADE`);
+    }
+    const out = lines.join('');
+    assert.ok(out.includes('parked'), 'the inbox logged its parking');
+    assertNoSecret(out, 'inbox');
+    // The handler's own error message quotes the payload: that is the application's text, and it
+    // is logged with the error; the inbox itself adds no payload. Strip the handler's message first.
+    assertPayloadOnlyAtDebug(
+      out
+        .split('\n')
+        .filter((l) => !l.includes('handler refused'))
+        .join('\n'),
+      'inbox',
+    );
+  });
+});
