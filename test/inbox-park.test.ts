@@ -37,6 +37,7 @@ describe('inbox parking', () => {
     const f = await fixture();
     let failing = true;
     const attempts: number[] = [];
+    const at: number[] = [];
     const inbox = f.inbox({
       mode: 'latest',
       maxDeliver: 3,
@@ -44,6 +45,7 @@ describe('inbox parking', () => {
       handlers: {
         Set: async (event, { tx, attempt }) => {
           attempts.push(attempt);
+          at.push(performance.now());
           await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
           if (failing) throw new Error('downstream unavailable');
         },
@@ -53,6 +55,9 @@ describe('inbox parking', () => {
     await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'a', version: 1 })]);
     await waitFor(() => inbox.counts().parked === 1, { what: 'the event parked' });
     assert.deepEqual(attempts, [1, 2, 3]);
+    // Nak delays follow backoffMs with jitter in [base/2, base]: at least 20 ms, then 40 ms.
+    assert.ok((at[1] ?? 0) - (at[0] ?? 0) >= 19, `first retry after ${(at[1] ?? 0) - (at[0] ?? 0)} ms`);
+    assert.ok((at[2] ?? 0) - (at[1] ?? 0) >= 39, `second retry after ${(at[2] ?? 0) - (at[1] ?? 0)} ms`);
     assert.deepEqual(await f.effects(), [], 'every failed attempt was rolled back');
     const failed = f.reports.filter((r) => r.kind === 'failed');
     assert.deepEqual(
