@@ -21,7 +21,13 @@ const config = JSON.parse(process.argv[2] ?? '{}') as ChaosConsumerConfig;
 const s = quoteIdentifier(config.schema);
 const pool = new pg.Pool({ connectionString: config.databaseUrl, max: 12, application_name: config.applicationName });
 pool.on('error', () => {}); // a terminated idle connection is replaced by the pool
-const nc = await connect({ servers: config.natsUrl, name: config.applicationName, maxReconnectAttempts: -1, reconnectTimeWait: 250 });
+const nc = await connect({
+  servers: config.natsUrl,
+  name: config.applicationName,
+  maxReconnectAttempts: -1,
+  reconnectTimeWait: 250,
+  waitOnFirstConnect: true,
+});
 const inbox = createInbox<{ Set: unknown }>({
   pool,
   nc,
