@@ -50,6 +50,20 @@ export function wrongShapes(options: Omit<InboxOptions<OrderEvents>, 'handlers'>
   createInbox<OrderEvents>({ ...options, handlers: {}, mode: 'newest' });
 }
 
+/** Without an event map any type name is accepted and the payload is unknown. */
+export function untyped(options: Omit<InboxOptions, 'handlers'>): void {
+  createInbox({
+    ...options,
+    handlers: {
+      Set: async (event, { tx }) => {
+        const type: string = event.type;
+        const payload: unknown = event.payload;
+        await tx.query('SELECT $1::text', [type, payload]);
+      },
+    },
+  });
+}
+
 test('inbox types - handlers are typed per event type from the user event map', () => {
   const pool = new pg.Pool({ max: 1 });
   const inbox = createInbox<OrderEvents>({

@@ -637,10 +637,14 @@ class InboxImpl implements Inbox {
 
 /**
  * Creates an inbox: a durable JetStream pull consumer whose every message
- * runs version gate → handler → version record in one PostgreSQL transaction,
- * then is acked. See the package README for a complete consumer.
+ * runs version gate → handler → COMMIT in one PostgreSQL transaction, then is
+ * acked. See the package README for a complete consumer.
+ *
+ * The event map is never inferred from the handlers (`NoInfer`): give it
+ * (`createInbox<OrderEvents>(…)`) for typed payloads, or leave it out and every
+ * handler gets `payload: unknown`.
  */
-export function createInbox<E extends EventMap = EventMap>(options: InboxOptions<E>): Inbox {
+export function createInbox<E extends EventMap = EventMap>(options: InboxOptions<NoInfer<E>>): Inbox {
   return new InboxImpl(compileInboxOptions(options));
 }
 

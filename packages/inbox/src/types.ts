@@ -38,8 +38,14 @@ export interface HandlerContext {
 
 export type Handler<T extends string = string, P = unknown> = (event: InboxEvent<T, P>, ctx: HandlerContext) => Promise<void>;
 
-/** One typed handler per event type of the map; types without a handler are parked as `unknown-type`. */
-export type Handlers<E extends EventMap> = { [T in keyof E & string]?: Handler<T, E[T]> };
+/**
+ * One typed handler per event type of the map; types without a handler are
+ * parked as `unknown-type`. Without a map (the default `EventMap`) any type
+ * name is accepted and every payload is `unknown`.
+ */
+export type Handlers<E extends EventMap> = string extends keyof E
+  ? Record<string, Handler<string, unknown>>
+  : { [T in keyof E & string]?: Handler<T, E[T]> };
 
 /** Why an event was parked. */
 export const PARK_REASONS = [
