@@ -1,23 +1,14 @@
 import type { Queryable } from '@ferry/core';
+import pg from 'pg';
 
 // The gate's hot path in as few round trips as possible: BEGIN travels with the
 // gate, as multi-statement simple queries. Simple queries take no parameters, so the values are inlined as SQL
 // literals escaped by `literal()`; the schema is the pre-quoted identifier.
 
-/** A string as a SQL literal, escaped as libpq's PQescapeLiteral (and node-pg's escapeLiteral) do. */
+/** A string as a SQL literal, escaped by node-postgres's `escapeLiteral` (libpq's PQescapeLiteral rules). */
 export function literal(value: string): string {
   if (value.includes('\u0000')) throw new RangeError('a PostgreSQL text value cannot contain a NUL character');
-  let hasBackslash = false;
-  let out = "'";
-  for (const c of value) {
-    if (c === "'") out += "''";
-    else if (c === '\\') {
-      out += '\\\\';
-      hasBackslash = true;
-    } else out += c;
-  }
-  out += "'";
-  return hasBackslash ? ` E${out}` : out;
+  return pg.escapeLiteral(value);
 }
 
 function lastRows<R>(result: unknown): R[] {
