@@ -35,6 +35,14 @@ export interface DispatcherDeps {
 
 /** Parallel claim queries per loop iteration (each on its own pool connection, over disjoint lanes). */
 const CLAIMERS = 2;
+/**
+ * Event data bytes held at most (claimed, not yet acknowledged), besides the
+ * `maxInFlight` row count: rows alone do not bound memory when payloads are
+ * large (2,000 rows of 1 MB took 2.5 GB of RSS; bench/scenarios/relay-memory.ts).
+ * Claims are sized by a running estimate of the bytes per row, starting from
+ * the server's max_payload.
+ */
+export const MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024;
 
 /**
  * Drops from a claimed batch the rows that follow a retried row of their key:
@@ -86,6 +94,9 @@ export class Dispatcher {
   readonly #inflightLanes = new Map<number, number>();
   readonly #batches = new Set<Promise<void>>();
   #inflightRows = 0;
+  #inflightBytes = 0;
+  /** Running estimate of data bytes per claimed row (undefined before the first claim). */
+  #rowBytes: number | undefined;
   #running = false;
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
@@ -171,7 +182,9 @@ export class Dispatcher {
         continue;
       }
       const probing = state !== CircuitState.Closed;
-      const capacity = o.maxInFlight - this.#inflightRows;
+      const rowBytes = Math.max(64, this.#rowBytes ?? this.#d.maxPayload() ?? 1_048_576);
+      const byteRoom = Math.floor((MAX_IN_FLIGHT_BYTES - this.#inflightBytes) / rowBytes);
+      const capacity = Math.min(o.maxInFlight - this.#inflightRows, this.#inflightRows === 0 ? Math.max(1, byteRoom) : byteRoom);
       if (capacity <= 0 || (probing && this.#inflightRows > 0)) {
         await this.#pause(o.pollIntervalMs);
         continue;
@@ -192,6 +205,7 @@ export class Dispatcher {
         continue;
       }
       for (const rows of claimed) if (rows.length > 0) this.#launch(holdBehindRetries(rows));
+      this.#estimateRowBytes(claimed);
       const found = claimed.reduce((n, rows) => n + rows.length, 0);
       if (!probing && claimed.some((rows) => rows.length === limit)) {
         this.#idleDelayMs = 0;
@@ -221,15 +235,30 @@ export class Dispatcher {
     return rows;
   }
 
+  #estimateRowBytes(claimed: ClaimedRow[][]): void {
+    let n = 0;
+    let bytes = 0;
+    for (const rows of claimed) {
+      n += rows.length;
+      for (const r of rows) bytes += r.data.byteLength;
+    }
+    if (n === 0) return;
+    const avg = bytes / n;
+    this.#rowBytes = this.#rowBytes === undefined ? avg : (this.#rowBytes + avg) / 2;
+  }
+
   #launch(rows: ClaimedRow[]): void {
+    let bytes = 0;
     for (const r of rows) {
       const seqs = this.#inflightSeqs.get(r.lane) ?? new Set<string>();
       this.#inflightSeqs.set(r.lane, seqs);
       seqs.add(r.seq);
       if (r.attempts > 0) this.#retryingKeys.set(r.key, (this.#retryingKeys.get(r.key) ?? 0) + 1);
       this.#inflightLanes.set(r.lane, (this.#inflightLanes.get(r.lane) ?? 0) + 1);
+      bytes += r.data.byteLength;
     }
     this.#inflightRows += rows.length;
+    this.#inflightBytes += bytes;
     const batch = this.#batch(rows)
       .catch((err) => this.#d.logger.error({ err, rows: rows.length }, 'batch failed unexpectedly; its rows will be claimed again'))
       .finally(() => {
@@ -247,6 +276,7 @@ export class Dispatcher {
           else this.#inflightLanes.set(r.lane, l);
         }
         this.#inflightRows -= rows.length;
+        this.#inflightBytes -= bytes;
         this.#batches.delete(batch);
         // Capacity came back, or the keys of this batch may have more rows: look again.
         this.#wake?.();
