@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createPublisher } from '@ferry/publisher';
-import { createTestDatabase, createTestStream, type TestDatabase, type TestStream } from '@ferry/testkit';
+import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import {
   type ConsumerProcess,
   effectCounts,
@@ -78,11 +78,20 @@ describe('failure proofs: duplicate publishes', () => {
       await b.query('BEGIN');
       // Both transactions insert the id before either commits: b waits on a's uncommitted row.
       const ra = await publisher.publish(a, input);
-      const rbPending = publisher.publish(b, input);
-      await sleep(200);
+      // Settled at once, so its rejection is never unhandled while a commits.
+      const rbOutcome = publisher.publish(b, input).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      const bPid = (b as unknown as { processID: number }).processID;
+      await waitFor(
+        async () =>
+          (await db.pool.query(`SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1`, [bPid])).rows[0]?.wait_event_type === 'Lock',
+        { what: "the second transaction to wait on the first one's row" },
+      );
       await a.query('COMMIT');
       // b's insert waited on a's row, and is told so: its transaction is aborted, and a retry returns the stored event.
-      await assert.rejects(rbPending, { code: 'FERRY_CONFLICT' });
+      assert.equal(((await rbOutcome) as { code?: string } | undefined)?.code, 'FERRY_CONFLICT');
       await b.query('ROLLBACK');
       await b.query('BEGIN');
       const rb = await publisher.publish(b, input);
