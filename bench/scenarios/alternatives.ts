@@ -17,7 +17,7 @@
  * The naive relay drains the first 1,000 rows of the same backlog (its rate is
  * one round trip set per row whatever the backlog size).
  *
- *   node bench/dist/scenarios/alternatives.js [--quick] [--events 4000] [--naive-events 1000] [--trials 3]
+ *   node bench/dist/scenarios/alternatives.js [--quick] [--events 6000] [--naive-events 1000] [--trials 3]
  */
 import { randomInt } from 'node:crypto';
 import { encodeEvent, quoteIdentifier } from '@ferry/core';
@@ -32,7 +32,7 @@ import { startRelay } from '../lib/outbox.js';
 import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
 
 const QUICK = hasFlag('quick');
-const EVENTS = numArg('events', QUICK ? 600 : 4000);
+const EVENTS = numArg('events', QUICK ? 600 : 6000);
 const TRIALS = numArg('trials', QUICK ? 1 : 3);
 /** The naive relay drains only the first rows of the same backlog: one row per round trip, its rate does not depend on the backlog size. */
 const NAIVE_EVENTS = Math.min(EVENTS, numArg('naive-events', QUICK ? 200 : 1000));
