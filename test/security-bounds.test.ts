@@ -1,14 +1,19 @@
-// Resource bounds of the inbox: with handlers that block, the work in flight
+// Resource bounds. The inbox: with handlers that block, the work in flight
 // never exceeds `concurrency` running handlers, nor `maxAckPending` messages
 // taken from the stream (queued + running), and the server holds the rest.
+// The relay: a backlog of 1 MB events is drained within a bounded RSS
+// (bench/scenarios/relay-memory.ts measures the large sizes).
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { encodeEvent } from '@ferry/core';
+import { encodeEvent, quoteIdentifier } from '@ferry/core';
 import { createInbox, type Inbox } from '@ferry/inbox';
-import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
-import { jetstream } from '@nats-io/jetstream';
-import { headers } from '@nats-io/transport-node';
+import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { connect, headers } from '@nats-io/transport-node';
+import { FERRY_BIN } from './relay-helpers.js';
 
 const EVENTS = 200;
 const CONCURRENCY = 4;
@@ -98,5 +103,67 @@ describe('inbox in-flight work is bounded', () => {
     release();
     await waitFor(() => applied === EVENTS, { timeoutMs: 20_000, what: 'every event applied after the release' });
     assert.ok(maxRunning <= CONCURRENCY);
+  });
+});
+
+describe('relay memory is bounded with large payloads', () => {
+  const EVENTS_1MB = 300;
+  /** 300 MB of backlog; the relay holds at most 64 MiB of event data in flight. */
+  const PEAK_RSS_LIMIT_MB = 500;
+  let db: TestDatabase;
+  let nats: NatsServer;
+
+  before(async () => {
+    db = await createTestDatabase({ prefix: 'sec_relay_mem', lanes: 4 });
+    nats = await NatsServer.start({ config: 'max_payload: 2097152' });
+  });
+
+  after(async () => {
+    await nats?.stop();
+    await db?.close();
+  });
+
+  test('security - the relay drains 300 events of 1 MB with peak RSS under 500 MB (event bytes in flight are bounded)', async () => {
+    const nc = await connect({ servers: nats.url });
+    try {
+      await (await jetstreamManager(nc)).streams.add({ name: 'BIG', subjects: ['big.>'], storage: StorageType.File });
+    } finally {
+      await nc.close();
+    }
+    const s = quoteIdentifier(db.schema);
+    for (let start = 0; start < EVENTS_1MB; start += 50) {
+      await db.pool.query(
+        `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
+         SELECT gen_random_uuid(), 'k' || i, 1, 'big.events', 'Big', 'sec', 'application/octet-stream',
+                convert_to(repeat(md5(i::text), 31250), 'UTF8'), '{}'::jsonb, now()
+           FROM generate_series($1::int, $2::int) AS i`,
+        [start, start + 49],
+      );
+    }
+    const child = spawn(
+      process.execPath,
+      [FERRY_BIN, 'relay', '--database-url', db.url, '--schema', db.schema, '--nats-url', nats.url, '--no-maintenance', '--http-port', '0'],
+      { stdio: 'ignore' },
+    );
+    const exited = new Promise<number | null>((resolve) => child.once('close', resolve));
+    let peakKb = 0;
+    try {
+      await waitFor(
+        async () => {
+          const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
+          peakKb = Math.max(peakKb, Number(m?.[1] ?? 0));
+          const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox WHERE published_at IS NULL`);
+          return rows[0]?.n === 0;
+        },
+        { timeoutMs: 45_000, what: 'the 1 MB backlog drained' },
+      );
+      peakKb = Math.max(peakKb, Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1] ?? 0));
+    } finally {
+      child.kill('SIGTERM');
+    }
+    assert.equal(await exited, 0);
+    const peakMb = Math.round(peakKb / 1024);
+    assert.ok(peakMb > 0, 'VmHWM was read');
+    assert.ok(peakMb < PEAK_RSS_LIMIT_MB, `peak RSS ${peakMb} MB draining ${EVENTS_1MB} MB of events`);
   });
 });
