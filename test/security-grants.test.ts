@@ -8,6 +8,7 @@ import { createPublisher } from '@ferry/publisher';
 import { main } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
 import pg from 'pg';
+import { PgBoss } from 'pg-boss';
 import { countPending, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
 
 async function cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -157,6 +158,35 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     const exit = await relay.exited;
     assert.equal(exit.code, 0, relay.output().slice(-2000));
     assert.doesNotMatch(relay.output(), /permission denied/i, relay.output().slice(-2000));
+  });
+
+  test('security - the relay role runs the prune queue through pg-boss (schedule, send, fetch, complete) and deletes published rows', async () => {
+    const boss = new PgBoss({
+      connectionString: roleUrl(db.url, roles.relay),
+      schema: `${db.schema}_boss`,
+      max: 1,
+      supervise: false,
+      schedule: false,
+      registerInstance: false,
+    });
+    const errors: unknown[] = [];
+    boss.on('error', (err) => errors.push(err));
+    await boss.start();
+    try {
+      await boss.createQueue('ferry-prune', { retryLimit: 2, expireInSeconds: 900 }); // exists: a no-op row insert
+      await boss.schedule('ferry-prune', '*/10 * * * *', { retentionMs: 1 }, { tz: 'UTC' });
+      const id = await boss.send('ferry-prune', { retentionMs: 1 });
+      assert.ok(id, 'a job id');
+      const [job] = await boss.fetch('ferry-prune');
+      assert.equal(job?.id, id);
+      await boss.complete('ferry-prune', id as string);
+    } finally {
+      await boss.stop({ graceful: false, close: true });
+    }
+    assert.deepEqual(errors, []);
+    const pool = poolAs(roles.relay);
+    const deleted = await pool.query(`DELETE FROM ${quoteIdentifier(db.schema)}.outbox WHERE published_at IS NOT NULL`);
+    assert.equal(deleted.rowCount, 20);
   });
 
   test('security - the inbox role consumes and applies with its own handler table granted', async () => {
