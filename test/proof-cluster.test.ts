@@ -76,16 +76,10 @@ describe('failure proofs: a three-node NATS cluster', () => {
     await db?.close();
   });
 
-  test('proof - with the stream leader killed during load and restarted, nothing is lost or duplicated and relay and inbox reconnect', async () => {
+  test('proof - with the stream leader killed during load (holding acknowledged, unmarked rows) and restarted, nothing is lost or duplicated and relay and inbox reconnect', async () => {
     const urls = nodes.map((n) => n.url);
-    relay = startRelay(db.url, db.schema, urls.join(','), {}, [
-      '--publish-timeout-ms',
-      '2000',
-      '--breaker-cooldown-ms',
-      '500',
-      '--max-attempts',
-      '1000',
-    ]);
+    const relayFlags = ['--publish-timeout-ms', '2000', '--breaker-cooldown-ms', '500', '--max-attempts', '1000'];
+    relay = startRelay(db.url, db.schema, urls.join(','), {}, relayFlags);
     consumer = await startConsumer({
       databaseUrl: db.url,
       natsUrl: urls,
@@ -112,11 +106,23 @@ describe('failure proofs: a three-node NATS cluster', () => {
     await load(20);
     await waitEffects(db.pool, db.schema, 'cluster', 200, 30_000);
 
+    // Rows acknowledged by the stream leader and not marked: a relay with the test-only fault hook
+    // SIGKILLs itself after its first PubAck'd batch. Then that leader is killed too.
+    await stopRelay(relay);
+    await load(20);
+    const faulty = startRelay(db.url, db.schema, urls.join(','), { FERRY_TEST_FAULT: 'exit-after-ack' });
+    assert.equal((await faulty.exited).signal, 'SIGKILL', `the fault hook killed the relay: ${faulty.output().slice(-2000)}`);
     const leaderName = (await jsm.streams.info(stream)).cluster?.leader;
     const leader = nodes[Number(/^ferry-n([123])$/.exec(leaderName ?? '')?.[1]) - 1];
     assert.ok(leader, `the stream has a leader among the nodes: ${leaderName}`);
+    const stored = (await jsm.streams.info(stream)).state.messages;
+    const marked = ids.length - (await countPending(db.pool, db.schema));
+    assert.ok(stored > marked, `the leader acknowledged rows that are not marked (stream ${stored}, marked ${marked})`);
     await leader.kill('SIGKILL');
-    await load(30); // load continues with two of three nodes
+
+    // A new relay re-sends them to the new leader, which drops them: the duplicate window is replicated.
+    relay = startRelay(db.url, db.schema, urls.join(','), {}, relayFlags);
+    await load(20); // load continues with two of three nodes
     await sleep(1000);
     await leader.restart();
     await load(10);
