@@ -177,6 +177,32 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
     }
   });
 
+  test('security - ferry replay publishes to JetStream with user/password, token, nkey seed, creds file and TLS', async () => {
+    const connections: Record<string, ConnectionOptions> = {
+      [users.url]: { servers: users.url, user: 'ferry', pass: SECRETS.password },
+      [tokenServer.url]: { servers: tokenServer.url, token: SECRETS.token },
+      [operator.url]: { servers: operator.url, authenticator: credsAuthenticator(new TextEncoder().encode(op.creds)) },
+      [tls.url]: { servers: tls.url, tls: { caFile: certs.ca } },
+    };
+    for (const options of Object.values(connections)) {
+      const nc = await connect(options);
+      try {
+        const jsm = await jetstreamManager(nc);
+        await jsm.streams.add({ name: 'SECNATS', subjects: ['secnats.>'] }).catch(() => {});
+      } finally {
+        await nc.close();
+      }
+    }
+    for (const [mode, url, flags, env] of modes()) {
+      const r = await ferry(['replay', ...base(), '--nats-url', url, ...flags, '--from-seq', '1', '--json', '--progress', 'none'], env);
+      assert.equal(r.code, 0, `${mode}: ${r.out.slice(-600)}`);
+      const report = JSON.parse(r.out.trim().split('\n').at(-1) ?? '{}') as { replayed?: number };
+      assert.equal(report.replayed, 1, `${mode}: ${r.out.slice(-300)}`);
+      for (const secret of [SECRETS.password, SECRETS.token, nkeySeed, op.seed])
+        assert.ok(!r.out.includes(secret), `${mode}: secret in output`);
+    }
+  });
+
   test('security - wrong NATS credentials make relay, replay, verify and doctor exit non-zero fast with one line naming the reason', async () => {
     const wrong: Array<[string, string, string[], Record<string, string>]> = [
       ['wrong password', users.url, ['--nats-user', 'ferry', '--nats-password', 'WRONG-pw-Secret'], {}],
