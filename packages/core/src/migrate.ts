@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describeValue, MigrationError, ValidationError } from './errors.js';
 import { quoteIdentifier, validateIdentifier } from './identifiers.js';
-import type { ConnectionPool, Queryable } from './queryable.js';
+import { type ConnectionPool, guardConnection, type Queryable } from './queryable.js';
 
 /** The independent migration sets: producer side, consumer side, request edge. */
 export const MIGRATION_SETS = ['outbox', 'inbox', 'idempotency'] as const;
@@ -120,6 +120,7 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   const latest = migrations.at(-1)?.version ?? 0;
   const s = quoteIdentifier(schema);
   const client = await options.pool.connect();
+  const release = guardConnection(client);
   let broken: Error | undefined;
   try {
     await client.query('BEGIN');
@@ -167,7 +168,7 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
     }
     throw err;
   } finally {
-    client.release(broken);
+    release(broken);
   }
 }
 

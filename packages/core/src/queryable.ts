@@ -13,6 +13,28 @@ export interface ConnectionPool extends Queryable {
 
 export interface PooledConnection extends Queryable {
   release(err?: Error | boolean): void;
+  /** node-postgres clients are EventEmitters: a connection lost while checked out emits `error`. */
+  on?(event: 'error', listener: (err: Error) => void): unknown;
+  off?(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+/**
+ * Listens for `error` on a checked-out connection until it is released.
+ * node-postgres emits `error` on a checked-out client whose connection dies
+ * between queries (`pg_terminate_backend`, a failover), and an unheard
+ * `error` event ends the process. The returned `release` discards a broken
+ * connection instead of returning it to the pool.
+ */
+export function guardConnection(client: PooledConnection): (err?: Error) => void {
+  let lost: Error | undefined;
+  const onError = (err: Error) => {
+    lost = err;
+  };
+  client.on?.('error', onError);
+  return (err?: Error) => {
+    client.off?.('error', onError);
+    client.release(err ?? lost);
+  };
 }
 
 /**
@@ -27,6 +49,7 @@ export interface PooledConnection extends Queryable {
  */
 export async function withTransaction<T>(pool: ConnectionPool, fn: (tx: PooledConnection) => Promise<T>): Promise<T> {
   const client = await pool.connect();
+  const release = guardConnection(client);
   let broken: Error | undefined;
   try {
     await client.query('BEGIN');
@@ -42,6 +65,6 @@ export async function withTransaction<T>(pool: ConnectionPool, fn: (tx: PooledCo
     }
     throw err;
   } finally {
-    client.release(broken);
+    release(broken);
   }
 }

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import {
   type ConnectionPool,
   describeValue,
+  guardConnection,
   type PooledConnection,
   quoteIdentifier,
   SQLSTATE,
@@ -150,6 +151,7 @@ class IdempotencyKeys implements Idempotency {
   async #claimAndRun(pool: ConnectionPool, key: string, fingerprint: Buffer, operation: IdempotentOperation): Promise<IdempotentResult> {
     const { scope, retentionMs, logger } = this.options;
     const tx = await pool.connect();
+    const release = guardConnection(tx);
     let open = false;
     let broken: Error | undefined;
     try {
@@ -197,7 +199,7 @@ class IdempotencyKeys implements Idempotency {
       }
       throw err;
     } finally {
-      tx.release(broken);
+      release(broken);
     }
   }
 }

@@ -4,6 +4,7 @@ import {
   DEFAULT_SCHEMA,
   decodeEvent,
   type FerryEvent,
+  guardConnection,
   type MigrateResult,
   migrate,
   type PooledConnection,
@@ -333,6 +334,7 @@ class InboxImpl implements Inbox {
   ): Promise<GateOutcome> {
     const o = this.#o;
     const client = await o.pool.connect();
+    const release = guardConnection(client);
     let broken: Error | undefined;
     let open = false;
     const end = async (sql: 'COMMIT' | 'ROLLBACK') => {
@@ -395,7 +397,7 @@ class InboxImpl implements Inbox {
       }
       throw err;
     } finally {
-      client.release(broken);
+      release(broken);
     }
   }
 
