@@ -120,7 +120,10 @@ class InboxImpl implements Inbox {
     await this.#startBoss();
     const js = jetstream(o.nc);
     const consumer = await js.consumers.get(o.stream, o.consumer);
-    this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256) });
+    // Pull requests expire after 10 s (nats.js: 30 s), so heartbeats come every
+    // 5 s and a consumer whose server or stream leader died pulls again within
+    // about 10 s instead of 30 s; an idle consumer sends one pull per 10 s.
+    this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256), expires: 10_000 });
     this.#loop = this.#consumeLoop(this.#messages);
     this.#state = 'running';
     o.logger.info({ stream: o.stream, consumer: o.consumer, mode: o.mode }, 'inbox started');
