@@ -140,14 +140,13 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
       createPublisher({ schema: db.schema, source: 'sec' }).publish(tx, { subject: 'secnats.x', key: 'k', type: 'T', data: {} }),
     );
     await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.outbox SET published_at = now()`);
-    [users, tokenServer, operator, tls] = await Promise.all([
-      NatsServer.start({
-        config: `authorization { users: [ { user: "ferry", password: "${SECRETS.password}" }, { nkey: "${nkeyUser.getPublicKey()}" } ] }`,
-      }),
-      NatsServer.start({ config: `authorization { token: "${SECRETS.token}" }` }),
-      NatsServer.start({ config: op.config }),
-      NatsServer.start({ config: `tls { cert_file: "${certs.cert}", key_file: "${certs.key}" }` }),
-    ]);
+    // One after the other: parallel starts pick free ports concurrently and can collide.
+    users = await NatsServer.start({
+      config: `authorization { users: [ { user: "ferry", password: "${SECRETS.password}" }, { nkey: "${nkeyUser.getPublicKey()}" } ] }`,
+    });
+    tokenServer = await NatsServer.start({ config: `authorization { token: "${SECRETS.token}" }` });
+    operator = await NatsServer.start({ config: op.config });
+    tls = await NatsServer.start({ config: `tls { cert_file: "${certs.cert}", key_file: "${certs.key}" }` });
   });
 
   after(async () => {
