@@ -1,4 +1,5 @@
-import { notifyChannel, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
+import { createInterface } from 'node:readline/promises';
+import { ConfigError, notifyChannel, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
 import { Command, Option } from 'commander';
 import pg from 'pg';
 import { databaseUrlOption, parseIntIn, resolveDatabaseUrl, schemaOption } from '../config.js';
@@ -9,6 +10,9 @@ interface DlqFlags {
   schema: string;
   json?: boolean;
   limit?: number;
+  key?: string;
+  allDead?: boolean;
+  yes?: boolean;
 }
 
 interface DeadRow {
@@ -24,7 +28,7 @@ interface DeadRow {
 }
 
 function validateIds(ids: string[]): string[] {
-  if (ids.length === 0) throw new ValidationError('ID', 'give at least one event id (see ferry dlq list)');
+  if (ids.length === 0) throw new ValidationError('ID', 'give event ids (see ferry dlq list), --key K or --all-dead');
   return ids.map((id, i) => validateEventId(id, `ID ${i + 1}`));
 }
 
@@ -45,6 +49,12 @@ async function withPool<T>(flags: DlqFlags, ctx: CommandContext, fn: (pool: pg.P
  * blocks its key; it is pruned with the published rows after the retention.
  */
 async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlags, ctx: CommandContext): Promise<void> {
+  const selectors = [ids.length > 0, flags.key !== undefined, Boolean(flags.allDead)].filter(Boolean).length;
+  if (selectors > 1) throw new ConfigError('--key', 'give event ids, --key or --all-dead, not several');
+  if (selectors === 1 && ids.length === 0) {
+    await settleBulk(action, flags, ctx);
+    return;
+  }
   const valid = validateIds(ids);
   const done = await withPool(flags, ctx, async (pool, s) => {
     const sql =
@@ -67,8 +77,115 @@ async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlag
   if (missing.length > 0) throw new Error(`${missing.length} of ${valid.length} ids were not dead events`);
 }
 
+/** Asks on the terminal; without one, `--yes` is required. */
+async function confirm(question: string): Promise<boolean> {
+  if (!process.stdin.isTTY || !process.stderr.isTTY) {
+    throw new ConfigError('--yes', `${question}: pass --yes to confirm (there is no terminal to ask on)`);
+  }
+  const rl = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return /^y(es)?$/i.test((await rl.question(`${question}? [y/N] `)).trim());
+  } finally {
+    rl.close();
+  }
+}
+
+const SETTLE_SQL = {
+  retry: `SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'`,
+  discard: `SET published_at = now(),
+                  last_error = 'discarded by ferry dlq discard at ' || now()::text || coalesce(': ' || last_error, '')`,
+} as const;
+
+/** `--key K` or `--all-dead`: counts, confirms unless --yes, then settles every dead row selected. */
+async function settleBulk(action: 'retry' | 'discard', flags: DlqFlags, ctx: CommandContext): Promise<void> {
+  const where = `dead_at IS NOT NULL AND published_at IS NULL${flags.key !== undefined ? ' AND key = $1' : ''}`;
+  const values = flags.key !== undefined ? [flags.key] : [];
+  const what = flags.key !== undefined ? `of key ${JSON.stringify(flags.key)}` : 'of every key';
+  const done = await withPool(flags, ctx, async (pool, s) => {
+    const counted = await pool.query<{ n: string; keys: string }>(
+      `SELECT count(*)::text AS n, count(DISTINCT key)::text AS keys FROM ${s}.outbox WHERE ${where}`,
+      values,
+    );
+    const n = Number(counted.rows[0]?.n ?? 0);
+    if (n === 0) return [];
+    if (!flags.yes && !(await confirm(`${action} ${n} dead events ${what} (${counted.rows[0]?.keys} keys)`))) {
+      throw new Error('nothing done: not confirmed');
+    }
+    const { rows } = await pool.query<{ id: string }>(`UPDATE ${s}.outbox ${SETTLE_SQL[action]} WHERE ${where} RETURNING id::text`, values);
+    if (rows.length > 0) await pool.query('SELECT pg_notify($1, $2)', [notifyChannel(flags.schema), 'dlq']);
+    return rows.map((r) => r.id);
+  });
+  const verb = action === 'retry' ? 'retried' : 'discarded';
+  if (flags.json) ctx.out(JSON.stringify({ [verb]: done, notDead: [] }));
+  else if (done.length === 0) ctx.out(`no dead events ${what}`);
+  else for (const id of done) ctx.out(`${verb} ${id}`);
+}
+
+interface ShownRow extends DeadRow {
+  lane: number;
+  source: string;
+  content_type: string;
+  data: Buffer;
+  headers: Record<string, string> | null;
+  occurred_at: Date;
+  created_at: Date;
+  next_attempt_at: Date | string;
+  published_at: Date | null;
+  blocked: string;
+}
+
+/** `ferry dlq show ID`: one dead event in full, its payload, and how many later events of its key wait behind it. */
+async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<void> {
+  const [valid] = validateIds([id]);
+  const row = await withPool(flags, ctx, async (pool, s) => {
+    const { rows } = await pool.query<ShownRow>(
+      `SELECT o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.lane, o.subject, o.type, o.source, o.content_type,
+              o.data, o.headers, o.occurred_at, o.created_at, o.attempts, o.next_attempt_at, o.dead_at, o.published_at, o.last_error,
+              (SELECT count(*) FROM ${s}.outbox b WHERE b.key = o.key AND b.published_at IS NULL AND b.seq > o.seq)::text AS blocked
+         FROM ${s}.outbox o WHERE o.id = $1::uuid`,
+      [valid],
+    );
+    return rows[0];
+  });
+  if (!row) throw new Error(`no outbox event ${valid} (pruned after the retention, or never committed)`);
+  const text = /json|^text\//i.test(row.content_type);
+  const shown = {
+    seq: row.seq,
+    id: row.id,
+    key: row.key,
+    version: row.version,
+    lane: row.lane,
+    subject: row.subject,
+    type: row.type,
+    source: row.source,
+    contentType: row.content_type,
+    state: row.published_at ? (row.dead_at ? 'discarded' : 'published') : row.dead_at ? 'dead' : 'pending',
+    attempts: row.attempts,
+    lastError: row.last_error,
+    occurredAt: row.occurred_at.toISOString(),
+    createdAt: row.created_at.toISOString(),
+    deadAt: row.dead_at?.toISOString() ?? null,
+    publishedAt: row.published_at?.toISOString() ?? null,
+    blockedBehind: Number(row.blocked),
+    headers: row.headers ?? {},
+    data: text ? row.data.toString('utf8') : row.data.toString('base64'),
+    dataEncoding: text ? 'utf8' : 'base64',
+  };
+  if (flags.json) {
+    ctx.out(JSON.stringify(shown));
+    return;
+  }
+  for (const [k, v] of Object.entries(shown)) {
+    if (k === 'data' || k === 'dataEncoding' || k === 'headers') continue;
+    ctx.out(`${k.padEnd(14)}${v ?? '-'}`);
+  }
+  ctx.out(`${'headers'.padEnd(14)}${JSON.stringify(shown.headers)}`);
+  ctx.out(`data (${shown.dataEncoding}, ${row.data.byteLength} bytes):`);
+  ctx.out(shown.data.length > 4000 ? `${shown.data.slice(0, 4000)}…` : shown.data);
+}
+
 export function dlqCommand(ctx: CommandContext): Command {
-  const dlq = new Command('dlq').description('dead outbox events: list them, retry them, or discard them to unblock their keys');
+  const dlq = new Command('dlq').description('dead outbox events: list and show them, retry them, or discard them to unblock their keys');
   const common = (cmd: Command) =>
     cmd.addOption(databaseUrlOption()).addOption(schemaOption()).addOption(new Option('--json', 'print JSON'));
   dlq.addCommand(
@@ -78,7 +195,7 @@ export function dlqCommand(ctx: CommandContext): Command {
         const rows = await withPool(flags, ctx, async (pool, s) => {
           const r = await pool.query<DeadRow>(
             `SELECT seq::text, id::text, key, version::text, subject, type, attempts, dead_at, last_error
-               FROM ${s}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL ORDER BY seq LIMIT $1`,
+               FROM ${s}.outbox o WHERE dead_at IS NOT NULL AND published_at IS NULL ORDER BY o.seq LIMIT $1`,
             [flags.limit ?? 100],
           );
           return r.rows;
@@ -98,13 +215,24 @@ export function dlqCommand(ctx: CommandContext): Command {
       }),
   );
   dlq.addCommand(
-    common(new Command('retry').description('make dead events due again (their keys unblock)'))
-      .argument('<ID...>', 'event ids')
+    common(new Command('show').description('one event in full: state, last error, headers, payload, later events of its key waiting'))
+      .argument('<ID>', 'event id')
+      .action((id: string, flags: DlqFlags) => show(id, flags, ctx)),
+  );
+  const bulk = (cmd: Command) =>
+    common(cmd)
+      .addOption(new Option('--key <key>', 'every dead event of this key'))
+      .addOption(new Option('--all-dead', 'every dead event'))
+      .addOption(new Option('--yes', 'do not ask for confirmation (--key, --all-dead)'))
+      .addHelpText('after', '\nGive event ids, or --key K, or --all-dead (asks for confirmation on a terminal; elsewhere pass --yes).');
+  dlq.addCommand(
+    bulk(new Command('retry').description('make dead events due again (their keys unblock)'))
+      .argument('[ID...]', 'event ids')
       .action((ids: string[], flags: DlqFlags) => settle('retry', ids, flags, ctx)),
   );
   dlq.addCommand(
-    common(new Command('discard').description('give up on dead events: keep them for audit, unblock their keys'))
-      .argument('<ID...>', 'event ids')
+    bulk(new Command('discard').description('give up on dead events: keep them for audit, unblock their keys'))
+      .argument('[ID...]', 'event ids')
       .action((ids: string[], flags: DlqFlags) => settle('discard', ids, flags, ctx)),
   );
   for (const cmd of dlq.commands) {
