@@ -74,7 +74,11 @@ export function migrateCommand(ctx: CommandContext): Command {
         "also install pg-boss (the relay's <schema>_boss with its prune queue, or with --inbox the inbox's --boss-schema) so least-privileged roles need no CREATE",
       ),
     )
-    .addOption(new Option('--boss-schema <name>', "the inbox's pg-boss schema (with --inbox; default pgboss)").argParser(parseSchema))
+    .addOption(
+      new Option('--boss-schema <name>', "the inbox's pg-boss schema (with --inbox; default pgboss)")
+        .env('FERRY_BOSS_SCHEMA')
+        .argParser(parseSchema),
+    )
     .addOption(
       new Option('--print-grants', 'print the GRANT statements a least-privileged role needs (with --role and --for), and touch nothing'),
     )
