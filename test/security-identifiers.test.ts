@@ -79,12 +79,12 @@ describe('hostile identifiers are refused at every entry point, the database unt
   /** [command args before the bad value, option under test, env var or undefined]. */
   const identifierEntryPoints = (): Array<[string[], string, string | undefined]> => [
     [['migrate', '--database-url', url()], '--schema', 'FERRY_SCHEMA'],
-    [['migrate', '--database-url', url(), '--inbox', '--boss'], '--boss-schema', undefined],
+    [['migrate', '--database-url', url(), '--inbox', '--boss'], '--boss-schema', 'FERRY_BOSS_SCHEMA'],
     [['migrate', '--print-grants', '--for', 'relay'], '--role', undefined],
     [['relay', '--database-url', url(), '--http-port', '0'], '--schema', 'FERRY_SCHEMA'],
     [['dlq', 'list', '--database-url', url()], '--schema', 'FERRY_SCHEMA'],
     [['inbox', 'parked', 'list', '--database-url', url()], '--schema', 'FERRY_SCHEMA'],
-    [['inbox', 'parked', 'list', '--database-url', url()], '--boss-schema', undefined],
+    [['inbox', 'parked', 'list', '--database-url', url()], '--boss-schema', 'FERRY_BOSS_SCHEMA'],
     [['inbox', 'parked', 'list', '--database-url', url()], '--consumer', 'FERRY_INBOX_CONSUMER'],
     [['status', '--database-url', url()], '--schema', 'FERRY_SCHEMA'],
     [['replay', '--database-url', url(), '--from-seq', '1'], '--schema', 'FERRY_SCHEMA'],
