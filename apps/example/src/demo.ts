@@ -17,7 +17,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { encodeEvent, migrate, quoteIdentifier } from '@ferry/core';
+import { encodeEvent, eventFromOutboxRow, migrate, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
 import { createRelay, type Relay } from '@ferry/relay';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
@@ -190,25 +190,11 @@ async function main(): Promise<number> {
 
     // Every event delivered a second time: a replay of the stream with new message ids.
     const js = jetstream(nc);
-    const { rows } = await pool.query(
-      `SELECT id::text, key, version, subject, type, source, content_type, data, headers, occurred_at FROM ${s}.outbox ORDER BY seq`,
+    const { rows } = await pool.query<OutboxEventRow>(
+      `SELECT id::text, key, version::text, subject, type, source, content_type, data, headers, occurred_at FROM ${s}.outbox ORDER BY seq`,
     );
     for (const r of rows) {
-      const enc = encodeEvent(
-        {
-          id: r.id,
-          key: r.key,
-          version: BigInt(r.version),
-          subject: r.subject,
-          type: r.type,
-          source: r.source,
-          time: r.occurred_at,
-          contentType: r.content_type,
-          data: r.data,
-          headers: r.headers,
-        },
-        { msgId: `${r.id}:demo-replay` },
-      );
+      const enc = encodeEvent(eventFromOutboxRow(r), { msgId: `${r.id}:demo-replay` });
       const h = natsHeaders();
       for (const [n, v] of enc.headers) h.set(n, v);
       await js.publish(enc.subject, enc.body, { headers: h });

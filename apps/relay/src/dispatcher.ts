@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { encodedSize, encodeEvent, type FerryEvent } from '@ferry/core';
+import { encodedSize, encodeEvent, eventFromOutboxRow } from '@ferry/core';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { BrokenCircuitError, type CircuitBreakerPolicy, CircuitState, IsolatedCircuitError } from 'cockatiel';
@@ -308,18 +308,7 @@ export class Dispatcher {
       if (refusedKeys.has(row.key))
         return { ok: false, skipped: true, reason: 'other', permanent: false, transport: false, message: 'skipped' };
       try {
-        const event: FerryEvent = {
-          id: row.id,
-          key: row.key,
-          version: BigInt(row.version),
-          subject: row.subject,
-          type: row.type,
-          source: row.source,
-          time: row.occurred_at,
-          contentType: row.content_type,
-          data: row.data,
-          headers: row.headers ?? {},
-        };
+        const event = eventFromOutboxRow(row);
         const encoded = encodeEvent(event);
         const size = encodedSize(encoded);
         if (maxPayload !== undefined && size > maxPayload) {

@@ -29,3 +29,33 @@ export const JSON_CONTENT_TYPE = 'application/json';
 export function eventJson<T = unknown>(event: Pick<FerryEvent, 'data'>): T {
   return JSON.parse(Buffer.from(event.data.buffer, event.data.byteOffset, event.data.byteLength).toString('utf8')) as T;
 }
+
+/** An outbox row as node-postgres returns it (`version` as text or bigint). */
+export interface OutboxEventRow {
+  id: string;
+  key: string;
+  version: string | bigint;
+  subject: string;
+  type: string;
+  source: string;
+  content_type: string;
+  data: Uint8Array;
+  headers: Record<string, string> | null;
+  occurred_at: Date;
+}
+
+/** The event an outbox row holds: what the relay, `ferry replay` and `ferry doctor` encode. */
+export function eventFromOutboxRow(row: OutboxEventRow): FerryEvent {
+  return {
+    id: row.id,
+    key: row.key,
+    version: BigInt(row.version),
+    subject: row.subject,
+    type: row.type,
+    source: row.source,
+    time: row.occurred_at,
+    contentType: row.content_type,
+    data: row.data,
+    headers: row.headers ?? {},
+  };
+}

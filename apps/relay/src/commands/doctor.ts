@@ -1,4 +1,13 @@
-import { describeValue, encodedSize, encodeEvent, LIMITS, migrationStatus, quoteIdentifier } from '@ferry/core';
+import {
+  describeValue,
+  encodedSize,
+  encodeEvent,
+  eventFromOutboxRow,
+  LIMITS,
+  migrationStatus,
+  type OutboxEventRow,
+  quoteIdentifier,
+} from '@ferry/core';
 import { INBOX_DEFAULTS } from '@ferry/inbox';
 import { AckPolicy, type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -372,37 +381,13 @@ async function checkPayload(nc: NatsConnection, pool: pg.Pool, outboxReadable: b
   } else add('max_payload', 'ok', `maxPayloadBytes ${flags.maxPayloadBytes} <= the server's max_payload ${max}`);
   if (!outboxReadable) return;
   const s = quoteIdentifier(flags.schema);
-  const { rows } = await pool.query<{
-    id: string;
-    key: string;
-    version: string;
-    subject: string;
-    type: string;
-    source: string;
-    content_type: string;
-    data: Buffer;
-    headers: Record<string, string> | null;
-    occurred_at: Date;
-  }>(
+  const { rows } = await pool.query<OutboxEventRow>(
     `SELECT id::text AS id, key, version::text AS version, subject, type, source, content_type, data, headers, occurred_at
        FROM ${s}.outbox o ORDER BY octet_length(o.data) DESC LIMIT 1`,
   );
   const row = rows[0];
   if (!row) return;
-  const size = encodedSize(
-    encodeEvent({
-      id: row.id,
-      key: row.key,
-      version: BigInt(row.version),
-      subject: row.subject,
-      type: row.type,
-      source: row.source,
-      time: row.occurred_at,
-      contentType: row.content_type,
-      data: row.data,
-      headers: row.headers ?? {},
-    }),
-  );
+  const size = encodedSize(encodeEvent(eventFromOutboxRow(row)));
   if (size > max) {
     add(
       'max_payload',

@@ -1,4 +1,4 @@
-import { ConfigError, encodeEvent, type FerryEvent, quoteIdentifier } from '@ferry/core';
+import { ConfigError, encodeEvent, eventFromOutboxRow, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
 import { jetstream } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -105,18 +105,8 @@ class Progress {
   }
 }
 
-interface Row {
+interface Row extends OutboxEventRow {
   seq: string;
-  id: string;
-  key: string;
-  version: string;
-  subject: string;
-  type: string;
-  source: string;
-  content_type: string;
-  data: Buffer;
-  headers: Record<string, string> | null;
-  occurred_at: Date;
 }
 
 export function replayCommand(ctx: CommandContext): Command {
@@ -242,18 +232,7 @@ async function publishAll(
         if (failed !== null) break pages;
         while (inFlight.size >= flags.maxInFlight) await Promise.race(inFlight);
         if (failed !== null) break pages;
-        const event: FerryEvent = {
-          id: row.id,
-          key: row.key,
-          version: BigInt(row.version),
-          subject: row.subject,
-          type: row.type,
-          source: row.source,
-          time: row.occurred_at,
-          contentType: row.content_type,
-          data: row.data,
-          headers: row.headers ?? {},
-        };
+        const event = eventFromOutboxRow(row);
         const encoded = encodeEvent(event, { msgId: `${row.id}${report.msgIdSuffix}` });
         const h = natsHeaders();
         for (const [name, value] of encoded.headers) h.set(name, value);
