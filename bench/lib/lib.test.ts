@@ -57,6 +57,13 @@ test('bench svg - one path per series, a gap where a value is missing, escaped l
   assert.ok(svg.trimEnd().endsWith('</svg>'));
 });
 
+test('bench svg - every point lies inside the plot area on a linear axis', () => {
+  const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', categories: ['a', 'b'], series: [{ name: 's', values: [2884, 6835] }] });
+  const ys = [...svg.matchAll(/<circle cx="[^"]+" cy="([^"]+)"/g)].map((m) => Number(m[1]));
+  assert.equal(ys.length, 2);
+  for (const y of ys) assert.ok(y >= 40 && y <= 400 - 56, `point at y=${y} is outside the plot`);
+});
+
 test('bench proc - CPU seconds and local TCP ports of this process', async () => {
   const cpu = cpuSecondsOf(process.pid);
   assert.ok(cpu !== undefined && cpu >= 0);

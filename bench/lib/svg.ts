@@ -46,7 +46,11 @@ function niceTicks(min: number, max: number, log: boolean): number[] {
   const step0 = 10 ** Math.floor(Math.log10(span / 5));
   const step = [1, 2, 5, 10].map((m) => m * step0).find((s) => span / s <= 6) ?? step0 * 10;
   const out: number[] = [];
-  for (let v = Math.floor(min / step) * step; v <= max + step / 2; v += step) out.push(Number(v.toPrecision(12)));
+  // From at or below the lowest value to at or above the highest, so every point lies inside the axis.
+  for (let v = Math.floor(min / step) * step; ; v += step) {
+    out.push(Number(v.toPrecision(12)));
+    if (v >= max) break;
+  }
   return out;
 }
 
