@@ -11,7 +11,7 @@
  *   npm run bench -- --only relay-sweep,cost   some scenarios (output under bench/results/partial/)
  *   npm run bench -- --render     docs/benchmarks.md and charts again from bench/results/latest.json
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -256,13 +256,20 @@ function charts(r: Record<string, Json>): Record<string, string> {
   return out;
 }
 
+/** Writes docs/benchmarks.md laid out as the repository's formatter wants it (`biome ci .` checks docs/). */
+function writeMarkdown(file: URL, md: string): void {
+  writeFileSync(file, md);
+  const biome = new URL('node_modules/.bin/biome', repo);
+  if (existsSync(biome)) spawnSync(fileURLToPath(biome), ['format', '--write', fileURLToPath(file)], { stdio: 'ignore' });
+}
+
 /** `--render`: docs/benchmarks.md and the charts again from the committed latest.json (after editing analysis.md). */
 function render(): number {
   const latest = JSON.parse(readFileSync(new URL('latest.json', results), 'utf8'));
   const docsDir = new URL('docs/', repo);
   const svgs = charts(latest.scenarios);
   for (const [file, svg] of Object.entries(svgs)) writeFileSync(new URL(file, docsDir), svg);
-  writeFileSync(new URL('benchmarks.md', docsDir), renderMarkdown(latest, Object.keys(svgs)));
+  writeMarkdown(new URL('benchmarks.md', docsDir), renderMarkdown(latest, Object.keys(svgs)));
   console.log(`rendered ${fileURLToPath(new URL('benchmarks.md', docsDir))} and ${Object.keys(svgs).length} chart(s) from latest.json`);
   return 0;
 }
@@ -339,7 +346,7 @@ async function main(): Promise<number> {
   const svgs = charts(byName);
   for (const [file, svg] of Object.entries(svgs)) writeFileSync(new URL(file, docsDir), svg);
   const md = renderMarkdown(latest, Object.keys(svgs));
-  writeFileSync(new URL('benchmarks.md', docsDir), md);
+  writeMarkdown(new URL('benchmarks.md', docsDir), md);
   console.log(
     `\nwrote ${fileURLToPath(new URL('latest.json', outDir))}, ${fileURLToPath(new URL('benchmarks.md', docsDir))} and ${Object.keys(svgs).length} chart(s)`,
   );

@@ -61,9 +61,9 @@ function variantsTable(sw: Json, def: Json): string {
     [`${sw.params.keys.toLocaleString('en')} keys (the sweep's default point)`, def?.relayPerSec, def?.rawPerSec],
     ...sw.variants.map((v: Json) => [v.name, v.relayPerSec, v.rawPerSec ?? '']),
   ];
-  return `**What else moves it** (defaults, ${sw.params.sweepEvents.toLocaleString('en')}-event backlog, one trial each). The relay keeps one row per
-key in flight, so the number of keys caps the window; and nats.js builds two \`Error\`s with stack traces per request
-unless the connection sets \`noAsyncTraces\`:
+  return `**What else moves it** (defaults, ${sw.params.sweepEvents.toLocaleString('en')}-event backlog, one trial each): the number of keys
+(the relay keeps each key's rows in order), and nats.js async traces (two \`Error\`s with stack traces built per request
+unless the connection sets \`noAsyncTraces\`):
 
 ${table(['variant', 'relay events/s', 'raw events/s (same option)'], rows)}
 

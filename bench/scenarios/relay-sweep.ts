@@ -7,8 +7,8 @@
  * at the relay defaults, raw and relay interleaved (order alternating); then a
  * sweep of batch size x max in flight on a smaller backlog (20,000), each
  * window's raw ceiling measured beside it, and the defaults recommended from
- * the data. Variants at the defaults: 100 and 10,000 keys (a key has one row
- * in flight at a time), and nats.js `noAsyncTraces` for relay and raw alike.
+ * the data. Variants at the defaults: 100 and 10,000 keys (the relay keeps
+ * each key's rows in order), and nats.js `noAsyncTraces` for relay and raw alike.
  *
  *   node bench/dist/scenarios/relay-sweep.js [--quick] [--events N] [--sweep-events N] [--trials N]
  *     [--batches 100,500,2000] [--windows 1000,5000,20000]
@@ -116,7 +116,7 @@ try {
       sweep.push({ batchSize: batch, maxInFlight: window, relayPerSec: relay, rawPerSec: raw, ratio: relay / raw });
     }
   }
-  // What else moves the figure, at the defaults: the number of keys (a key has one row in flight at a time),
+  // What else moves the figure, at the defaults: the number of keys (the relay keeps each key's rows in order),
   // and nats.js async traces (an Error with a stack captured per request, on by default).
   const variants: Array<{ name: string; relayPerSec: number; rawPerSec?: number }> = [];
   for (const keys of VARIANT_KEYS) {
