@@ -257,7 +257,7 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
       const r = spawnSync(process.execPath, [FERRY_BIN, 'relay', '--database-url', db.url, ...args], {
         env: { ...process.env, ...env },
         encoding: 'utf8',
-        timeout: 10_000,
+        timeout: 60_000, // generous: a loaded 2-core machine starts node slowly
       });
       assert.equal(r.status, 2, `${args.join(' ')} ${JSON.stringify(env)}: exit ${r.status}: ${r.stderr}`);
       const lines = r.stderr.trim().split('\n');

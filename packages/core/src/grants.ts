@@ -19,8 +19,8 @@ export interface GrantOptions {
   bossSchema?: string;
 }
 
-const PUBLISH_EVENT_ARGS = 'uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text';
-const PUBLISH_EVENTS_ARGS = 'uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text';
+const PUBLISH_EVENT_ARGS = 'uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean';
+const PUBLISH_EVENTS_ARGS = 'uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text, boolean';
 
 /**
  * DML (never DDL) on a pg-boss schema that its owner installed beforehand

@@ -5,12 +5,13 @@
  * PL/pgSQL caches their plans per connection whatever client calls them.
  * $1 ids, $2 keys, $3 versions (or null), $4 subjects, $5 types, $6 sources,
  * $7 content types, $8 data, $9 headers, $10 occurred at, $11 NOTIFY channel
- * (null: no notify) — arrays for the batch, scalars for one event.
+ * (null: no notify), $12 whether any id was given by the caller (only those
+ * can exist already) — arrays for the batch, scalars for one event.
  */
 export function insertEventsSql(schema: string): string {
-  return `SELECT id, seq, version, existing, same FROM ${schema}.publish_events($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::jsonb[], $10::timestamptz[], $11::text)`;
+  return `SELECT id, seq, version, existing, same FROM ${schema}.publish_events($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::jsonb[], $10::timestamptz[], $11::text, $12::boolean)`;
 }
 
 export function insertEventSql(schema: string): string {
-  return `SELECT id, seq, version, existing, same FROM ${schema}.publish_event($1::uuid, $2::text, $3::bigint, $4::text, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::timestamptz, $11::text)`;
+  return `SELECT id, seq, version, existing, same FROM ${schema}.publish_event($1::uuid, $2::text, $3::bigint, $4::text, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::timestamptz, $11::text, $12::boolean)`;
 }
