@@ -231,7 +231,10 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
           prepared.map((p) => JSON.stringify(p.headers)),
           prepared.map((p) => p.time.toISOString()),
         ];
-    values.push(this.options.notify ? this.#channel : null, events.some((e) => e.id !== undefined));
+    values.push(
+      this.options.notify ? this.#channel : null,
+      events.some((e) => e.id !== undefined),
+    );
 
     let rows: Array<{ id: string | null; seq: string | null; version: string | null; existing: boolean; same: boolean }>;
     try {
