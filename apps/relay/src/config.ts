@@ -1,5 +1,5 @@
 import { ConfigError, describeValue, IDENTIFIER_PATTERN, validateLanes } from '@ferry/core';
-import { InvalidArgumentError, Option } from 'commander';
+import { type Command, InvalidArgumentError, Option } from 'commander';
 
 /**
  * Small explicit parsers for CLI flags and FERRY_* env vars. Each throws
@@ -153,3 +153,22 @@ export function parseBoolean(value: string): boolean {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** The NATS connection flags (URLs, credentials, TLS) of every command that talks to NATS, with their FERRY_* variables. */
+export function addNatsOptions(cmd: Command): Command {
+  return cmd
+    .addOption(
+      new Option('--nats-url <urls>', 'NATS server URLs, comma-separated')
+        .env('FERRY_NATS_URL')
+        .default(['nats://127.0.0.1:4222'], 'nats://127.0.0.1:4222')
+        .argParser(parseNatsUrls),
+    )
+    .addOption(new Option('--nats-user <user>', 'NATS user (with --nats-password)').env('FERRY_NATS_USER'))
+    .addOption(new Option('--nats-password <password>', 'NATS password').env('FERRY_NATS_PASSWORD'))
+    .addOption(new Option('--nats-token <token>', 'NATS token').env('FERRY_NATS_TOKEN'))
+    .addOption(new Option('--nats-nkey-seed <seed>', 'NATS nkey seed (SU…)').env('FERRY_NATS_NKEY_SEED'))
+    .addOption(new Option('--nats-creds <file>', 'NATS credentials file (JWT + seed)').env('FERRY_NATS_CREDS'))
+    .addOption(new Option('--nats-tls-ca <file>', 'CA certificate file to verify the NATS server').env('FERRY_NATS_TLS_CA'))
+    .addOption(new Option('--nats-tls-cert <file>', 'client certificate file for NATS mutual TLS').env('FERRY_NATS_TLS_CERT'))
+    .addOption(new Option('--nats-tls-key <file>', 'client key file for NATS mutual TLS').env('FERRY_NATS_TLS_KEY'));
+}

@@ -3,7 +3,10 @@ import { type ConnectionOptions, connect, type NatsConnection } from '@nats-io/t
 import { type Command, CommanderError, Option } from 'commander';
 import pg from 'pg';
 import { natsConnectOptions, type RelayFlags } from './commands/relay.js';
-import { databaseUrlOption, parseNatsUrls, redactNatsUrls, resolveDatabaseUrl, schemaOption } from './config.js';
+import { databaseUrlOption, redactNatsUrls, resolveDatabaseUrl, schemaOption } from './config.js';
+
+export { addNatsOptions } from './config.js';
+
 import type { CommandContext } from './context.js';
 import { lockNamespace } from './lane-leaser.js';
 
@@ -29,25 +32,6 @@ export interface OpsNatsFlags extends OpsFlags {
 /** `--database-url`, `--schema` and `--json`. */
 export function addDatabaseOptions(cmd: Command): Command {
   return cmd.addOption(databaseUrlOption()).addOption(schemaOption()).addOption(new Option('--json', 'print the result as JSON'));
-}
-
-/** The NATS connection flags of `ferry relay`, with the same FERRY_* variables. */
-export function addNatsOptions(cmd: Command): Command {
-  return cmd
-    .addOption(
-      new Option('--nats-url <urls>', 'NATS server URLs, comma-separated')
-        .env('FERRY_NATS_URL')
-        .default(['nats://127.0.0.1:4222'], 'nats://127.0.0.1:4222')
-        .argParser(parseNatsUrls),
-    )
-    .addOption(new Option('--nats-user <user>', 'NATS user (with --nats-password)').env('FERRY_NATS_USER'))
-    .addOption(new Option('--nats-password <password>', 'NATS password').env('FERRY_NATS_PASSWORD'))
-    .addOption(new Option('--nats-token <token>', 'NATS token').env('FERRY_NATS_TOKEN'))
-    .addOption(new Option('--nats-nkey-seed <seed>', 'NATS nkey seed (SU…)').env('FERRY_NATS_NKEY_SEED'))
-    .addOption(new Option('--nats-creds <file>', 'NATS credentials file (JWT + seed)').env('FERRY_NATS_CREDS'))
-    .addOption(new Option('--nats-tls-ca <file>', 'CA certificate file to verify the NATS server').env('FERRY_NATS_TLS_CA'))
-    .addOption(new Option('--nats-tls-cert <file>', 'client certificate file for NATS mutual TLS').env('FERRY_NATS_TLS_CERT'))
-    .addOption(new Option('--nats-tls-key <file>', 'client key file for NATS mutual TLS').env('FERRY_NATS_TLS_KEY'));
 }
 
 /** `connect()` options from the NATS flags (the same rules as `ferry relay`). */

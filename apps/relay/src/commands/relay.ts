@@ -4,6 +4,7 @@ import { ConfigError } from '@ferry/core';
 import { type Authenticator, type ConnectionOptions, credsAuthenticator, nkeyAuthenticator } from '@nats-io/transport-node';
 import { Command, Option } from 'commander';
 import {
+  addNatsOptions,
   databaseUrlOption,
   LOG_LEVELS,
   natsUrlPasswords,
@@ -12,7 +13,6 @@ import {
   parseEnsureStream,
   parseIntIn,
   parseLanesPerInstance,
-  parseNatsUrls,
   redactNatsUrls,
   redactUrl,
   resolveDatabaseUrl,
@@ -76,24 +76,12 @@ Examples:
 
 export function relayCommand(ctx: CommandContext): Command {
   const int = (min: number, max: number) => parseIntIn(min, max);
-  return new Command('relay')
-    .description('run the relay daemon: publish outbox rows to NATS JetStream, at-least-once, in per-key order')
-    .addOption(databaseUrlOption())
-    .addOption(schemaOption())
-    .addOption(
-      new Option('--nats-url <urls>', 'NATS server URLs, comma-separated')
-        .env('FERRY_NATS_URL')
-        .default(['nats://127.0.0.1:4222'], 'nats://127.0.0.1:4222')
-        .argParser(parseNatsUrls),
-    )
-    .addOption(new Option('--nats-user <user>', 'NATS user (with --nats-password)').env('FERRY_NATS_USER'))
-    .addOption(new Option('--nats-password <password>', 'NATS password').env('FERRY_NATS_PASSWORD'))
-    .addOption(new Option('--nats-token <token>', 'NATS token').env('FERRY_NATS_TOKEN'))
-    .addOption(new Option('--nats-nkey-seed <seed>', 'NATS nkey seed (SU…)').env('FERRY_NATS_NKEY_SEED'))
-    .addOption(new Option('--nats-creds <file>', 'NATS credentials file (JWT + seed)').env('FERRY_NATS_CREDS'))
-    .addOption(new Option('--nats-tls-ca <file>', 'CA certificate file to verify the NATS server').env('FERRY_NATS_TLS_CA'))
-    .addOption(new Option('--nats-tls-cert <file>', 'client certificate file for NATS mutual TLS').env('FERRY_NATS_TLS_CERT'))
-    .addOption(new Option('--nats-tls-key <file>', 'client key file for NATS mutual TLS').env('FERRY_NATS_TLS_KEY'))
+  return addNatsOptions(
+    new Command('relay')
+      .description('run the relay daemon: publish outbox rows to NATS JetStream, at-least-once, in per-key order')
+      .addOption(databaseUrlOption())
+      .addOption(schemaOption()),
+  )
     .addOption(
       new Option('--lanes-per-instance <n>', '"auto" (a fair share of the live instances) or a fixed maximum')
         .env('FERRY_LANES_PER_INSTANCE')
