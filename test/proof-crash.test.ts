@@ -84,6 +84,11 @@ describe('failure proofs: crashes', () => {
 
     const effects = await waitEffects(db.pool, db.schema, 'lost', committed);
     assert.deepEqual(effects, { effects: committed, doubled: 0, totals: committed }, 'each event applied once');
+    // The child reports each outcome after its COMMIT and ack, so the last report may trail the effect row.
+    await waitFor(() => consumer.reports.filter((r) => r.kind === 'applied').length >= committed, {
+      timeoutMs: 10_000,
+      what: 'the consumer to report every event applied',
+    });
     assert.equal(consumer.reports.filter((r) => r.kind === 'applied').length, committed);
   });
 

@@ -49,9 +49,17 @@ describe('relay maintenance through pg-boss', () => {
     // pg-boss cron has minute resolution: the current or the next minute's occurrence.
     await waitFor(() => runs.length > 0, { timeoutMs: 75_000, intervalMs: 200, what: 'a prune run' });
     await sleep(4000);
-    const jobs = await db.pool.query<{ id: string; slot: string }>(
-      `SELECT id::text, singleton_on::text AS slot FROM ${quoteIdentifier(`${db.schema}_boss`)}.job WHERE name = 'ferry-prune'`,
-    );
+    const readJobs = () =>
+      db.pool.query<{ id: string; slot: string }>(
+        `SELECT id::text, singleton_on::text AS slot FROM ${quoteIdentifier(`${db.schema}_boss`)}.job WHERE name = 'ferry-prune'`,
+      );
+    // A minute boundary inside the wait schedules the next occurrence: let it run before counting.
+    await waitFor(async () => (await readJobs()).rows.length === runs.length, {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+      what: 'every scheduled prune job to have run',
+    });
+    const jobs = await readJobs();
     assert.equal(
       new Set(jobs.rows.map((j) => j.slot)).size,
       jobs.rows.length,
@@ -59,7 +67,7 @@ describe('relay maintenance through pg-boss', () => {
     );
     assert.equal(new Set(runs.map((r) => r.jobId)).size, runs.length, `no job ran twice: ${JSON.stringify(runs)}`);
     assert.equal(runs.length, jobs.rows.length, 'one run per scheduled occurrence, on one of the two instances');
-    assert.ok(runs.length <= 2, `${runs.length} runs in the few seconds of the test`);
+    assert.ok(runs.length <= 3, `${runs.length} runs in the minute or so of the test`);
     assert.equal(
       runs.reduce((n, r) => n + r.deleted, 0),
       300,
