@@ -7,7 +7,7 @@
  *
  *   npm run build && node bench/dist/relay-drain.js [--quick]
  */
-import { encodeEvent, quoteIdentifier, withTransaction } from '@ferry/core';
+import { encodeEvent, eventFromOutboxRow, type OutboxEventRow, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream } from '@ferry/testkit';
@@ -45,18 +45,8 @@ async function trial(n: number) {
     await db.pool.query(`VACUUM ANALYZE ${quoteIdentifier(db.schema)}.outbox`);
 
     // Raw: the same messages, encoded the same way, pipelined on one connection.
-    const { rows } = await db.pool.query<{
-      id: string;
-      key: string;
-      version: string;
-      subject: string;
-      type: string;
-      source: string;
-      content_type: string;
-      data: Buffer;
-      occurred_at: Date;
-    }>(
-      `SELECT id::text, key, version::text, subject, type, source, content_type, data, occurred_at FROM ${quoteIdentifier(db.schema)}.outbox ORDER BY seq`,
+    const { rows } = await db.pool.query<OutboxEventRow>(
+      `SELECT id::text, key, version::text, subject, type, source, content_type, data, headers, occurred_at FROM ${quoteIdentifier(db.schema)}.outbox ORDER BY seq`,
     );
     const js = jetstream(raw.nc);
     const rawStart = performance.now();
@@ -65,18 +55,7 @@ async function trial(n: number) {
       while (next < rows.length) {
         const r = rows[next++];
         if (!r) break;
-        const enc = encodeEvent({
-          id: r.id,
-          key: r.key,
-          version: BigInt(r.version),
-          subject: r.subject.replace(stream.prefix, raw.prefix),
-          type: r.type,
-          source: r.source,
-          time: r.occurred_at,
-          contentType: r.content_type,
-          data: r.data,
-          headers: {},
-        });
+        const enc = encodeEvent({ ...eventFromOutboxRow(r), subject: r.subject.replace(stream.prefix, raw.prefix) });
         const h = headers();
         for (const [k, v] of enc.headers) h.set(k, v);
         await js.publish(enc.subject, enc.body, { headers: h });

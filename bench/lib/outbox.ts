@@ -2,7 +2,7 @@
  * Backlogs and drains shared by the relay scenarios: outbox rows generated in
  * SQL, the raw JetStream baseline, and a relay draining a backlog.
  */
-import { encodeEvent, notifyChannel, quoteIdentifier } from '@ferry/core';
+import { encodeEvent, eventFromOutboxRow, notifyChannel, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
 import { createRelay, type RelayOptions } from '@ferry/relay';
 import { jetstream } from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
@@ -81,17 +81,7 @@ export async function commitBacklog(pool: pg.Pool, schema: string, o: GenerateOp
   }
 }
 
-export interface RowForRaw {
-  id: string;
-  key: string;
-  version: string;
-  subject: string;
-  type: string;
-  source: string;
-  content_type: string;
-  data: Buffer;
-  occurred_at: Date;
-}
+export type RowForRaw = OutboxEventRow;
 
 /** The rows `generateRowsSql` writes, built in memory for the raw baseline (same sizes, same headers). */
 export function makeRows(o: GenerateOptions): RowForRaw[] {
@@ -105,6 +95,7 @@ export function makeRows(o: GenerateOptions): RowForRaw[] {
     source: 'bench',
     content_type: 'application/json',
     data: Buffer.from(`{"order" : ${g}, "amount" : 4200, "currency" : "EUR", "lines" : [{"sku" : "A-1", "qty" : 2}]}`),
+    headers: null,
     occurred_at: now,
   }));
 }
@@ -122,18 +113,7 @@ export async function rawPublish(nc: NatsConnection, rows: RowForRaw[], window: 
     while (next < rows.length) {
       const r = rows[next++];
       if (!r) break;
-      const enc = encodeEvent({
-        id: r.id,
-        key: r.key,
-        version: BigInt(r.version),
-        subject: r.subject,
-        type: r.type,
-        source: r.source,
-        time: r.occurred_at,
-        contentType: r.content_type,
-        data: r.data,
-        headers: {},
-      });
+      const enc = encodeEvent(eventFromOutboxRow(r));
       const h = headers();
       for (const [k, v] of enc.headers) h.set(k, v);
       await js.publish(enc.subject, enc.body, { headers: h });

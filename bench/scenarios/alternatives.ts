@@ -20,7 +20,7 @@
  *   node bench/dist/scenarios/alternatives.js [--quick] [--events 6000] [--naive-events 1000] [--trials 3]
  */
 import { randomInt } from 'node:crypto';
-import { encodeEvent, quoteIdentifier } from '@ferry/core';
+import { encodeEvent, eventFromOutboxRow, quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, natsUrl, type TestStream } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
@@ -141,18 +141,7 @@ async function trialNaive(stream: TestStream): Promise<number> {
         await c.query('COMMIT');
         break;
       }
-      const enc = encodeEvent({
-        id: r.id,
-        key: r.key,
-        version: BigInt(r.version),
-        subject: r.subject,
-        type: r.type,
-        source: r.source,
-        time: r.occurred_at,
-        contentType: r.content_type,
-        data: r.data,
-        headers: r.headers ?? {},
-      });
+      const enc = encodeEvent(eventFromOutboxRow(r));
       const h = headers();
       for (const [k, v] of enc.headers) h.set(k, v);
       await js.publish(enc.subject, enc.body, { headers: h });

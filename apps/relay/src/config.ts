@@ -154,6 +154,19 @@ export function parseBoolean(value: string): boolean {
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
+/** What `addNatsOptions` parses. */
+export interface NatsFlags {
+  natsUrl: string[];
+  natsUser?: string;
+  natsPassword?: string;
+  natsToken?: string;
+  natsNkeySeed?: string;
+  natsCreds?: string;
+  natsTlsCa?: string;
+  natsTlsCert?: string;
+  natsTlsKey?: string;
+}
+
 /** The NATS connection flags (URLs, credentials, TLS) of every command that talks to NATS, with their FERRY_* variables. */
 export function addNatsOptions(cmd: Command): Command {
   return cmd

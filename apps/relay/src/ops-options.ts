@@ -3,7 +3,7 @@ import { type ConnectionOptions, connect, type NatsConnection } from '@nats-io/t
 import { type Command, CommanderError, Option } from 'commander';
 import pg from 'pg';
 import { natsConnectOptions, type RelayFlags } from './commands/relay.js';
-import { databaseUrlOption, redactNatsUrls, resolveDatabaseUrl, schemaOption } from './config.js';
+import { databaseUrlOption, type NatsFlags, redactNatsUrls, resolveDatabaseUrl, schemaOption } from './config.js';
 
 export { addNatsOptions } from './config.js';
 
@@ -17,17 +17,7 @@ export interface OpsFlags {
   json?: boolean;
 }
 
-export interface OpsNatsFlags extends OpsFlags {
-  natsUrl: string[];
-  natsUser?: string;
-  natsPassword?: string;
-  natsToken?: string;
-  natsNkeySeed?: string;
-  natsCreds?: string;
-  natsTlsCa?: string;
-  natsTlsCert?: string;
-  natsTlsKey?: string;
-}
+export interface OpsNatsFlags extends OpsFlags, NatsFlags {}
 
 /** `--database-url`, `--schema` and `--json`. */
 export function addDatabaseOptions(cmd: Command): Command {

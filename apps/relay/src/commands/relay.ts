@@ -7,6 +7,7 @@ import {
   addNatsOptions,
   databaseUrlOption,
   LOG_LEVELS,
+  type NatsFlags,
   natsUrlPasswords,
   parseBoolean,
   parseDuration,
@@ -26,18 +27,9 @@ import { createRelay } from '../relay.js';
 import { RELAY_DEFAULTS } from '../relay-options.js';
 import type { EnsureStream, RelayOptions } from '../types.js';
 
-export interface RelayFlags {
+export interface RelayFlags extends NatsFlags {
   databaseUrl?: string;
   schema: string;
-  natsUrl: string[];
-  natsUser?: string;
-  natsPassword?: string;
-  natsToken?: string;
-  natsNkeySeed?: string;
-  natsCreds?: string;
-  natsTlsCa?: string;
-  natsTlsCert?: string;
-  natsTlsKey?: string;
   lanesPerInstance: number | 'auto';
   batchSize: number;
   maxInFlight: number;
