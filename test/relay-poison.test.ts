@@ -201,22 +201,16 @@ describe('relay poison events and the dead-letter commands', () => {
       },
       { timeoutMs: 20_000, what: 'both rows of the key to be published once the stream exists' },
     );
-    const { rows } = await db.pool.query<{ id: string; published_at: Date }>(
-      `SELECT id::text, published_at FROM ${s}.outbox WHERE key = 'held' ORDER BY seq`,
-    );
-    assert.deepEqual(
-      rows.map((r) => r.id),
-      [first.id, second.id],
-    );
-    assert.ok(
-      (rows[0]?.published_at as Date) < (rows[1]?.published_at as Date),
-      'the retried row was marked first, the later one after it',
-    );
+    // The two rows went to two streams: JetStream's storage times show the retried row stored before the later one.
+    const inLater = await stream.jsm.streams.getMessage('LATER', { seq: 1 });
+    assert.equal(inLater?.header.get('ce-id'), first.id);
     const inStream = (await readStream(stream.nc, stream.name)).filter((e) => e.key === 'held');
     assert.deepEqual(
       inStream.map((e) => e.id),
       [second.id],
     );
+    const later = await stream.jsm.streams.getMessage(stream.name, { seq: inStream[0]?.streamSeq ?? 0 });
+    assert.ok(inLater && later && inLater.time.getTime() <= later.time.getTime(), 'the retried row was stored before the later one');
   });
 
   test('relay - ferry dlq rejects an id that is not a UUID with exit code 2', async () => {

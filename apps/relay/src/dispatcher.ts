@@ -14,8 +14,7 @@ import { markFailedSql } from './sql/mark-failed.js';
 import { markPublishedSql } from './sql/mark-published.js';
 import type { CompiledRelayOptions, Logger } from './types.js';
 
-/** `skipped`: not sent because an earlier row of its key in the batch was refused before sending. */
-type Outcome = { ok: true; ackAt: number } | ({ ok: false; skipped?: boolean } & Classified);
+type Outcome = { ok: true; ackAt: number } | ({ ok: false } & Classified);
 
 export interface DispatcherDeps {
   options: CompiledRelayOptions;
@@ -45,17 +44,23 @@ const CLAIMERS = 2;
 export const MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024;
 
 /**
- * Drops from a claimed batch the rows that follow a retried row of their key:
- * they are sent after the retry's outcome is known (the key is left out of
- * claims while its retry is in flight), never pipelined behind it.
+ * A claim's rows as one send chain per key, in seq order: each chain stops
+ * before its first row that is not due (dead or backing off behind the head).
  */
-export function holdBehindRetries(rows: ClaimedRow[]): ClaimedRow[] {
-  const retrying = new Set<string>();
-  return rows.filter((row) => {
-    if (retrying.has(row.key)) return false;
-    if (row.attempts > 0) retrying.add(row.key);
-    return true;
-  });
+export function chainsByKey(rows: readonly ClaimedRow[]): ClaimedRow[][] {
+  const chains = new Map<string, ClaimedRow[]>();
+  const stopped = new Set<string>();
+  for (const row of rows) {
+    if (stopped.has(row.key)) continue;
+    if (!row.due) {
+      stopped.add(row.key);
+      continue;
+    }
+    const chain = chains.get(row.key);
+    if (chain) chain.push(row);
+    else chains.set(row.key, [row]);
+  }
+  return [...chains.values()];
 }
 
 /** Tries a statement a few times (a terminated pool connection is replaced by the next attempt). */
@@ -74,23 +79,25 @@ async function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>
 }
 
 /**
- * The publishing loop of one relay instance. It claims due rows of the leased
- * lanes, publishes them pipelined on the one NATS connection, and marks the
- * acknowledged ones published in one statement per batch. Batches overlap
- * (up to `maxInFlight` rows): the next claim leaves out the rows in flight,
- * and a key's later rows may follow its in-flight rows on the wire (publish
- * order on one connection is stream order), except behind a retry: a key with
- * a retried row in flight sends nothing more until that row's outcome is known.
+ * The publishing loop of one relay instance. It claims work by key from the
+ * leased lanes (a key's rows from its first unpublished row on), sends each
+ * key's rows as a chain (a row only after the previous row's PubAck, so the
+ * stream never holds a key's version n+1 while version n may be missing),
+ * runs the chains of many keys at once on the one NATS connection, and marks
+ * a batch's acknowledged rows published in one statement. A failed row ends
+ * its chain; its key is claimed again only when that row is due (backoff) or
+ * settled by `ferry dlq`. Other keys are not slowed: a claim skips a blocked
+ * key with one index probe.
  */
 export class Dispatcher {
   readonly #d: DispatcherDeps;
   readonly #claimSql: string;
   readonly #markPublishedSql: string;
   readonly #markFailedSql: string;
-  /** Seqs in flight, per lane. */
-  readonly #inflightSeqs = new Map<number, Set<string>>();
-  /** Keys with a retry in flight: their later rows wait for its outcome instead of being pipelined behind it. */
-  readonly #retryingKeys = new Map<string, number>();
+  /** Keys claimed and not yet settled: the next claims leave them out. */
+  readonly #inflightKeys = new Set<string>();
+  /** Per lane, the last key claimed: the next claim of the lane starts after it, so every key gets its turn. */
+  readonly #cursors = new Map<number, string>();
   readonly #inflightLanes = new Map<number, number>();
   readonly #batches = new Set<Promise<void>>();
   #inflightRows = 0;
@@ -101,7 +108,6 @@ export class Dispatcher {
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
   #woken = false;
-  #laneRotation = 0;
   #lastTick = 0;
   #idleDelayMs: number;
   #dbDown = false;
@@ -171,6 +177,7 @@ export class Dispatcher {
         this.#lastTick = now;
         const lanes = await this.#d.leaser.tick(this.busy);
         this.#d.metrics.lanesOwned.set(lanes.length);
+        this.#forgetCursors(lanes);
         if (!this.#running) break;
       }
       const lanes = this.#d.leaser.lanes;
@@ -192,10 +199,13 @@ export class Dispatcher {
       // Claims for disjoint lane groups run in parallel, on separate pool connections: the claim
       // round trip, not NATS, is what bounds a single claim loop.
       const groups = probing ? [lanes] : this.#groups(lanes);
+      // Up to batchSize keys per claim; the room for rows is shared among the keys found, so a
+      // few keys get long chains (one hot key keeps its pipe full) and many keys a row or two each.
       const limit = probing ? 1 : Math.max(1, Math.min(o.batchSize, Math.floor(capacity / groups.length)));
+      const room = probing ? 1 : Math.max(1, Math.floor(capacity / groups.length));
       let claimed: ClaimedRow[][];
       try {
-        claimed = await Promise.all(groups.map((g) => this.#claim(g, limit)));
+        claimed = await Promise.all(groups.map((g) => this.#claim(g, limit, room)));
         if (this.#dbDown) this.#d.logger.info({ event: 'database-restored' }, 'database answering again: claiming resumed');
         this.#dbDown = false;
       } catch (err) {
@@ -204,10 +214,10 @@ export class Dispatcher {
         await this.#pause(o.pollIntervalMs);
         continue;
       }
-      for (const rows of claimed) if (rows.length > 0) this.#launch(holdBehindRetries(rows));
+      for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
       this.#estimateRowBytes(claimed);
       const found = claimed.reduce((n, rows) => n + rows.length, 0);
-      if (!probing && claimed.some((rows) => rows.length === limit)) {
+      if (!probing && claimed.some((rows) => rows.length >= room || new Set(rows.map((r) => r.key)).size >= limit)) {
         this.#idleDelayMs = 0;
         continue;
       }
@@ -225,14 +235,16 @@ export class Dispatcher {
     return groups;
   }
 
-  async #claim(lanes: readonly number[], limit: number): Promise<ClaimedRow[]> {
-    this.#laneRotation = (this.#laneRotation + 1) % 1024;
-    const r = this.#laneRotation % lanes.length;
-    const rotated = [...lanes.slice(r), ...lanes.slice(0, r)];
-    const inflight: string[] = [];
-    for (const lane of lanes) for (const seq of this.#inflightSeqs.get(lane) ?? []) inflight.push(seq);
-    const { rows } = await this.#d.pool.query<ClaimedRow>(this.#claimSql, [rotated, inflight, [...this.#retryingKeys.keys()], limit]);
+  async #claim(lanes: readonly number[], keyLimit: number, room: number): Promise<ClaimedRow[]> {
+    const afters = lanes.map((lane) => this.#cursors.get(lane) ?? '');
+    const { rows } = await this.#d.pool.query<ClaimedRow>(this.#claimSql, [lanes, afters, [...this.#inflightKeys], keyLimit, room]);
+    for (const r of rows) this.#cursors.set(r.lane, r.cursor);
     return rows;
+  }
+
+  /** Forgets the cursors of lanes no longer leased (a lane leased again starts from its first key). */
+  #forgetCursors(lanes: readonly number[]): void {
+    for (const lane of this.#cursors.keys()) if (!lanes.includes(lane)) this.#cursors.delete(lane);
   }
 
   #estimateRowBytes(claimed: ClaimedRow[][]): void {
@@ -247,30 +259,22 @@ export class Dispatcher {
     this.#rowBytes = this.#rowBytes === undefined ? avg : (this.#rowBytes + avg) / 2;
   }
 
-  #launch(rows: ClaimedRow[]): void {
+  #launch(claimed: ClaimedRow[]): void {
+    const chains = chainsByKey(claimed);
+    const rows = chains.flat();
     let bytes = 0;
     for (const r of rows) {
-      const seqs = this.#inflightSeqs.get(r.lane) ?? new Set<string>();
-      this.#inflightSeqs.set(r.lane, seqs);
-      seqs.add(r.seq);
-      if (r.attempts > 0) this.#retryingKeys.set(r.key, (this.#retryingKeys.get(r.key) ?? 0) + 1);
       this.#inflightLanes.set(r.lane, (this.#inflightLanes.get(r.lane) ?? 0) + 1);
       bytes += r.data.byteLength;
     }
+    for (const chain of chains) if (chain[0]) this.#inflightKeys.add(chain[0].key);
     this.#inflightRows += rows.length;
     this.#inflightBytes += bytes;
-    const batch = this.#batch(rows)
+    const batch = this.#batch(chains, rows)
       .catch((err) => this.#d.logger.error({ err, rows: rows.length }, 'batch failed unexpectedly; its rows will be claimed again'))
       .finally(() => {
+        for (const chain of chains) if (chain[0]) this.#inflightKeys.delete(chain[0].key);
         for (const r of rows) {
-          const seqs = this.#inflightSeqs.get(r.lane);
-          seqs?.delete(r.seq);
-          if (seqs?.size === 0) this.#inflightSeqs.delete(r.lane);
-          if (r.attempts > 0) {
-            const k = (this.#retryingKeys.get(r.key) ?? 1) - 1;
-            if (k === 0) this.#retryingKeys.delete(r.key);
-            else this.#retryingKeys.set(r.key, k);
-          }
           const l = (this.#inflightLanes.get(r.lane) ?? 1) - 1;
           if (l === 0) this.#inflightLanes.delete(r.lane);
           else this.#inflightLanes.set(r.lane, l);
@@ -278,86 +282,99 @@ export class Dispatcher {
         this.#inflightRows -= rows.length;
         this.#inflightBytes -= bytes;
         this.#batches.delete(batch);
-        // Capacity came back, or the keys of this batch may have more rows: look again.
+        // Capacity came back, and the keys of this batch may have more rows: look again.
         this.#wake?.();
       });
     this.#batches.add(batch);
   }
 
-  async #batch(rows: ClaimedRow[]): Promise<void> {
+  async #batch(chains: ClaimedRow[][], rows: ClaimedRow[]): Promise<void> {
     const started = performance.now();
-    let outcomes: Outcome[];
+    let outcomes: Map<ClaimedRow, Outcome>;
     try {
-      outcomes = await this.#d.breaker.execute(() => this.#publishAll(rows));
+      outcomes = await this.#d.breaker.execute(() => this.#publishChains(chains));
     } catch (err) {
       if (err instanceof BrokenCircuitError || err instanceof IsolatedCircuitError) return; // not sent; claimed again later
-      if (err instanceof NatsUnavailableError) outcomes = (err.cause as Outcome[]) ?? [];
+      if (err instanceof NatsUnavailableError) outcomes = err.cause as Map<ClaimedRow, Outcome>;
       else throw err;
     }
-    this.#d.events.emit('relay:batch:acked', { rows: rows.length, acked: outcomes.filter((x) => x.ok).length });
+    let acked = 0;
+    for (const x of outcomes.values()) if (x.ok) acked++;
+    this.#d.events.emit('relay:batch:acked', { rows: rows.length, acked });
     await this.#settle(rows, outcomes, started);
   }
 
-  async #publishAll(rows: ClaimedRow[]): Promise<Outcome[]> {
-    const { js, options } = this.#d;
-    const maxPayload = this.#d.maxPayload();
-    // A key whose row is refused before sending (too large) sends nothing more in this batch:
-    // its later rows must not reach the stream ahead of it.
-    const refusedKeys = new Set<string>();
-    const pending = rows.map(async (row): Promise<Outcome> => {
-      if (refusedKeys.has(row.key))
-        return { ok: false, skipped: true, reason: 'other', permanent: false, transport: false, message: 'skipped' };
-      try {
-        const event = eventFromOutboxRow(row);
-        const encoded = encodeEvent(event);
-        const size = encodedSize(encoded);
-        if (maxPayload !== undefined && size > maxPayload) {
-          refusedKeys.add(row.key);
-          return {
-            ok: false,
-            reason: 'max_payload',
-            permanent: true,
-            transport: false,
-            message: `the event encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`,
-          };
+  /**
+   * Sends every chain, the chains concurrently and each chain's rows one
+   * after another: a row goes out only once the previous row of its key is
+   * acknowledged, and a failure ends the chain (the rest are not sent). So
+   * whatever happens to a row (refused here, rejected by the server, PubAck
+   * timeout, a reconnect that loses or re-sends what was on the wire), no
+   * later row of its key can reach the stream before it.
+   */
+  async #publishChains(chains: ClaimedRow[][]): Promise<Map<ClaimedRow, Outcome>> {
+    const outcomes = new Map<ClaimedRow, Outcome>();
+    await Promise.all(
+      chains.map(async (chain) => {
+        for (const row of chain) {
+          const outcome = await this.#publishOne(row);
+          outcomes.set(row, outcome);
+          if (!outcome.ok) break;
         }
-        const h = natsHeaders();
-        for (const [name, value] of encoded.headers) h.set(name, value);
-        // A PubAck with duplicate: true means JetStream already holds this id: success as well.
-        await js.publish(encoded.subject, encoded.body, { headers: h, timeout: options.publishTimeoutMs });
-        return { ok: true, ackAt: Date.now() };
-      } catch (err) {
-        return { ok: false, ...classifyPublishError(err) };
-      }
-    });
-    const outcomes = await Promise.all(pending);
-    if (outcomes.length > 0 && outcomes.every((x) => !x.ok && x.transport)) {
-      const first = outcomes[0] as { message: string };
+      }),
+    );
+    // The breaker counts a batch only when NATS itself failed every row it was given (timeouts, a lost
+    // connection); a row the server answered, even with a refusal, proves NATS is up.
+    let answered = false;
+    let first: Outcome | undefined;
+    for (const x of outcomes.values()) {
+      if (x.ok || !x.transport) answered = true;
+      else first ??= x;
+    }
+    if (!answered && first && !first.ok) {
       throw new NatsUnavailableError(`every publish of the batch failed: ${first.message}`, { cause: outcomes });
     }
     return outcomes;
   }
 
-  async #settle(rows: ClaimedRow[], outcomes: Outcome[], started: number): Promise<void> {
+  async #publishOne(row: ClaimedRow): Promise<Outcome> {
+    const maxPayload = this.#d.maxPayload();
+    try {
+      const encoded = encodeEvent(eventFromOutboxRow(row));
+      const size = encodedSize(encoded);
+      if (maxPayload !== undefined && size > maxPayload) {
+        return {
+          ok: false,
+          reason: 'max_payload',
+          permanent: true,
+          transport: false,
+          message: `the event encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`,
+        };
+      }
+      const h = natsHeaders();
+      for (const [name, value] of encoded.headers) h.set(name, value);
+      // A PubAck with duplicate: true means JetStream already holds this id: success as well.
+      await this.#d.js.publish(encoded.subject, encoded.body, { headers: h, timeout: this.#d.options.publishTimeoutMs });
+      return { ok: true, ackAt: Date.now() };
+    } catch (err) {
+      return { ok: false, ...classifyPublishError(err) };
+    }
+  }
+
+  async #settle(rows: ClaimedRow[], outcomes: Map<ClaimedRow, Outcome>, started: number): Promise<void> {
     const { options: o, metrics, pool, logger, events } = this.#d;
     const published: string[] = [];
     const failed = { seqs: [] as string[], errors: [] as string[], delays: [] as number[], dead: [] as boolean[] };
-    const failedKeys = new Set<string>();
     const deadRows: Array<{ row: ClaimedRow; outcome: Classified }> = [];
-    rows.forEach((row, i) => {
-      const outcome = outcomes[i];
-      if (!outcome) return;
+    for (const row of rows) {
+      const outcome = outcomes.get(row);
+      if (!outcome) continue; // not sent: behind a failure in its chain
       if (outcome.ok) {
-        // Already in the stream: mark it even when an earlier row of its key failed in this batch.
         published.push(row.seq);
         metrics.commitToAck.observe(Math.max(0, outcome.ackAt - row.created_at.getTime()) / 1000);
-        return;
+        continue;
       }
-      if (outcome.skipped) return;
       metrics.failures.inc({ reason: outcome.reason });
-      // Only the first failure of a key counts; later rows of the key wait behind it untouched.
-      if (failedKeys.has(row.key)) return;
-      failedKeys.add(row.key);
       const attempt = row.attempts + 1;
       const dead = outcome.permanent || attempt >= o.maxAttempts;
       failed.seqs.push(row.seq);
@@ -365,7 +382,7 @@ export class Dispatcher {
       failed.delays.push(backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs));
       failed.dead.push(dead);
       if (dead) deadRows.push({ row, outcome });
-    });
+    }
     const marks: Promise<unknown>[] = [];
     if (published.length > 0) {
       marks.push(

@@ -31,6 +31,11 @@ function text(err: unknown): string {
  * `--max-attempts`), a closed or lost connection, any other JetStream API
  * error. Permanent (dead at once): a message over the server's `max_payload`
  * or the stream's `max_msg_size`, a permission or authorization violation.
+ *
+ * `transport` (counts toward the NATS circuit breaker) only for failures of
+ * NATS itself: a timeout or a lost connection. No responders belongs to one
+ * subject (the one no stream binds): one unroutable row must not pause every
+ * healthy key, so it backs off on its own and blocks only its key.
  */
 export function classifyPublishError(err: unknown): Classified {
   const message = text(err);
@@ -47,7 +52,7 @@ export function classifyPublishError(err: unknown): Classified {
   if (err instanceof natsErrors.TimeoutError) return { reason: 'timeout', permanent: false, transport: true, message };
   // nats.js turns no responders into a JetStreamNotEnabled error (not exported from the package's public entry).
   if ((err instanceof Error && err.name === 'JetStreamNotEnabled') || (err instanceof natsErrors.RequestError && err.isNoResponders())) {
-    return { reason: 'no_responders', permanent: false, transport: true, message };
+    return { reason: 'no_responders', permanent: false, transport: false, message };
   }
   if (
     err instanceof natsErrors.ClosedConnectionError ||

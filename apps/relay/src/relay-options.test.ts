@@ -4,7 +4,7 @@ import { isValidationError } from '@ferry/core';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors } from '@nats-io/transport-node';
 import { parseDuration, parseEnsureStream, parseLanesPerInstance, parseNatsUrls } from './config.js';
-import { holdBehindRetries } from './dispatcher.js';
+import { chainsByKey } from './dispatcher.js';
 import { classifyPublishError } from './errors.js';
 import { lockNamespace } from './lane-leaser.js';
 import { backoffDelayMs, compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
@@ -62,7 +62,7 @@ test('relay errors - publish failures are sorted into retryable and permanent', 
   assert.deepEqual(c(new errors.RequestError('no responders', { cause: new errors.NoRespondersError('x') })), [
     'no_responders',
     false,
-    true,
+    false, // one unbound subject is not a NATS outage: it must not open the breaker for every key
   ]);
   assert.deepEqual(c(errors.InvalidArgumentError.format('payload', 'max_payload size exceeded')), ['max_payload', true, false]);
   assert.deepEqual(c(new errors.PermissionViolationError('denied', 'publish', 'orders.x')), ['permission', true, false]);
@@ -102,12 +102,11 @@ test('relay lanes - lock namespaces are stable, non-negative 31-bit, and differ 
   assert.notEqual(a, lockNamespace('ferry:lanes:billing'));
 });
 
-test('relay dispatcher - rows behind a retried row of their key are held out of the batch', () => {
-  const row = (seq: number, key: string, attempts: number) =>
-    ({ seq: String(seq), key, attempts }) as Parameters<typeof holdBehindRetries>[0][number];
-  const kept = holdBehindRetries([row(1, 'a', 2), row(2, 'b', 0), row(3, 'a', 0), row(4, 'b', 0), row(5, 'c', 1), row(6, 'a', 0)]);
+test('relay dispatcher - a claim becomes one chain per key in seq order, cut at the first row not due', () => {
+  const row = (seq: number, key: string, due = true) => ({ seq: String(seq), key, due }) as Parameters<typeof chainsByKey>[0][number];
+  const chains = chainsByKey([row(1, 'a'), row(2, 'b'), row(3, 'a'), row(4, 'b', false), row(5, 'c'), row(6, 'a'), row(7, 'b')]);
   assert.deepEqual(
-    kept.map((r) => r.seq),
-    ['1', '2', '4', '5'],
+    chains.map((c) => c.map((r) => r.seq)),
+    [['1', '3', '6'], ['2'], ['5']],
   );
 });
