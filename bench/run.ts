@@ -89,6 +89,14 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     full: [],
   },
   {
+    name: 'blocked-key',
+    title: '8. A blocked hot key: claim cost and the other keys\' drain',
+    script: 'scenarios/blocked-key.js',
+    result: 'blocked-key',
+    quick: ['--quick'],
+    full: [],
+  },
+  {
     name: 'cost',
     title: '7. Cost: CPU per 1,000 events',
     script: 'scenarios/cost.js',

@@ -5,6 +5,8 @@ export interface BacklogReading {
   pending: number;
   oldestSeconds: number;
   dead: number;
+  /** Keys whose first unpublished row failed (backing off or dead): nothing later of theirs is sent. */
+  blockedKeys: number;
 }
 
 /** The relay's Prometheus metrics, in a registry of its own (several relays may share a process in tests). */
@@ -80,6 +82,15 @@ export class RelayMetrics {
       async collect() {
         const r = await read();
         if (r) this.set(r.dead);
+      },
+    });
+    new Gauge({
+      name: 'ferry_blocked_keys',
+      help: 'Keys held behind a failed row (backing off or dead): their later events wait, other keys go on',
+      registers,
+      async collect() {
+        const r = await read();
+        if (r) this.set(r.blockedKeys);
       },
     });
   }

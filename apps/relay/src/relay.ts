@@ -115,9 +115,16 @@ class RelayImpl implements Relay {
   }
 
   async #readBacklog() {
-    const { rows } = await this.#pool.query<{ pending: string; oldest_seconds: number; dead: string }>(backlogSql(this.#schemaSql));
+    const { rows } = await this.#pool.query<{ pending: string; oldest_seconds: number; dead: string; blocked_keys: string }>(
+      backlogSql(this.#schemaSql),
+    );
     const r = rows[0];
-    return { pending: Number(r?.pending ?? 0), oldestSeconds: r?.oldest_seconds ?? 0, dead: Number(r?.dead ?? 0) };
+    return {
+      pending: Number(r?.pending ?? 0),
+      oldestSeconds: r?.oldest_seconds ?? 0,
+      dead: Number(r?.dead ?? 0),
+      blockedKeys: Number(r?.blocked_keys ?? 0),
+    };
   }
 
   start(): Promise<void> {

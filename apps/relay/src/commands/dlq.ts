@@ -25,6 +25,8 @@ interface DeadRow {
   attempts: number;
   dead_at: Date;
   last_error: string | null;
+  /** Later events of the key waiting behind this one (list only). */
+  waiting?: number;
 }
 
 function validateIds(ids: string[]): string[] {
@@ -141,7 +143,8 @@ async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<v
     const { rows } = await pool.query<ShownRow>(
       `SELECT o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.lane, o.subject, o.type, o.source, o.content_type,
               o.data, o.headers, o.occurred_at, o.created_at, o.attempts, o.next_attempt_at, o.dead_at, o.published_at, o.last_error,
-              (SELECT count(*) FROM ${s}.outbox b WHERE b.key = o.key AND b.published_at IS NULL AND b.seq > o.seq)::text AS blocked
+              (SELECT count(*) FROM ${s}.outbox b
+                WHERE b.lane = o.lane AND b.key COLLATE "C" = o.key AND b.published_at IS NULL AND b.seq > o.seq)::text AS blocked
          FROM ${s}.outbox o WHERE o.id = $1::uuid`,
       [valid],
     );
@@ -189,12 +192,14 @@ export function dlqCommand(ctx: CommandContext): Command {
   const common = (cmd: Command) =>
     cmd.addOption(databaseUrlOption()).addOption(schemaOption()).addOption(new Option('--json', 'print JSON'));
   dlq.addCommand(
-    common(new Command('list').description('list dead events, oldest first'))
+    common(new Command('list').description('list dead events, oldest first, with how many later events of each key wait behind it'))
       .addOption(new Option('--limit <n>', 'at most this many').default(100).argParser(parseIntIn(1, 100_000)))
       .action(async (flags: DlqFlags) => {
         const rows = await withPool(flags, ctx, async (pool, s) => {
           const r = await pool.query<DeadRow>(
-            `SELECT seq::text, id::text, key, version::text, subject, type, attempts, dead_at, last_error
+            `SELECT seq::text, id::text, key, version::text, subject, type, attempts, dead_at, last_error,
+                    (SELECT count(*) FROM ${s}.outbox b
+                      WHERE b.lane = o.lane AND b.key COLLATE "C" = o.key AND b.published_at IS NULL AND b.seq > o.seq)::int AS waiting
                FROM ${s}.outbox o WHERE dead_at IS NOT NULL AND published_at IS NULL ORDER BY o.seq LIMIT $1`,
             [flags.limit ?? 100],
           );
@@ -209,7 +214,9 @@ export function dlqCommand(ctx: CommandContext): Command {
           return;
         }
         for (const r of rows) {
-          ctx.out(`${r.id}  key=${r.key} v${r.version} ${r.subject} ${r.type} attempts=${r.attempts} dead_at=${r.dead_at.toISOString()}`);
+          ctx.out(
+            `${r.id}  key=${r.key} v${r.version} ${r.subject} ${r.type} attempts=${r.attempts} dead_at=${r.dead_at.toISOString()} waiting=${r.waiting}`,
+          );
           ctx.out(`    ${r.last_error ?? ''}`);
         }
       }),

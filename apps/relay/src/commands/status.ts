@@ -1,6 +1,7 @@
 import { quoteIdentifier } from '@ferry/core';
 import { Command } from 'commander';
 import type { CommandContext } from '../context.js';
+import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 import { addDatabaseOptions, type OpsFlags, opsPool, type RelayInstance, relayInstances, requireOutbox } from '../ops-options.js';
 
 export interface LaneStatus {
@@ -26,7 +27,14 @@ export interface StatusReport {
   instances: RelayInstance[];
   /** Lanes with pending rows that no live relay leases. */
   unownedLanesWithBacklog: number[];
+  /** Keys held behind a failed row (backing off or dead); their later events wait. */
+  blockedKeys: number;
+  /** The oldest of them (at most 20), each with its reason and how many events wait behind it. */
+  blocked: BlockedKey[];
 }
+
+/** Blocked keys listed by `ferry status` at most. */
+const BLOCKED_SHOWN = 20;
 
 const HELP_AFTER = `
 Pending = unpublished and not dead. Lanes come from the outbox settings; each
@@ -45,7 +53,7 @@ Examples:
 export async function readStatus(pool: import('pg').Pool, schema: string): Promise<StatusReport> {
   await requireOutbox(pool, schema);
   const s = quoteIdentifier(schema);
-  const [settings, perLane, recent, instances] = await Promise.all([
+  const [settings, perLane, recent, instances, blocked, blockedCount] = await Promise.all([
     pool.query<{ value: string }>(`SELECT value FROM ${s}.settings WHERE name = 'lanes'`),
     pool.query<{ lane: number; pending: string; dead: string; oldest: number }>(
       `SELECT lane, count(*) FILTER (WHERE dead_at IS NULL)::text AS pending,
@@ -57,6 +65,8 @@ export async function readStatus(pool: import('pg').Pool, schema: string): Promi
       `SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at > now() - interval '1 minute' AND dead_at IS NULL`,
     ),
     relayInstances(pool, schema),
+    pool.query<BlockedKeyRow>(blockedKeysSql(s), [BLOCKED_SHOWN]),
+    pool.query<{ n: number }>(`SELECT count(DISTINCT key)::int AS n FROM ${s}.outbox WHERE published_at IS NULL AND attempts > 0`),
   ]);
   const laneCount = Number(settings.rows[0]?.value ?? 0);
   const owners = new Map<number, string>();
@@ -83,6 +93,8 @@ export async function readStatus(pool: import('pg').Pool, schema: string): Promi
     lanes,
     instances,
     unownedLanesWithBacklog: lanes.filter((l) => l.pending > 0 && l.owner === null).map((l) => l.lane),
+    blockedKeys: blockedCount.rows[0]?.n ?? 0,
+    blocked: blocked.rows.map(toBlockedKey),
   };
 }
 
@@ -118,6 +130,12 @@ function printStatus(r: StatusReport, out: (line: string) => void): void {
   if (r.unownedLanesWithBacklog.length > 0) {
     out(`warning: lanes ${r.unownedLanesWithBacklog.join(',')} have pending events and no relay: start ferry relay`);
   }
+  for (const b of r.blocked) {
+    const state = b.state === 'dead' ? 'dead' : `backing off, attempt ${b.attempts}, next at ${b.nextAttemptAt}`;
+    const waiting = `${b.waiting} ${b.waiting === 1 ? 'event waits' : 'events wait'} behind it`;
+    out(`blocked key ${b.key}: version ${b.version} (${b.id}) ${state}; ${waiting}; ${b.reason ?? ''}`);
+  }
+  if (r.blockedKeys > r.blocked.length) out(`… and ${r.blockedKeys - r.blocked.length} more blocked keys (ferry status --json)`);
   if (r.dead > 0) out(`warning: ${r.dead} dead events block their keys: see ferry dlq list`);
 }
 

@@ -1,0 +1,108 @@
+/**
+ * Scenario 8, a blocked hot key: one key whose first row is dead with
+ * 1,000,000 rows waiting behind it (--quick: 20,000), all in the one lane
+ * that every other key shares too. Measured against the same lane without
+ * the blocked key, in the same run:
+ * - the claim: the relay's claim statement over a pending backlog of other
+ *   keys (median of repeated claims; it is a SELECT, nothing changes);
+ * - the drain: a relay draining a backlog of the other keys.
+ * Targets (issue 12): claim ≤ 2× the unblocked claim; other keys drain at
+ * ≥ 0.8× their unblocked rate.
+ *
+ *   node bench/dist/scenarios/blocked-key.js [--quick] [--blocked N] [--backlog N] [--keys N] [--claims N] [--trials N]
+ */
+import { quoteIdentifier } from '@ferry/core';
+import { claimBatchSql, RELAY_DEFAULTS } from '@ferry/relay';
+import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
+import { numArg } from '../lib/args.js';
+import { generateRows, relayDrain } from '../lib/outbox.js';
+import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
+
+if (hasFlag('help')) {
+  console.log(
+    'usage: node bench/dist/scenarios/blocked-key.js [--quick] [--blocked N] [--backlog N] [--keys N] [--claims N] [--trials N]',
+  );
+  process.exit(0);
+}
+
+const QUICK = hasFlag('quick');
+const BLOCKED = numArg('blocked', QUICK ? 20_000 : 1_000_000);
+const BACKLOG = numArg('backlog', QUICK ? 2000 : 20_000);
+const KEYS = numArg('keys', 1000);
+const CLAIMS = numArg('claims', QUICK ? 10 : 30);
+const TRIALS = numArg('trials', QUICK ? 1 : 2);
+
+const db = await createTestDatabase({ prefix: 'bench_blocked', lanes: 1, max: 4 });
+const s = quoteIdentifier(db.schema);
+const claimSql = claimBatchSql(s);
+let run = 0;
+
+/** Median milliseconds of the relay's claim over a pending backlog of other keys (rows removed afterwards). */
+async function claimMs(): Promise<number> {
+  const prefix = `c${run++}-`;
+  await generateRows(db.pool, db.schema, { count: BACKLOG, keys: KEYS, keyPrefix: prefix, subject: 'bench.blocked' });
+  await db.pool.query(`ANALYZE ${s}.outbox`);
+  const ms: number[] = [];
+  for (let i = 0; i < CLAIMS; i++) {
+    const t = performance.now();
+    const { rows } = await db.pool.query(claimSql, [[0], [''], [], RELAY_DEFAULTS.batchSize, RELAY_DEFAULTS.maxInFlight]);
+    ms.push(performance.now() - t);
+    if (rows.length === 0) throw new Error('the claim found nothing to claim');
+  }
+  await db.pool.query(`DELETE FROM ${s}.outbox WHERE key LIKE $1`, [`${prefix}%`]);
+  return summarize(ms).median;
+}
+
+/** Events per second of a relay draining a backlog of other keys. */
+async function drain(): Promise<number> {
+  const stream = await createTestStream({ prefix: 'benchblocked' });
+  try {
+    return await relayDrain(
+      db.pool,
+      db.schema,
+      { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
+      { count: BACKLOG, keys: KEYS, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
+    );
+  } finally {
+    await stream.close();
+  }
+}
+
+const unblocked = { claimMs: [] as number[], drain: [] as number[] };
+for (let t = 0; t < TRIALS; t++) {
+  unblocked.claimMs.push(await claimMs());
+  unblocked.drain.push(await drain());
+}
+
+// The hot key: its rows first in seq order (what a seq-order claim had to wade through), its head dead.
+await generateRows(db.pool, db.schema, { count: BLOCKED, keys: 1, keyPrefix: 'HOT', subject: 'bench.blocked' });
+await db.pool.query(`UPDATE ${s}.outbox SET dead_at = now(), attempts = 1, last_error = 'bench: dead' WHERE key = 'HOT0' AND version = 1`);
+await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+
+const blocked = { claimMs: [] as number[], drain: [] as number[] };
+for (let t = 0; t < TRIALS; t++) {
+  blocked.claimMs.push(await claimMs());
+  blocked.drain.push(await drain());
+}
+const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE key = 'HOT0' AND published_at IS NULL`);
+if (Number(rows[0]?.n) !== BLOCKED) throw new Error(`the blocked key lost rows: ${rows[0]?.n} of ${BLOCKED} still pending`);
+await db.close();
+
+const result = {
+  blockedRows: BLOCKED,
+  backlog: BACKLOG,
+  keys: KEYS,
+  claimMs: { unblocked: summarize(unblocked.claimMs), blocked: summarize(blocked.claimMs) },
+  drainEventsPerSec: { unblocked: summarize(unblocked.drain), blocked: summarize(blocked.drain) },
+  claimRatio: summarize(blocked.claimMs).median / summarize(unblocked.claimMs).median,
+  drainRatio: summarize(blocked.drain).median / summarize(unblocked.drain).median,
+};
+printTable(
+  `A blocked key with ${BLOCKED} rows behind its dead head, one lane (targets: claim ≤ 2×, drain ≥ 0.8×)`,
+  ['', 'unblocked', 'blocked', 'ratio'],
+  [
+    ['claim, ms (median)', result.claimMs.unblocked.median, result.claimMs.blocked.median, result.claimRatio],
+    ['other keys drain, ev/s', result.drainEventsPerSec.unblocked.median, result.drainEventsPerSec.blocked.median, result.drainRatio],
+  ],
+);
+console.log(`wrote ${writeResult('blocked-key', result)}`);

@@ -1,0 +1,242 @@
+// Guarantee 2 under poison (issue 12): a row that fails, whatever makes it fail, blocks exactly its key —
+// every later row of that key, in this batch and every later one — and nothing else. Each test reads the
+// stream directly; none relies on the relay's own account of what it sent.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { quoteIdentifier, withTransaction } from '@ferry/core';
+import { createPublisher } from '@ferry/publisher';
+import { claimBatchSql, createRelay, main, type Relay, type RelayOptions } from '@ferry/relay';
+import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { publishEvents, readStream } from './relay-helpers.js';
+
+async function ferry(...args: string[]): Promise<{ code: number; out: string[]; err: string[] }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const code = await main(['node', 'ferry', ...args], { out: (l) => out.push(l), err: (l) => err.push(l), env: {} });
+  return { code, out, err };
+}
+
+describe('relay per-key order in the stream under poison', () => {
+  let nats: NatsServer;
+  let stream: TestStream;
+  const open: Array<{ relay?: Relay; db: TestDatabase }> = [];
+
+  before(async () => {
+    // A private server with a small max_payload, so that an event can be too large for it.
+    nats = await NatsServer.start({ config: 'max_payload: 4096' });
+    stream = await createTestStream({ servers: nats.url, prefix: 'order' });
+  });
+
+  after(async () => {
+    for (const o of open) {
+      await o.relay?.stop();
+      await o.db.close();
+    }
+    await stream?.close();
+    await nats?.stop();
+  });
+
+  /** A one-lane outbox (every key in the same lane) and a relay on it with `options`. */
+  async function setup(prefix: string, options: Partial<RelayOptions> = {}) {
+    const db = await createTestDatabase({ prefix, lanes: 1 });
+    const entry: { relay?: Relay; db: TestDatabase } = { db };
+    open.push(entry);
+    const start = async () => {
+      entry.relay = createRelay({
+        databaseUrl: db.url,
+        schema: db.schema,
+        nats: { servers: nats.url },
+        maintenance: false,
+        listen: false,
+        pollIntervalMs: 100,
+        ...options,
+      });
+      await entry.relay.start();
+      return entry.relay;
+    };
+    return { db, s: quoteIdentifier(db.schema), entry, start };
+  }
+
+  /** Key `key`: v1 from `first`, then v2..v12 small on the test stream. Returns the ids in version order. */
+  async function keyWithBadHead(db: TestDatabase, key: string, first: { subject: string; data: unknown }): Promise<string[]> {
+    const publisher = createPublisher({ schema: db.schema, source: 'order-test', maxPayloadBytes: 65_536 });
+    const ids: string[] = [];
+    const head = await withTransaction(db.pool, (tx) => publisher.publish(tx, { key, type: 'Head', ...first }));
+    ids.push(head.id);
+    for (let v = 2; v <= 12; v++) {
+      const r = await withTransaction(db.pool, (tx) =>
+        publisher.publish(tx, { subject: `${stream.prefix}.orders`, key, type: 'Later', data: { v } }),
+      );
+      ids.push(r.id);
+    }
+    return ids;
+  }
+
+  async function versionsInStream(key: string): Promise<bigint[]> {
+    return (await readStream(stream.nc, stream.name)).filter((e) => e.key === key).map((e) => e.version);
+  }
+
+  async function waitDead(db: TestDatabase, id: string): Promise<{ attempts: number; last_error: string }> {
+    const s = quoteIdentifier(db.schema);
+    return waitFor(
+      async () => {
+        const { rows } = await db.pool.query<{ attempts: number; last_error: string }>(
+          `SELECT attempts, last_error FROM ${s}.outbox WHERE id = $1 AND dead_at IS NOT NULL`,
+          [id],
+        );
+        return rows[0];
+      },
+      { timeoutMs: 20_000, what: `event ${id} to be dead` },
+    );
+  }
+
+  async function waitPublished(db: TestDatabase, ids: string[], what: string): Promise<void> {
+    const s = quoteIdentifier(db.schema);
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = ANY ($1::uuid[]) AND published_at IS NULL`, [ids]);
+        return rows.length === 0;
+      },
+      { timeoutMs: 20_000, what },
+    );
+  }
+
+  /** Discards the dead head, then the key's later rows must all follow, in order, each once. */
+  async function discardAndExpectOrder(db: TestDatabase, key: string, ids: string[]): Promise<void> {
+    const r = await ferry('dlq', 'discard', ids[0] as string, '--yes', '--database-url', db.url, '--schema', db.schema);
+    assert.equal(r.code, 0, r.err.join('\n'));
+    await waitPublished(db, ids.slice(1), `the rows behind the discarded head of ${key}`);
+    assert.deepEqual(await versionsInStream(key), [2n, 3n, 4n, 5n, 6n, 7n, 8n, 9n, 10n, 11n, 12n]);
+  }
+
+  test('relay order - a head refused before sending (over max_payload) holds every later row of its key, across batches', async () => {
+    const { db, start } = await setup('order_refused', { batchSize: 5 });
+    const ids = await keyWithBadHead(db, 'refused', { subject: `${stream.prefix}.orders`, data: { blob: 'x'.repeat(8000) } });
+    const others = await publishEvents(db.pool, db.schema, stream.prefix, 60, { keys: 20, keyPrefix: 'ok-refused-' });
+    await start();
+    const dead = await waitDead(db, ids[0] as string);
+    assert.match(dead.last_error, /^max_payload:/);
+    await waitPublished(db, others, 'the other keys');
+    await sleep(500); // several more claims of the lane
+    assert.deepEqual(await versionsInStream('refused'), [], 'no later version of the key reached the stream');
+    await discardAndExpectOrder(db, 'refused', ids);
+  });
+
+  test('relay order - a head no stream binds (no responders) holds its key while it retries and after it is dead', async () => {
+    const { db, start } = await setup('order_unbound', { backoffBaseMs: 100, backoffMaxMs: 200, maxAttempts: 4 });
+    const ids = await keyWithBadHead(db, 'unbound', { subject: 'order-nowhere.x', data: { v: 1 } });
+    const others = await publishEvents(db.pool, db.schema, stream.prefix, 60, { keys: 20, keyPrefix: 'ok-unbound-' });
+    await start();
+    await waitPublished(db, others, 'the other keys');
+    assert.deepEqual(await versionsInStream('unbound'), [], 'nothing of the key while its head backs off');
+    const dead = await waitDead(db, ids[0] as string);
+    assert.equal(dead.attempts, 4);
+    assert.match(dead.last_error, /^no_responders:/);
+    assert.deepEqual(await versionsInStream('unbound'), [], 'nothing of the key after its head is dead');
+    await discardAndExpectOrder(db, 'unbound', ids);
+  });
+
+  test('relay order - a head the stream rejects (over max_msg_size) holds every later row of its key', async () => {
+    const small = await createTestStream({ servers: nats.url, prefix: 'ordersmall' });
+    try {
+      await small.jsm.streams.update(small.name, { subjects: [`${small.prefix}.>`], max_msg_size: 1024 });
+      const { db, start } = await setup('order_rejected');
+      const ids = await keyWithBadHead(db, 'rejected', { subject: `${small.prefix}.big`, data: { blob: 'y'.repeat(2000) } });
+      await start();
+      const dead = await waitDead(db, ids[0] as string);
+      assert.equal(dead.attempts, 1, 'a message the stream can never take is dead at once');
+      assert.match(dead.last_error, /^max_payload:/);
+      await sleep(500);
+      assert.deepEqual(await versionsInStream('rejected'), []);
+      await discardAndExpectOrder(db, 'rejected', ids);
+    } finally {
+      await small.close();
+    }
+  });
+
+  test('relay order - one unroutable row never opens the NATS circuit: healthy keys keep flowing', async () => {
+    const { db, entry, start } = await setup('order_breaker', {
+      backoffBaseMs: 100,
+      backoffMaxMs: 300,
+      breakerCooldownMs: 2000,
+      maxAttempts: 1000,
+    });
+    const publisher = createPublisher({ schema: db.schema, source: 'order-test' });
+    const unroutable = await withTransaction(db.pool, (tx) =>
+      publisher.publish(tx, { subject: 'order-nowhere.u', key: 'unroutable', type: 'T', data: 1 }),
+    );
+    const relay = await start();
+    const circuit: string[] = [];
+    relay.on('relay:circuit', (e) => circuit.push(e.state));
+    // Healthy keys once a second for four seconds; between them the unroutable row retries alone, every
+    // few hundred ms: alone in its batches, it must still not count as a NATS failure.
+    const healthy: string[] = [];
+    for (let round = 0; round < 5; round++) {
+      healthy.push(...(await publishEvents(db.pool, db.schema, stream.prefix, 10, { keys: 10, keyPrefix: `ok-${round}-` })));
+      await sleep(1000);
+    }
+    await waitPublished(db, healthy, 'every healthy event');
+    const { rows } = await db.pool.query<{ attempts: number }>(`SELECT attempts FROM ${quoteIdentifier(db.schema)}.outbox WHERE id = $1`, [
+      unroutable.id,
+    ]);
+    assert.ok((rows[0]?.attempts ?? 0) >= 5, `the unroutable row kept retrying on its own (${rows[0]?.attempts} attempts)`);
+    assert.deepEqual(circuit, [], 'the circuit never left closed');
+    assert.match(await (entry.relay as Relay).metrics(), /ferry_circuit_state 0/);
+    assert.match(await (entry.relay as Relay).metrics(), /ferry_blocked_keys 1/);
+  });
+
+  test('relay order - a claim skips a blocked key with one probe however many rows wait behind it', async () => {
+    const { db, s } = await setup('order_claimcost');
+    // Buffers touched by the claim (a count, not a time): 200 other keys, without and with 50,000 rows
+    // of one key waiting behind its dead head, all in the one lane and ahead of the others in seq order.
+    const claimBuffers = async () => {
+      const { rows } = await db.pool.query<{ 'QUERY PLAN': Array<{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }> }>(
+        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', "'{\"\"}'").replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000')}`,
+      );
+      const plan = rows[0]?.['QUERY PLAN'][0]?.Plan;
+      return (plan?.['Shared Hit Blocks'] ?? 0) + (plan?.['Shared Read Blocks'] ?? 0);
+    };
+    const others = `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at)
+      SELECT gen_random_uuid(), 'other-' || g, 1, 'x.y', 'T', 'test', 'application/json', '\\x7b7d', now() FROM generate_series(1, 200) g`;
+    await db.pool.query(others);
+    await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+    const unblocked = await claimBuffers();
+    await db.pool.query(`DELETE FROM ${s}.outbox`);
+    await db.pool.query(`INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at, attempts, dead_at)
+      SELECT gen_random_uuid(), 'hot', g, 'x.y', 'T', 'test', 'application/json', '\\x7b7d', now(),
+             CASE WHEN g = 1 THEN 1 ELSE 0 END, CASE WHEN g = 1 THEN now() END
+        FROM generate_series(1, 50000) g`);
+    await db.pool.query(others);
+    await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+    const blocked = await claimBuffers();
+    assert.ok(blocked <= unblocked * 2 + 20, `claim buffers: ${blocked} with the blocked key, ${unblocked} without`);
+    const claimed = await db.pool.query<{ key: string }>(claimBatchSql(s), [[0], [''], [], 500, 5000]);
+    assert.equal(claimed.rows.length, 200, 'every other key is claimed');
+    assert.ok(!claimed.rows.some((r) => r.key === 'hot'), 'nothing of the blocked key');
+  });
+
+  test('relay order - ferry status shows a blocked key with its reason and the rows waiting behind it', async () => {
+    const { db, start } = await setup('order_status');
+    const ids = await keyWithBadHead(db, 'stuck', { subject: `${stream.prefix}.orders`, data: { blob: 'z'.repeat(8000) } });
+    await start();
+    await waitDead(db, ids[0] as string);
+    const r = await ferry('status', '--json', '--database-url', db.url, '--schema', db.schema);
+    assert.equal(r.code, 0, r.err.join('\n'));
+    const report = JSON.parse(r.out[0] ?? '{}') as { blockedKeys: number; blocked: Array<Record<string, unknown>> };
+    assert.equal(report.blockedKeys, 1);
+    assert.equal(report.blocked[0]?.key, 'stuck');
+    assert.equal(report.blocked[0]?.id, ids[0]);
+    assert.equal(report.blocked[0]?.state, 'dead');
+    assert.equal(report.blocked[0]?.waiting, 11);
+    assert.match(String(report.blocked[0]?.reason), /^max_payload:/);
+    const text = await ferry('status', '--database-url', db.url, '--schema', db.schema);
+    assert.match(text.out.join('\n'), /blocked key stuck: .*dead.*11 events wait behind it/);
+    const list = await ferry('dlq', 'list', '--json', '--database-url', db.url, '--schema', db.schema);
+    const listed = JSON.parse(list.out[0] ?? '[]') as Array<{ id: string; waiting: number }>;
+    assert.deepEqual(
+      listed.map((x) => [x.id, x.waiting]),
+      [[ids[0], 11]],
+    );
+  });
+});
