@@ -90,7 +90,7 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
   },
   {
     name: 'blocked-key',
-    title: '8. A blocked hot key: claim cost and the other keys\' drain',
+    title: "8. A blocked hot key: claim cost and the other keys' drain",
     script: 'scenarios/blocked-key.js',
     result: 'blocked-key',
     quick: ['--quick'],

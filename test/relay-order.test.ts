@@ -191,8 +191,10 @@ describe('relay per-key order in the stream under poison', () => {
     // Buffers touched by the claim (a count, not a time): 200 other keys, without and with 50,000 rows
     // of one key waiting behind its dead head, all in the one lane and ahead of the others in seq order.
     const claimBuffers = async () => {
-      const { rows } = await db.pool.query<{ 'QUERY PLAN': Array<{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }> }>(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', "'{\"\"}'").replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000')}`,
+      const { rows } = await db.pool.query<{
+        'QUERY PLAN': Array<{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }>;
+      }>(
+        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', '\'{""}\'').replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000')}`,
       );
       const plan = rows[0]?.['QUERY PLAN'][0]?.Plan;
       return (plan?.['Shared Hit Blocks'] ?? 0) + (plan?.['Shared Read Blocks'] ?? 0);

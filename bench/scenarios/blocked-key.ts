@@ -19,9 +19,7 @@ import { generateRows, relayDrain } from '../lib/outbox.js';
 import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
 
 if (hasFlag('help')) {
-  console.log(
-    'usage: node bench/dist/scenarios/blocked-key.js [--quick] [--blocked N] [--backlog N] [--keys N] [--claims N] [--trials N]',
-  );
+  console.log('usage: node bench/dist/scenarios/blocked-key.js [--quick] [--blocked N] [--backlog N] [--keys N] [--claims N] [--trials N]');
   process.exit(0);
 }
 
@@ -84,7 +82,9 @@ for (let t = 0; t < TRIALS; t++) {
   blocked.claimMs.push(await claimMs());
   blocked.drain.push(await drain());
 }
-const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE key = 'HOT0' AND published_at IS NULL`);
+const { rows } = await db.pool.query<{ n: string }>(
+  `SELECT count(*)::text AS n FROM ${s}.outbox WHERE key = 'HOT0' AND published_at IS NULL`,
+);
 if (Number(rows[0]?.n) !== BLOCKED) throw new Error(`the blocked key lost rows: ${rows[0]?.n} of ${BLOCKED} still pending`);
 await db.close();
 

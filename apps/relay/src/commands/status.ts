@@ -1,8 +1,8 @@
 import { quoteIdentifier } from '@ferry/core';
 import { Command } from 'commander';
 import type { CommandContext } from '../context.js';
-import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 import { addDatabaseOptions, type OpsFlags, opsPool, type RelayInstance, relayInstances, requireOutbox } from '../ops-options.js';
+import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 
 export interface LaneStatus {
   lane: number;
