@@ -5,8 +5,12 @@
 // a private nats-server (JetStream, file storage); two inbox consumer
 // processes apply them. On a seeded schedule processes are SIGKILLed and
 // restarted, nats-server is stopped and restarted once, and the relays' and
-// consumers' PostgreSQL backends are terminated. Then it verifies: every
-// committed event is in the stream once and applied once, in per-key order.
+// consumers' PostgreSQL backends are terminated. Poison rides along: a key
+// whose first event no stream binds and one whose first event is over the
+// server's max_payload, each with later events behind it. Then it verifies:
+// every committed event of the other keys is in the stream once and applied
+// once, in per-key order (in the stream as read back, and as applied), and
+// each poison key is blocked at its first event with nothing of it sent.
 // Exit code 0: no violation; 1: a violation; 2: bad usage.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -118,6 +122,11 @@ interface Verdict {
   drainMs: number;
 }
 
+const POISON_MAX_PAYLOAD = 65_536;
+/** Poison keys: the first event of each can never be published; three events wait behind it. */
+const POISON_KEYS = ['poison-unroutable', 'poison-oversized'] as const;
+const POISON_BEHIND = 3;
+
 async function run(o: ChaosOptions): Promise<number> {
   const databaseUrl = process.env.FERRY_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
   const runId = randomBytes(3).toString('hex');
@@ -132,7 +141,8 @@ async function run(o: ChaosOptions): Promise<number> {
   );
 
   const pool = new pg.Pool({ connectionString: databaseUrl, max: o.writers + 4, application_name: `chaos-${runId}` });
-  const nats = await NatsServer.start();
+  // A max_payload of 64 KiB, so that the oversized poison event is over it (the publisher allows it).
+  const nats = await NatsServer.start({ config: `max_payload: ${POISON_MAX_PAYLOAD}` });
   let nc: NatsConnection | undefined;
   const procs: Supervised[] = [];
   try {
@@ -211,6 +221,16 @@ async function run(o: ChaosOptions): Promise<number> {
 
     // ---- the load and the faults -------------------------------------------------------------
     const publisher = createPublisher({ schema, source: 'chaos' });
+    const poisonPublisher = createPublisher({ schema, source: 'chaos', maxPayloadBytes: 1_048_576 });
+    await withTransaction(pool, (tx) =>
+      poisonPublisher.publishMany(tx, [
+        { subject: `${prefix}-nowhere.x`, key: 'poison-unroutable', type: 'Set', data: { key: 'poison-unroutable' } },
+        { subject: `${prefix}.set`, key: 'poison-oversized', type: 'Set', data: { blob: 'x'.repeat(POISON_MAX_PAYLOAD * 2) } },
+        ...POISON_KEYS.flatMap((key) =>
+          Array.from({ length: POISON_BEHIND }, () => ({ subject: `${prefix}.set`, key, type: 'Set', data: { key } })),
+        ),
+      ]),
+    );
     let claimed = 0;
     let committed = 0;
     const started = Date.now();
@@ -267,9 +287,10 @@ async function run(o: ChaosOptions): Promise<number> {
 
     // ---- drain ------------------------------------------------------------------------------
     const count = async (sql: string) => Number((await pool.query<{ n: string }>(sql)).rows[0]?.n ?? 0);
+    const notPoison = `key <> ALL ('{${POISON_KEYS.join(',')}}'::text[])`;
     await waitUntil(
       async () =>
-        (await count(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at IS NULL`)) === 0 &&
+        (await count(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at IS NULL AND ${notPoison}`)) === 0 &&
         (await count(`SELECT count(*)::text AS n FROM ${s}.effects`)) >= committed,
       o.drainTimeoutMs,
       'the drain',
@@ -280,16 +301,34 @@ async function run(o: ChaosOptions): Promise<number> {
 
     // ---- verify -----------------------------------------------------------------------------
     const stream = await readStreamIds(nc, streamName);
+    const poisonInStream = stream.filter((m) => (POISON_KEYS as readonly string[]).includes(m.key)).length;
+    const poison = await pool.query<{ key: string; version: string; attempts: number; dead: boolean; published: boolean }>(
+      `SELECT key, version::text, attempts, dead_at IS NOT NULL AS dead, published_at IS NOT NULL AS published
+         FROM ${s}.outbox WHERE NOT (${notPoison}) ORDER BY key, version`,
+    );
+    const poisonHeld = POISON_KEYS.every((key) => {
+      const rows = poison.rows.filter((r) => r.key === key);
+      const [head, ...behind] = rows;
+      return (
+        rows.length === 1 + POISON_BEHIND &&
+        head !== undefined &&
+        head.attempts > 0 &&
+        !head.published &&
+        (key !== 'poison-oversized' || head.dead) &&
+        behind.every((r) => r.attempts === 0 && !r.published)
+      );
+    });
     const lastVersion = new Map<string, bigint>();
     let streamOrderViolations = 0;
     for (const m of stream) {
       if (m.version <= (lastVersion.get(m.key) ?? 0n)) streamOrderViolations++;
       lastVersion.set(m.key, m.version);
     }
+    const inStreamTotal = (await jsm.streams.info(streamName)).state.messages;
     const v: Verdict = {
-      committed: await count(`SELECT count(*)::text AS n FROM ${s}.outbox`),
-      inStream: (await jsm.streams.info(streamName)).state.messages,
-      streamDistinct: new Set(stream.map((m) => m.id)).size,
+      committed: await count(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE ${notPoison}`),
+      inStream: inStreamTotal - poisonInStream,
+      streamDistinct: new Set(stream.filter((m) => !(POISON_KEYS as readonly string[]).includes(m.key)).map((m) => m.id)).size,
       streamOrderViolations,
       applied: await count(`SELECT count(*)::text AS n FROM ${s}.effects`),
       appliedTwice: await count(`SELECT count(*)::text AS n FROM (SELECT 1 FROM ${s}.effects GROUP BY key, version HAVING count(*) > 1) d`),
@@ -312,6 +351,8 @@ async function run(o: ChaosOptions): Promise<number> {
     if (v.orderViolations > 0 || v.streamOrderViolations > 0)
       violations.push(`per-key order violations: ${v.orderViolations} applied, ${v.streamOrderViolations} in the stream`);
     if (parked > 0) violations.push(`${parked} events parked`);
+    if (poisonInStream > 0) violations.push(`${poisonInStream} events of the poison keys reached the stream`);
+    if (!poisonHeld) violations.push(`the poison keys are not held at their first event: ${JSON.stringify(poison.rows)}`);
 
     const rows: Array<[string, string, string]> = [
       ['events committed', String(v.committed), ''],
@@ -326,6 +367,11 @@ async function run(o: ChaosOptions): Promise<number> {
         'per-key order violations',
         String(v.orderViolations + v.streamOrderViolations),
         v.orderViolations + v.streamOrderViolations === 0 ? 'ok' : 'VIOLATION',
+      ],
+      [
+        'poison keys held at their first event',
+        `${POISON_KEYS.length} x ${1 + POISON_BEHIND}`,
+        poisonHeld && poisonInStream === 0 ? 'ok (unroutable backing off, oversized dead, nothing sent behind them)' : 'VIOLATION',
       ],
       ['messages the relays published', String(v.published), 'seen by a core subscription (a lower bound)'],
       ['duplicates dropped by the stream', String(v.resent), 'at least: re-sends of an id the tap saw before'],
