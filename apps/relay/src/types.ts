@@ -36,9 +36,9 @@ export interface RelayOptions {
   schema?: string;
   /** Lanes this instance leases at most; default automatic (a fair share of the live instances). */
   lanesPerInstance?: number | 'auto';
-  /** Rows claimed per batch. Default 500. */
+  /** Keys claimed per batch (each key's rows go out as a chain). Default 500. */
   batchSize?: number;
-  /** Published but not yet acknowledged messages, at most. Default 5000. */
+  /** Claimed, not yet acknowledged rows at most, shared among the keys a claim finds. Default 5000. */
   maxInFlight?: number;
   /** Longest sleep between polls when idle, and the lane lease check interval. Default 500. */
   pollIntervalMs?: number;

@@ -81,13 +81,13 @@ export function relayCommand(ctx: CommandContext): Command {
         .argParser(parseLanesPerInstance),
     )
     .addOption(
-      new Option('--batch-size <n>', 'rows claimed per batch (1-10000)')
+      new Option('--batch-size <n>', 'keys claimed per batch, each with its rows in a chain (1-10000)')
         .env('FERRY_BATCH_SIZE')
         .default(d.batchSize)
         .argParser(int(1, 10_000)),
     )
     .addOption(
-      new Option('--max-in-flight <n>', 'published, not yet acknowledged messages at most (1-100000)')
+      new Option('--max-in-flight <n>', 'claimed, not yet acknowledged rows at most, shared among the keys of a claim (1-100000)')
         .env('FERRY_MAX_IN_FLIGHT')
         .default(d.maxInFlight)
         .argParser(int(1, 100_000)),
