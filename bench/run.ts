@@ -97,6 +97,14 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     full: [],
   },
   {
+    name: 'key-spread',
+    title: '9. Relay drain by key spread: 1 hot key, 10 keys, 1,000 keys (file storage)',
+    script: 'scenarios/key-spread.js',
+    result: 'key-spread',
+    quick: ['--quick'],
+    full: [],
+  },
+  {
     name: 'cost',
     title: '7. Cost: CPU per 1,000 events',
     script: 'scenarios/cost.js',

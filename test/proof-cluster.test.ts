@@ -18,7 +18,7 @@ import {
   stopRelay,
   waitEffects,
 } from './fixtures/proof-support.js';
-import { assertExactlyOnceInKeyOrder, countPending, type RelayProcess, readStream } from './relay-helpers.js';
+import { assertExactlyOnceInKeyOrder, countPending, publishEvents, type RelayProcess, readStream } from './relay-helpers.js';
 
 describe('failure proofs: a three-node NATS cluster', () => {
   const nodes: NatsServer[] = [];
@@ -149,5 +149,55 @@ describe('failure proofs: a three-node NATS cluster', () => {
     } finally {
       await direct.close();
     }
+  });
+  test('proof - the stream leader killed mid-drain of a pipelined backlog leaves every key in order, each event once', async () => {
+    if (relay) await stopRelay(relay);
+    // A second stream, so the first test's events do not mix in; 10 keys x 800 versions committed up front.
+    const drainStream = `${stream}_DRAIN`;
+    const drainPrefix = `${prefix}_drain`;
+    await waitFor(
+      () =>
+        jsm.streams.add({
+          name: drainStream,
+          subjects: [`${drainPrefix}.>`],
+          storage: StorageType.File,
+          retention: RetentionPolicy.Limits,
+          num_replicas: 3,
+          duplicate_window: 120_000 * 1_000_000,
+        }),
+      { timeoutMs: 20_000, intervalMs: 250, what: 'the R3 drain stream' },
+    );
+    const ids = await publishEvents(db.pool, db.schema, drainPrefix, 8000, { keys: 10, perTx: 1000, keyPrefix: 'drain-' });
+    const urls = nodes.map((n) => n.url);
+    relay = startRelay(db.url, db.schema, urls.join(','), {}, [
+      '--publish-timeout-ms',
+      '2000',
+      '--breaker-cooldown-ms',
+      '500',
+      '--max-attempts',
+      '1000',
+      '--max-in-flight',
+      '20000',
+      '--batch-size',
+      '2000',
+    ]);
+    const pendingOfDrain = async () => {
+      const { rows } = await db.pool.query<{ n: string }>(
+        `SELECT count(*)::text AS n FROM "${db.schema}".outbox WHERE published_at IS NULL AND id = ANY ($1::uuid[])`,
+        [ids],
+      );
+      return Number(rows[0]?.n);
+    };
+    await waitFor(async () => (await pendingOfDrain()) <= 6000, { timeoutMs: 60_000, intervalMs: 20, what: 'a quarter of the drain' });
+    const leaderName = (await jsm.streams.info(drainStream)).cluster?.leader;
+    const leader = nodes[Number(/^ferry-n([123])$/.exec(leaderName ?? '')?.[1]) - 1];
+    assert.ok(leader, `the drain stream has a leader among the nodes: ${leaderName}`);
+    await leader.kill('SIGKILL');
+    await sleep(1500);
+    await leader.restart();
+    await waitFor(async () => (await pendingOfDrain()) === 0, { timeoutMs: 90_000, what: 'the drain to finish' });
+    const events = await waitFor(() => readStream(nc, drainStream), { timeoutMs: 30_000, intervalMs: 500, what: 'the drain stream' });
+    assertExactlyOnceInKeyOrder(events, ids);
+    assert.equal(relay.proc.exitCode, null, `the relay kept running: ${relay.output().slice(-2000)}`);
   });
 });

@@ -18,6 +18,7 @@ export function missingNumbers(name: string, r: Json): string[] {
     inbox: ['results.fresh.ratio', 'results.duplicates50.ratio', 'results.stale50.ratio'],
     alternatives: ['relayVsPgBossOutbox', 'relayVsNaiveRelay', 'drainPerSec.pgboss.median', 'drainPerSec.naive.median'],
     growth: ['levels.0.drainPerSec.median', 'levels.2.drainPerSec.median', 'levels.2.publishP50Ms.median', 'prune.after.tableMiB'],
+    'key-spread': ['byKeys.1.ratio', 'byKeys.10.ratio', 'byKeys.1000.ratio'],
     'blocked-key': ['claimRatio', 'drainRatio', 'claimMs.blocked.median'],
     cost: ['cpuSecondsPer1k.relay.median', 'cpuSecondsPer1k.postgres.median', 'cpuSecondsPer1k.rawPublisher.median'],
   };
