@@ -296,6 +296,17 @@ describe('publisher on postgres.js', () => {
     assert.throws(() => fromPostgresJs(null as never), ValidationError);
     assert.throws(() => fromPostgresJs(db.pool as never), ValidationError);
   });
+
+  test('postgres.js - a postgres.js transaction passed without the adapter is a ValidationError that names fromPostgresJs', async () => {
+    await sql.begin(async (tx) => {
+      await assert.rejects(pub().publish(tx as never, ev('no-adapter')), (err: unknown) => {
+        assert.ok(err instanceof ValidationError);
+        assert.match(err.message, /fromPostgresJs/);
+        return true;
+      });
+    });
+    assert.deepEqual(await state('no-adapter'), { order: 0, events: [] });
+  });
 });
 
 /** Backends of this test's database waiting on a lock inside a publish call. */
