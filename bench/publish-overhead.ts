@@ -14,7 +14,7 @@ import { createPublisher, type Publisher } from '@ferry/publisher';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import { hasFlag, printTable, summarize, writeResult } from './lib/stats.js';
-import { loopWriters } from './lib/writers.js';
+import { loopNodePostgresWriters } from './lib/writers.js';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -31,18 +31,8 @@ const ACCOUNTS = 10_000;
 
 type Step = (client: pg.PoolClient, i: number) => Promise<void>;
 
-async function run(pool: pg.Pool, writers: number, step: Step): Promise<number> {
-  const clients = await Promise.all(Array.from({ length: writers }, () => pool.connect()));
-  try {
-    return await loopWriters(writers, seconds, async (w, i) => {
-      const c = clients[w] as pg.PoolClient;
-      await c.query('BEGIN');
-      await step(c, i);
-      await c.query('COMMIT');
-    });
-  } finally {
-    for (const c of clients) c.release();
-  }
+function run(pool: pg.Pool, writers: number, step: Step): Promise<number> {
+  return loopNodePostgresWriters(pool, writers, seconds, step);
 }
 
 async function main() {

@@ -14,7 +14,7 @@ import type pg from 'pg';
 import postgres from 'postgres';
 import { numArg } from '../lib/args.js';
 import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
-import { loopWriters } from '../lib/writers.js';
+import { loopNodePostgresWriters, loopWriters } from '../lib/writers.js';
 
 const HELP = `Publisher overhead through postgres.js and node-postgres, same run.
 
@@ -54,19 +54,8 @@ try {
   const publisher = createPublisher({ schema: db.schema, source: 'bench' });
 
   /** node-postgres: BEGIN, the step, COMMIT on one checked-out client per writer. */
-  const viaNodePostgres = (step: (c: pg.PoolClient, i: number) => Promise<void>) => async (seconds: number) => {
-    const clients = await Promise.all(Array.from({ length: WRITERS }, () => db.pool.connect()));
-    try {
-      return await loopWriters(WRITERS, seconds, async (w, i) => {
-        const c = clients[w] as pg.PoolClient;
-        await c.query('BEGIN');
-        await step(c, i);
-        await c.query('COMMIT');
-      });
-    } finally {
-      for (const c of clients) c.release();
-    }
-  };
+  const viaNodePostgres = (step: (c: pg.PoolClient, i: number) => Promise<void>) => (seconds: number) =>
+    loopNodePostgresWriters(db.pool, WRITERS, seconds, step);
   /** postgres.js: sql.begin, as its users write transactions. */
   const viaPostgresJs = (step: (tx: postgres.TransactionSql, i: number) => Promise<void>) => (seconds: number) =>
     loopWriters(WRITERS, seconds, async (_, i) => {
