@@ -5,6 +5,8 @@
  * events against one 100-row plain INSERT.
  *
  *   node bench/dist/publish-overhead.js [--quick] [--writers 8,32] [--seconds 5] [--trials 3]
+ *
+ * The same through postgres.js, beside node-postgres: scenarios/publish-postgres-js.ts.
  */
 import { randomInt } from 'node:crypto';
 import { quoteIdentifier } from '@ferry/core';
@@ -12,6 +14,7 @@ import { createPublisher, type Publisher } from '@ferry/publisher';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import { hasFlag, printTable, summarize, writeResult } from './lib/stats.js';
+import { loopNodePostgresWriters } from './lib/writers.js';
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -28,26 +31,8 @@ const ACCOUNTS = 10_000;
 
 type Step = (client: pg.PoolClient, i: number) => Promise<void>;
 
-async function run(pool: pg.Pool, writers: number, step: Step): Promise<number> {
-  const clients = await Promise.all(Array.from({ length: writers }, () => pool.connect()));
-  const deadline = performance.now() + seconds * 1000;
-  let count = 0;
-  const started = performance.now();
-  await Promise.all(
-    clients.map(async (c, w) => {
-      let i = w;
-      while (performance.now() < deadline) {
-        await c.query('BEGIN');
-        await step(c, i);
-        await c.query('COMMIT');
-        count++;
-        i += writers;
-      }
-    }),
-  );
-  const elapsed = (performance.now() - started) / 1000;
-  for (const c of clients) c.release();
-  return count / elapsed;
+function run(pool: pg.Pool, writers: number, step: Step): Promise<number> {
+  return loopNodePostgresWriters(pool, writers, seconds, step);
 }
 
 async function main() {

@@ -179,7 +179,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     if (!tx || typeof (tx as Queryable).query !== 'function') {
       throw new ValidationError(
         'tx',
-        'publish needs the transaction to write in: a pg client inside BEGIN (or fromKysely/fromKnex/fromDrizzle(trx)); use withTransaction(pool, fn) if you have none',
+        'publish needs the transaction to write in: a pg client inside BEGIN (or fromKysely/fromKnex/fromDrizzle/fromPostgresJs(trx)); use withTransaction(pool, fn) if you have none',
       );
     }
     if (!Array.isArray(events)) throw new ValidationError('events', `publishMany needs an array of events, got ${describeValue(events)}`);
