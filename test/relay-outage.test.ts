@@ -144,8 +144,12 @@ describe('relay under NATS outages', () => {
     });
     relay.on('relay:circuit', (e) => circuit.push(e.state));
     await relay.start();
-    // No stream covers the subject yet: every publish gets "no responders".
-    const ids = await publishEvents(db.pool, db.schema, subject, 200, { keys: 200, perTx: 200 });
+    // No stream covers the two subjects yet: every publish gets "no responders", on more than one subject,
+    // which is JetStream not answering (no responders on one subject only holds that subject's keys).
+    const ids = [
+      ...(await publishEvents(db.pool, db.schema, `${subject}.a`, 100, { keys: 100, perTx: 100, keyPrefix: 'a' })),
+      ...(await publishEvents(db.pool, db.schema, `${subject}.b`, 100, { keys: 100, perTx: 100, keyPrefix: 'b' })),
+    ];
     await waitFor(() => circuit.includes('open'), { timeoutMs: 15_000, what: 'the circuit to open' });
     const cpu0 = process.cpuUsage();
     const t0 = performance.now();

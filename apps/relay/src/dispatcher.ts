@@ -96,6 +96,8 @@ export class Dispatcher {
   readonly #markFailedSql: string;
   /** Keys claimed and not yet settled: the next claims leave them out. */
   readonly #inflightKeys = new Set<string>();
+  /** Subjects that answered no responders since the last publish that succeeded (see #publishChains). */
+  readonly #noResponders = new Set<string>();
   /** Per lane, the last key claimed: the next claim of the lane starts after it, so every key gets its turn. */
   readonly #cursors = new Map<number, string>();
   readonly #inflightLanes = new Map<number, number>();
@@ -323,14 +325,19 @@ export class Dispatcher {
         }
       }),
     );
-    // The breaker counts a batch only when NATS itself failed every row it was given (timeouts, a lost
-    // connection); a row the server answered, even with a refusal, proves NATS is up.
+    // The breaker counts a batch only when NATS itself failed every row it was given: timeouts or a lost
+    // connection, or no responders on two or more subjects since the last publish that succeeded
+    // (JetStream itself is not answering). No responders on one subject is that subject's problem (no
+    // stream binds it): its rows back off on their own and never pause the healthy keys.
     let answered = false;
     let first: Outcome | undefined;
-    for (const x of outcomes.values()) {
-      if (x.ok || !x.transport) answered = true;
+    for (const [row, x] of outcomes) {
+      if (x.ok) this.#noResponders.clear();
+      if (x.ok || (!x.transport && x.reason !== 'no_responders')) answered = true;
+      else if (x.reason === 'no_responders') this.#noResponders.add(row.subject);
       else first ??= x;
     }
+    if (!answered && this.#noResponders.size >= 2) first ??= [...outcomes.values()].find((x) => !x.ok);
     if (!answered && first && !first.ok) {
       throw new NatsUnavailableError(`every publish of the batch failed: ${first.message}`, { cause: outcomes });
     }

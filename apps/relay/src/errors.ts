@@ -35,7 +35,9 @@ function text(err: unknown): string {
  * `transport` (counts toward the NATS circuit breaker) only for failures of
  * NATS itself: a timeout or a lost connection. No responders belongs to one
  * subject (the one no stream binds): one unroutable row must not pause every
- * healthy key, so it backs off on its own and blocks only its key.
+ * healthy key, so it backs off on its own and blocks only its key. (The
+ * dispatcher counts no responders on two or more subjects with nothing
+ * published in between as JetStream itself being down.)
  */
 export function classifyPublishError(err: unknown): Classified {
   const message = text(err);
