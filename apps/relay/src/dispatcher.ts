@@ -7,9 +7,11 @@ import { BrokenCircuitError, type CircuitBreakerPolicy, CircuitState, IsolatedCi
 import type pg from 'pg';
 import { type Classified, classifyPublishError, NatsUnavailableError } from './errors.js';
 import type { LaneLeaser } from './lane-leaser.js';
+import { Marker } from './marker.js';
 import type { RelayMetrics } from './metrics.js';
 import { backoffDelayMs } from './relay-options.js';
 import { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
+import { claimKeyRowsSql } from './sql/claim-key-rows.js';
 import { markFailedSql } from './sql/mark-failed.js';
 import { markPublishedSql } from './sql/mark-published.js';
 import type { CompiledRelayOptions, Logger } from './types.js';
@@ -32,6 +34,12 @@ export interface DispatcherDeps {
   maxPayload: () => number | undefined;
 }
 
+/**
+ * A chain at least this long fetches its key's next rows while it sends, and
+ * goes on with them without a new claim: a hot key's PubAck round trips, not
+ * the claim and the mark, set its pace.
+ */
+const CONTINUE_AT = 32;
 /** Parallel claim queries per loop iteration (each on its own pool connection, over disjoint lanes). */
 const CLAIMERS = 2;
 /**
@@ -80,12 +88,13 @@ async function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>
 
 /**
  * The publishing loop of one relay instance. It claims work by key from the
- * leased lanes (a key's rows from its first unpublished row on), sends each
- * key's rows as a chain (a row only after the previous row's PubAck, so the
- * stream never holds a key's version n+1 while version n may be missing),
- * runs the chains of many keys at once on the one NATS connection, and marks
- * a batch's acknowledged rows published in one statement. A failed row ends
- * its chain; its key is claimed again only when that row is due (backoff) or
+ * leased lanes (a key's rows from its first unpublished row on) and runs one
+ * chain per key: a row is sent only after the previous row's PubAck, so the
+ * stream never holds a key's version n+1 while version n may be missing.
+ * The chains of many keys run at once on the one NATS connection; a long
+ * chain fetches its key's next rows while it sends. Acknowledged rows of all
+ * chains are marked published together (`Marker`). A failed row ends its
+ * chain; its key is claimed again only when that row is due (backoff) or
  * settled by `ferry dlq`. Other keys are not slowed: a claim skips a blocked
  * key with one index probe.
  */
@@ -94,14 +103,17 @@ export class Dispatcher {
   readonly #claimSql: string;
   readonly #markPublishedSql: string;
   readonly #markFailedSql: string;
+  readonly #keyRowsSql: string;
+  readonly #marker: Marker;
   /** Keys claimed and not yet settled: the next claims leave them out. */
   readonly #inflightKeys = new Set<string>();
-  /** Subjects that answered no responders since the last publish that succeeded (see #publishChains). */
+  /** Subjects that answered no responders since the last publish that succeeded (see #publishChain). */
   readonly #noResponders = new Set<string>();
   /** Per lane, the last key claimed: the next claim of the lane starts after it, so every key gets its turn. */
   readonly #cursors = new Map<number, string>();
+  /** Chains running per lane: the leaser must not release these lanes. */
   readonly #inflightLanes = new Map<number, number>();
-  readonly #batches = new Set<Promise<void>>();
+  readonly #chains = new Set<Promise<void>>();
   #inflightRows = 0;
   #inflightBytes = 0;
   /** Running estimate of data bytes per claimed row (undefined before the first claim). */
@@ -120,6 +132,8 @@ export class Dispatcher {
     this.#claimSql = claimBatchSql(deps.schemaSql);
     this.#markPublishedSql = markPublishedSql(deps.schemaSql);
     this.#markFailedSql = markFailedSql(deps.schemaSql);
+    this.#keyRowsSql = claimKeyRowsSql(deps.schemaSql);
+    this.#marker = new Marker((seqs) => this.#markPublished(seqs));
     this.#idleDelayMs = deps.options.pollIntervalMs;
     deps.breaker.onBreak(() => {
       this.#openedAt = Date.now();
@@ -146,12 +160,13 @@ export class Dispatcher {
     this.#loop = this.#run();
   }
 
-  /** Stops claiming, then waits for every in-flight batch to be acknowledged and marked. */
+  /** Stops claiming, lets every chain finish the rows it is sending, and waits until they are marked. */
   async stop(): Promise<void> {
     this.#running = false;
     this.#wake?.();
     await this.#loop;
-    while (this.#batches.size > 0) await Promise.allSettled([...this.#batches]);
+    while (this.#chains.size > 0) await Promise.allSettled([...this.#chains]);
+    await this.#marker.drain();
   }
 
   async #pause(ms: number): Promise<void> {
@@ -262,70 +277,123 @@ export class Dispatcher {
   }
 
   #launch(claimed: ClaimedRow[]): void {
-    const chains = chainsByKey(claimed);
-    const rows = chains.flat();
-    let bytes = 0;
-    for (const r of rows) {
-      this.#inflightLanes.set(r.lane, (this.#inflightLanes.get(r.lane) ?? 0) + 1);
-      bytes += r.data.byteLength;
+    for (const chain of chainsByKey(claimed)) {
+      const head = chain[0];
+      if (head === undefined) continue;
+      const { key, lane } = head;
+      this.#inflightKeys.add(key);
+      // The lane stays busy (leased) until the chain's rows are marked: no other instance re-sends them meanwhile.
+      this.#inflightLanes.set(lane, (this.#inflightLanes.get(lane) ?? 0) + 1);
+      this.#hold(chain);
+      const run = this.#runChain(chain)
+        .catch((err) => this.#d.logger.error({ err, key }, 'chain failed unexpectedly; its rows will be claimed again'))
+        .finally(() => {
+          this.#inflightKeys.delete(key);
+          const l = (this.#inflightLanes.get(lane) ?? 1) - 1;
+          if (l === 0) this.#inflightLanes.delete(lane);
+          else this.#inflightLanes.set(lane, l);
+          this.#chains.delete(run);
+          // Capacity came back, and the key may have more rows: look again.
+          this.#wake?.();
+        });
+      this.#chains.add(run);
     }
-    for (const chain of chains) if (chain[0]) this.#inflightKeys.add(chain[0].key);
-    this.#inflightRows += rows.length;
-    this.#inflightBytes += bytes;
-    const batch = this.#batch(chains, rows)
-      .catch((err) => this.#d.logger.error({ err, rows: rows.length }, 'batch failed unexpectedly; its rows will be claimed again'))
-      .finally(() => {
-        for (const chain of chains) if (chain[0]) this.#inflightKeys.delete(chain[0].key);
-        for (const r of rows) {
-          const l = (this.#inflightLanes.get(r.lane) ?? 1) - 1;
-          if (l === 0) this.#inflightLanes.delete(r.lane);
-          else this.#inflightLanes.set(r.lane, l);
-        }
-        this.#inflightRows -= rows.length;
-        this.#inflightBytes -= bytes;
-        this.#batches.delete(batch);
-        // Capacity came back, and the keys of this batch may have more rows: look again.
-        this.#wake?.();
-      });
-    this.#batches.add(batch);
   }
 
-  async #batch(chains: ClaimedRow[][], rows: ClaimedRow[]): Promise<void> {
-    const started = performance.now();
-    let outcomes: Map<ClaimedRow, Outcome>;
-    try {
-      outcomes = await this.#d.breaker.execute(() => this.#publishChains(chains));
-    } catch (err) {
-      if (err instanceof BrokenCircuitError || err instanceof IsolatedCircuitError) return; // not sent; claimed again later
-      if (err instanceof NatsUnavailableError) outcomes = err.cause as Map<ClaimedRow, Outcome>;
-      else throw err;
-    }
-    let acked = 0;
-    for (const x of outcomes.values()) if (x.ok) acked++;
-    this.#d.events.emit('relay:batch:acked', { rows: rows.length, acked });
-    await this.#settle(rows, outcomes, started);
+  /** Counts rows as in flight (claimed, not yet sent or refused): they bound the next claims. */
+  #hold(rows: readonly ClaimedRow[], sign = 1): void {
+    for (const r of rows) this.#inflightBytes += sign * r.data.byteLength;
+    this.#inflightRows += sign * rows.length;
+  }
+
+  #release(rows: readonly ClaimedRow[]): void {
+    this.#hold(rows, -1);
   }
 
   /**
-   * Sends every chain, the chains concurrently and each chain's rows one
-   * after another: a row goes out only once the previous row of its key is
-   * acknowledged, and a failure ends the chain (the rest are not sent). So
-   * whatever happens to a row (refused here, rejected by the server, PubAck
-   * timeout, a reconnect that loses or re-sends what was on the wire), no
-   * later row of its key can reach the stream before it.
+   * One key's chain: its rows in seq order, each sent after the previous
+   * one's PubAck, segment after segment while the key has due rows (long
+   * chains only; a short one ends and the key waits for the next claim). The
+   * key is released (by the caller) only once its acknowledged rows are
+   * marked and its failure, if any, recorded: the next claim then starts from
+   * the right row.
    */
-  async #publishChains(chains: ClaimedRow[][]): Promise<Map<ClaimedRow, Outcome>> {
+  async #runChain(first: ClaimedRow[]): Promise<void> {
+    const started = performance.now();
+    const marks: Promise<void>[] = [];
+    let failure: { row: ClaimedRow; outcome: Classified } | undefined;
+    let segment = first;
+    while (segment.length > 0) {
+      const next = this.#running && segment.length >= CONTINUE_AT ? this.#nextRows(segment) : undefined;
+      const outcomes = await this.#send(segment);
+      const acked: string[] = [];
+      for (const row of segment) {
+        const x = outcomes.get(row);
+        if (!x) break;
+        if (x.ok) {
+          acked.push(row.seq);
+          this.#d.metrics.commitToAck.observe(Math.max(0, x.ackAt - row.created_at.getTime()) / 1000);
+        } else failure = { row, outcome: x };
+      }
+      this.#release(segment);
+      if (acked.length > 0) {
+        this.#d.events.emit('relay:batch:acked', { rows: segment.length, acked: acked.length });
+        marks.push(this.#marker.mark(acked));
+      }
+      if (acked.length < segment.length || !this.#running) {
+        if (next) this.#release(await next);
+        break;
+      }
+      segment = next ? await next : [];
+    }
+    await Promise.all(marks);
+    if (failure) await this.#recordFailure(failure.row, failure.outcome);
+    this.#d.metrics.batchDuration.observe((performance.now() - started) / 1000);
+  }
+
+  /** The key's due rows after `segment`, as many again, held as in flight; none when the byte budget is spent. */
+  async #nextRows(segment: readonly ClaimedRow[]): Promise<ClaimedRow[]> {
+    const last = segment.at(-1) as ClaimedRow;
+    const bytes = segment.reduce((n, r) => n + r.data.byteLength, 0);
+    if (this.#inflightBytes + bytes > MAX_IN_FLIGHT_BYTES) return [];
+    try {
+      const { rows } = await this.#d.pool.query<ClaimedRow>(this.#keyRowsSql, [last.lane, last.key, last.seq, segment.length]);
+      const due = chainsByKey(rows)[0] ?? [];
+      this.#hold(due);
+      return due;
+    } catch (err) {
+      this.#d.logger.debug({ err, key: last.key }, 'fetching the next rows of a chain failed; the next claim takes them');
+      return [];
+    }
+  }
+
+  /** Sends one segment of a chain through the circuit breaker; a row missing from the result was not sent. */
+  async #send(segment: ClaimedRow[]): Promise<Map<ClaimedRow, Outcome>> {
+    try {
+      return await this.#d.breaker.execute(() => this.#publishChain(segment));
+    } catch (err) {
+      if (err instanceof BrokenCircuitError || err instanceof IsolatedCircuitError) return new Map(); // claimed again later
+      if (err instanceof NatsUnavailableError) return err.cause as Map<ClaimedRow, Outcome>;
+      throw err;
+    }
+  }
+
+  /**
+   * Sends a chain's rows one after another: a row goes out only once the
+   * previous row of its key is acknowledged, and a failure ends the chain
+   * (the rest are not sent). So whatever happens to a row (refused here,
+   * rejected by the server, PubAck timeout, a reconnect that loses or
+   * re-sends what was on the wire), no later row of its key can reach the
+   * stream before it.
+   */
+  async #publishChain(rows: readonly ClaimedRow[]): Promise<Map<ClaimedRow, Outcome>> {
     const outcomes = new Map<ClaimedRow, Outcome>();
-    await Promise.all(
-      chains.map(async (chain) => {
-        for (const row of chain) {
-          const outcome = await this.#publishOne(row);
-          outcomes.set(row, outcome);
-          if (!outcome.ok) break;
-        }
-      }),
-    );
-    // The breaker counts a batch only when NATS itself failed every row it was given: timeouts or a lost
+    for (const row of rows) {
+      const outcome = await this.#publishOne(row);
+      outcomes.set(row, outcome);
+      if (!outcome.ok) break;
+    }
+    // The breaker counts a segment only when NATS itself failed the rows it was given: a timeout or a lost
     // connection, or no responders on two or more subjects since the last publish that succeeded
     // (JetStream itself is not answering). No responders on one subject is that subject's problem (no
     // stream binds it): its rows back off on their own and never pause the healthy keys.
@@ -339,7 +407,7 @@ export class Dispatcher {
     }
     if (!answered && this.#noResponders.size >= 2) first ??= [...outcomes.values()].find((x) => !x.ok);
     if (!answered && first && !first.ok) {
-      throw new NatsUnavailableError(`every publish of the batch failed: ${first.message}`, { cause: outcomes });
+      throw new NatsUnavailableError(`publishing failed: ${first.message}`, { cause: outcomes });
     }
     return outcomes;
   }
@@ -368,66 +436,47 @@ export class Dispatcher {
     }
   }
 
-  async #settle(rows: ClaimedRow[], outcomes: Map<ClaimedRow, Outcome>, started: number): Promise<void> {
+  /** The Marker's flush: one statement for every row acknowledged since the previous flush. */
+  async #markPublished(seqs: string[]): Promise<void> {
+    const { pool, logger, metrics, events } = this.#d;
+    const started = performance.now();
+    try {
+      await withRetries('marking published', logger, () => pool.query(this.#markPublishedSql, [seqs]));
+      metrics.published.inc(seqs.length);
+      events.emit('relay:batch:published', {
+        rows: seqs.length,
+        published: seqs.length,
+        failed: 0,
+        durationMs: performance.now() - started,
+      });
+    } catch (err) {
+      logger.error(
+        { err, rows: seqs.length },
+        'could not mark acknowledged rows published; they will be sent again and JetStream will drop the duplicates',
+      );
+    }
+  }
+
+  /** A chain's failed row: backoff (or dead), and its key stays held behind it. */
+  async #recordFailure(row: ClaimedRow, outcome: Classified): Promise<void> {
     const { options: o, metrics, pool, logger, events } = this.#d;
-    const published: string[] = [];
-    const failed = { seqs: [] as string[], errors: [] as string[], delays: [] as number[], dead: [] as boolean[] };
-    const deadRows: Array<{ row: ClaimedRow; outcome: Classified }> = [];
-    for (const row of rows) {
-      const outcome = outcomes.get(row);
-      if (!outcome) continue; // not sent: behind a failure in its chain
-      if (outcome.ok) {
-        published.push(row.seq);
-        metrics.commitToAck.observe(Math.max(0, outcome.ackAt - row.created_at.getTime()) / 1000);
-        continue;
-      }
-      metrics.failures.inc({ reason: outcome.reason });
-      const attempt = row.attempts + 1;
-      const dead = outcome.permanent || attempt >= o.maxAttempts;
-      failed.seqs.push(row.seq);
-      failed.errors.push(`${outcome.reason}: ${outcome.message}`);
-      failed.delays.push(backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs));
-      failed.dead.push(dead);
-      if (dead) deadRows.push({ row, outcome });
+    metrics.failures.inc({ reason: outcome.reason });
+    const attempt = row.attempts + 1;
+    const dead = outcome.permanent || attempt >= o.maxAttempts;
+    const error = `${outcome.reason}: ${outcome.message}`;
+    const delay = backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs);
+    try {
+      await withRetries('recording a failure', logger, () => pool.query(this.#markFailedSql, [[row.seq], [error], [delay], [dead]]));
+    } catch (err) {
+      logger.error({ err, id: row.id }, 'could not record a failed attempt; the row will be tried again');
     }
-    const marks: Promise<unknown>[] = [];
-    if (published.length > 0) {
-      marks.push(
-        withRetries('marking published', logger, () => pool.query(this.#markPublishedSql, [published])).then(
-          () => metrics.published.inc(published.length),
-          (err) =>
-            logger.error(
-              { err, rows: published.length },
-              'could not mark acknowledged rows published; they will be sent again and JetStream will drop the duplicates',
-            ),
-        ),
-      );
-    }
-    if (failed.seqs.length > 0) {
-      marks.push(
-        withRetries('recording failures', logger, () =>
-          pool.query(this.#markFailedSql, [failed.seqs, failed.errors, failed.delays, failed.dead]),
-        ).catch((err) => logger.error({ err, rows: failed.seqs.length }, 'could not record failed attempts; the rows will be tried again')),
-      );
-    }
-    await Promise.all(marks);
-    for (const { row, outcome } of deadRows) {
+    if (dead) {
       logger.error(
         { id: row.id, key: row.key, seq: row.seq, reason: outcome.reason, error: outcome.message },
         'event is dead: its key is blocked until ferry dlq retry or discard',
       );
       events.emit('relay:row:dead', { id: row.id, key: row.key, seq: row.seq, reason: outcome.reason, error: outcome.message });
     }
-    const durationMs = performance.now() - started;
-    metrics.batchDuration.observe(durationMs / 1000);
-    events.emit('relay:batch:published', {
-      rows: rows.length,
-      published: published.length,
-      failed: rows.length - published.length,
-      durationMs,
-    });
-    if (rows.length > published.length) {
-      logger.debug({ rows: rows.length, published: published.length }, 'batch had failures');
-    }
+    events.emit('relay:batch:published', { rows: 1, published: 0, failed: 1, durationMs: 0 });
   }
 }
