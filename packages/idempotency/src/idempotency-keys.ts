@@ -44,7 +44,8 @@ function checkResult(result: unknown): Required<Pick<OperationResult, 'status' |
       `the operation's result status must be an HTTP status from 200 to 599, got ${describeValue(r.status)}`,
     );
   }
-  const headers: Record<string, string> = {};
+  // A Map, then fromEntries: a header named `__proto__` stays an own entry instead of replacing the prototype.
+  const headers = new Map<string, string>();
   if (r.headers !== undefined) {
     if (typeof r.headers !== 'object' || r.headers === null) {
       throw new ValidationError(
@@ -59,10 +60,10 @@ function checkResult(result: unknown): Required<Pick<OperationResult, 'status' |
           `result header ${describeValue(name)}: ${describeValue(value)} is not a valid HTTP header`,
         );
       }
-      headers[name] = value;
+      headers.set(name, value);
     }
   }
-  return { status: r.status, headers, body: r.body };
+  return { status: r.status, headers: Object.fromEntries(headers), body: r.body };
 }
 
 /** A 64-bit advisory lock id for one key: serialises requests with that key, across processes. */

@@ -37,7 +37,7 @@ import { beginAndRecordMessage, beginGate, readKeyRow } from './sql/gate-stateme
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { pruneMessages } from './sql/prune-messages.js';
-import type { EventMap, HandlerContext, Inbox, InboxCounts, InboxEvent, InboxOptions, InboxState, ParkReason, TxBoss } from './types.js';
+import type { EventMap, Handler, HandlerContext, Inbox, InboxCounts, InboxEvent, InboxOptions, InboxState, ParkReason, TxBoss } from './types.js';
 
 type GateOutcome =
   | { kind: 'applied'; durationMs: number }
@@ -305,8 +305,8 @@ class InboxImpl implements Inbox {
   // ---- the gate ------------------------------------------------------------------------------
 
   /** Why an event cannot reach a handler, or its payload. */
-  #prepare(event: FerryEvent): { handler: NonNullable<CompiledInboxOptions['handlers'][string]>; payload: unknown } | GateOutcome {
-    const handler = this.#o.handlers[event.type];
+  #prepare(event: FerryEvent): { handler: Handler<string, unknown>; payload: unknown } | GateOutcome {
+    const handler = this.#o.handlers.get(event.type);
     if (!handler) return { kind: 'park', reason: 'unknown-type', error: `no handler for event type ${JSON.stringify(event.type)}` };
     if (!JSON_TYPE.test(event.contentType)) return { handler, payload: event.data };
     try {
