@@ -3,7 +3,7 @@
 // one key's early versions do not hold the consumer's ack-pending slots.
 import assert from 'node:assert/strict';
 import { after, afterEach, describe, test } from 'node:test';
-import type { InboxReport, Logger } from '@ferry/inbox';
+import type { InboxOptions, InboxReport, Logger } from '@ferry/inbox';
 import { waitFor } from '@ferry/testkit';
 import { EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
 
@@ -93,7 +93,9 @@ describe('hostile events at the inbox', () => {
         }) as never,
       });
       await inbox.start();
-      const events = Array.from({ length: 20 }, (_, i) => ferryEvent(f.stream.prefix, { key: `k${i % 4}`, version: Math.floor(i / 4) + 1 }));
+      const events = Array.from({ length: 20 }, (_, i) =>
+        ferryEvent(f.stream.prefix, { key: `k${i % 4}`, version: Math.floor(i / 4) + 1 }),
+      );
       await publishEvents(f.stream.nc, events);
       await waitFor(() => inbox.counts().applied === 20, { what: 'all 20 applied', timeoutMs: 15_000 });
       await new Promise((r) => setTimeout(r, 300));
@@ -106,5 +108,99 @@ describe('hostile events at the inbox', () => {
     } finally {
       process.off('unhandledRejection', onUnhandled);
     }
+  });
+
+  test('inbox - sequential: 1,000 early versions of one key hold no ack-pending slot; 100 other keys apply at once, the key in order once its gap closes', async () => {
+    const f = await fixture();
+    const inbox = f.inbox({
+      mode: 'sequential', // default concurrency 32, maxAckPending 64, gapTimeoutMs 60 s
+      handlers: {
+        Set: async (event, { tx }) => {
+          await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
+        },
+      },
+    });
+    await inbox.start();
+    const started = performance.now();
+    await publishEvents(f.stream.nc, [
+      ...Array.from({ length: 1000 }, (_, i) => ferryEvent(f.stream.prefix, { key: 'A', version: i + 2 })),
+      ...Array.from({ length: 100 }, (_, i) => ferryEvent(f.stream.prefix, { key: `other-${i}`, version: 1 })),
+    ]);
+    const othersApplied = async () => {
+      const { rows } = await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.effects WHERE key LIKE 'other-%'`);
+      return rows[0].n === 100;
+    };
+    await waitFor(othersApplied, { what: 'the 100 other keys applied', timeoutMs: 30_000, intervalMs: 50 });
+    const othersMs = performance.now() - started;
+    console.log(`# 100 other keys applied ${Math.round(othersMs)} ms after publishing began (1,000 early versions of A ahead of them)`);
+    assert.ok(othersMs < 10_000, `other keys waited ${Math.round(othersMs)} ms behind one key's gap`);
+    await waitFor(async () => (await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.inbox_early`)).rows[0].n === 1000, {
+      what: "A's early versions stored",
+      timeoutMs: 15_000,
+    });
+    const info = await f.stream.jsm.consumers.info(f.stream.name, 'billing');
+    assert.equal(info.num_ack_pending, 0, 'no message waits ack-pending for a gap');
+    assert.deepEqual(await f.effects().then((e) => e.filter((r) => r.key === 'A')), []);
+
+    const gapClosed = performance.now();
+    await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'A', version: 1 })]);
+    await waitFor(async () => (await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.effects WHERE key = 'A'`)).rows[0].n === 1001, {
+      what: 'A applied through version 1001',
+      timeoutMs: 60_000,
+    });
+    console.log(`# A's 1,001 versions applied ${Math.round(performance.now() - gapClosed)} ms after version 1 was published`);
+    const { rows } = await f.db.pool.query(`SELECT version::int AS v FROM ${f.s}.effects WHERE key = 'A' ORDER BY applied_at, version`);
+    assert.deepEqual(
+      rows.map((r: { v: number }) => r.v),
+      Array.from({ length: 1001 }, (_, i) => i + 1),
+      'applied in version order',
+    );
+    assert.equal((await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.inbox_early`)).rows[0].n, 0);
+    assert.equal(inbox.counts().parked, 0);
+  });
+
+  test('inbox - sequential: stored early versions park in order after gapTimeoutMs, and a gap closed on another instance is applied by the sweep', async () => {
+    const f = await fixture();
+    const handlers: InboxOptions['handlers'] = {
+      Set: async (event, { tx }) => {
+        await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
+      },
+    };
+    const first = f.inbox({ mode: 'sequential', gapTimeoutMs: 4_000, handlers });
+    await first.start();
+    await publishEvents(f.stream.nc, [
+      ferryEvent(f.stream.prefix, { key: 'late', version: 2 }),
+      ferryEvent(f.stream.prefix, { key: 'late', version: 3 }),
+      ferryEvent(f.stream.prefix, { key: 'moved', version: 2 }),
+    ]);
+    await waitFor(async () => (await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.inbox_early`)).rows[0].n === 3, {
+      what: 'three early versions stored',
+    });
+    // The gap of `moved` closes on another instance: this one has no hint, only the sweep.
+    await first.stop();
+    const second = f.inbox({ mode: 'sequential', gapTimeoutMs: 4_000, handlers });
+    await second.start();
+    await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'moved', version: 1 })]);
+    await waitFor(async () => (await f.effects()).filter((e) => e.key === 'moved').length === 2, {
+      what: 'moved applied through version 2',
+      timeoutMs: 10_000,
+    });
+    await waitFor(() => second.counts().parked === 2, { what: "late's two early versions parked", timeoutMs: 10_000 });
+    const parked = f.reports.filter((r): r is Extract<InboxReport, { kind: 'parked' }> => r.kind === 'parked');
+    assert.deepEqual(
+      parked.map((r) => [r.key, r.reason]),
+      [
+        ['late', 'gap-timeout'],
+        ['late', 'behind-parked'],
+      ],
+    );
+    assert.match(parked[0]?.error ?? '', /waited \d+ ms for version 1 of key "late"/);
+    const { rows } = await f.db.pool.query(`SELECT parked FROM ${f.s}.inbox_versions WHERE consumer = 'billing' AND key = 'late'`);
+    assert.equal(rows[0]?.parked, 2);
+    assert.equal((await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.inbox_early`)).rows[0].n, 0);
+    assert.deepEqual(await f.effects(), [
+      { key: 'moved', version: '1' },
+      { key: 'moved', version: '2' },
+    ]);
   });
 });

@@ -92,7 +92,16 @@ describe('hostile stored rows: nothing forged on the wire', () => {
   });
 
   test('publish functions - the publisher role is refused every reserved header name, in any case, naming the header', async () => {
-    const names = [...Object.keys(FORGED), 'CE-TYPE', 'Ce-Id', 'nats-expected-stream', 'NATS-MSG-ID', 'content-type', 'Content-Type', 'ce-'];
+    const names = [
+      ...Object.keys(FORGED),
+      'CE-TYPE',
+      'Ce-Id',
+      'nats-expected-stream',
+      'NATS-MSG-ID',
+      'content-type',
+      'Content-Type',
+      'ce-',
+    ];
     for (const name of names) {
       const r = await refusal(publishOne({ headers: { [name]: 'x' } }));
       assert.equal(r.code, SQLSTATE.invalidParameterValue, `${name}: ${r.message}`);
@@ -204,6 +213,7 @@ describe('hostile stored rows: nothing forged on the wire', () => {
     assert.deepEqual(values('nats-msg-id'), [id]);
     assert.deepEqual(values('content-type'), ['application/json']);
     assert.deepEqual(values('x-kept'), ['yes']);
-    for (const [, v] of forged.headers) assert.ok(!['VICTIM', 'Forged', 'forged', 'text/forged'].includes(v), `forged value ${v} on the wire`);
+    for (const [, v] of forged.headers)
+      assert.ok(!['VICTIM', 'Forged', 'forged', 'text/forged'].includes(v), `forged value ${v} on the wire`);
   });
 });

@@ -159,6 +159,9 @@ describe('codec', () => {
     assert.equal(last.get('nats-expected-stream'), undefined);
     assert.equal(last.get('x-kept'), 'yes');
     assert.equal(last.get('x-number'), undefined);
-    assert.deepEqual(enc.headers.slice(-10).map(([n]) => n), Object.values(WIRE_HEADERS));
+    assert.deepEqual(
+      enc.headers.slice(-10).map(([n]) => n),
+      Object.values(WIRE_HEADERS),
+    );
   });
 });
