@@ -27,6 +27,16 @@ import type {
   OperationResult,
 } from './types.js';
 
+/**
+ * Client errors that say "not executed, try again" rather than answer the
+ * request: 408 Request Timeout, 409 Conflict, 425 Too Early, 429 Too Many
+ * Requests. Stored, they would be replayed to every retry (a client backing
+ * off after a 429 would get the 429 forever), so like a 5xx they are never
+ * stored: the operation's writes roll back and the key is released
+ * (docs/idempotency.md, "Outcomes").
+ */
+export const RETRY_LATER_STATUSES: ReadonlySet<number> = new Set([408, 409, 425, 429]);
+
 /** lock_not_available: `lock_timeout` expired while waiting for the first request. */
 const LOCK_NOT_AVAILABLE = '55P03';
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -144,7 +154,7 @@ class IdempotencyKeys implements Idempotency {
   }
 
   #storable(status: number): boolean {
-    if (status >= 500) return false;
+    if (status >= 500 || RETRY_LATER_STATUSES.has(status)) return false;
     if (status >= 400) return this.options.storeClientErrors;
     return true;
   }
