@@ -87,8 +87,8 @@ interface GateOptions {
   beforeCommit?: (tx: PooledConnection) => Promise<void>;
   /** SQL sent with COMMIT in one round trip on the same outcomes (the drain deletes the stored version). */
   commitWith?: string;
-  /** `sequential`, from the stream: the message to store in `inbox_early` if it is early (outcome `held`). */
-  early?: ParkedJobData;
+  /** `sequential`, from the stream: the message to store in `inbox_early` if it is early (outcome `held`); built only then. */
+  early?: () => ParkedJobData;
 }
 
 const JSON_TYPE = /^application\/([\w.+-]+\+)?json\s*(;.*)?$/i;
@@ -422,7 +422,7 @@ class InboxImpl implements Inbox {
         if (!won && early && o.mode === 'sequential' && !fromPark) {
           // An early version is stored under the key's row lock and committed in the same round
           // trip, so the message can be acked (docs/inbox-modes.md).
-          const row = await holdEarlyAndCommit(client, this.#s, o.consumer, event.key, event.version, early);
+          const row = await holdEarlyAndCommit(client, this.#s, o.consumer, event.key, event.version, early());
           open = false;
           if (event.version <= row.version) {
             return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
@@ -557,7 +557,7 @@ class InboxImpl implements Inbox {
     const attempt = Math.max(1, m.info.deliveryCount - (tracked?.gapNaks ?? 0));
     let outcome: GateOutcome;
     try {
-      const early = o.mode === 'sequential' && o.gapTimeoutMs > 0 ? this.#messageData(m, event, 'gap-timeout', '') : undefined;
+      const early = o.mode === 'sequential' && o.gapTimeoutMs > 0 ? () => this.#messageData(m, event, 'gap-timeout', '') : undefined;
       outcome = await this.#gate(event, attempt, false, early ? { early } : {});
     } catch (error) {
       this.#counts.failed++;
@@ -674,11 +674,10 @@ class InboxImpl implements Inbox {
       o.logger.warn({ consumer: o.consumer, id: event?.id, key: event?.key, reason, error, jobId: parked.jobId }, 'inbox parked an event');
       // The key's stored early versions follow it into the parking lot, in order, behind it.
       if (event && o.mode === 'sequential' && reason !== 'behind-parked') {
-        await this.#flushEarly(
-          event.key,
-          'behind-parked',
-          `key ${JSON.stringify(event.key)} has version ${event.version} parked ahead of it`,
-          true,
+        const behind = `key ${JSON.stringify(event.key)} has version ${event.version} parked ahead of it`;
+        // The message is acked already; if this fails, the sweep moves them once they time out.
+        await this.#flushEarly(event.key, 'behind-parked', behind, true).catch((err: unknown) =>
+          o.logger.warn({ err, consumer: o.consumer, key: event.key }, 'inbox could not park stored early versions behind a parked event'),
         );
       }
     } catch (err) {
@@ -805,10 +804,10 @@ class InboxImpl implements Inbox {
   }
 
   /**
-   * Moves a key's stored versions to the parking lot, in version order, in one
-   * transaction with its parked count: the first with `reason`, the rest
-   * `behind-parked`. For a gap timeout (`force` false) nothing moves when the
-   * gap closed meanwhile; the key is drained instead.
+   * Moves a key's stored versions to the parking lot, in version order, each in
+   * a transaction with the key's parked count: the first with `reason`, the
+   * rest `behind-parked`. For a gap timeout (`force` false) nothing moves when
+   * the gap closed meanwhile; the key is drained instead.
    */
   async #flushEarly(key: string, reason: ParkReason, error: string | undefined, force: boolean): Promise<void> {
     const o = this.#o;
