@@ -6,7 +6,17 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { grantsSql, isValidationError, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
+import {
+  grantsSql,
+  isValidationError,
+  quoteIdentifier,
+  SQLSTATE,
+  sqlState,
+  validateHeaders,
+  validateKey,
+  validateSubject,
+  validateType,
+} from '@ferry/core';
 import { refusedByPublishFunction } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -167,6 +177,61 @@ describe('hostile stored rows: nothing forged on the wire', () => {
     // A tab inside a value and a valid subject still publish.
     await publishOne({ headers: { 'x-note': 'a\tb' } });
     assert.equal(await countPending(db.pool, db.schema), 1);
+  });
+
+  test('publish functions - refuse exactly what the publisher refuses (keys, types, subjects, header names and values)', async () => {
+    const chars = [
+      '',
+      ' ',
+      '\t',
+      '\n',
+      '\r',
+      '\u0001',
+      '\u007f',
+      '\u0085',
+      '\u00a0',
+      '\u2028',
+      '\u3000',
+      '\ufeff',
+      'é',
+      '*',
+      '>',
+      '.',
+      ':',
+      '@',
+    ];
+    const texts = new Set<string>(['a', 'order-42', 'x'.repeat(256), 'x'.repeat(257)]);
+    for (const c of chars) for (const t of [c, `a${c}`, `${c}a`, `a${c}b`]) texts.add(t);
+    const js = (fn: () => unknown) => {
+      try {
+        fn();
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const sqlOk = async (e: { key?: string; subject?: string; type?: string; headers?: unknown }) => {
+      const { rows } = await db.pool.query<{ ok: boolean }>(
+        `SELECT ${s}.publish_events_ok($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[]) AS ok`,
+        [[e.key ?? 'k'], [e.subject ?? 'a.b'], [e.type ?? 'T'], ['src'], ['application/json'], [JSON.stringify(e.headers ?? {})]],
+      );
+      return rows[0]?.ok;
+    };
+    const disagreements: string[] = [];
+    for (const t of texts) {
+      const cases: Array<[string, boolean, Parameters<typeof sqlOk>[0]]> = [
+        ['key', js(() => validateKey(t)), { key: t }],
+        ['type', js(() => validateType(t)), { type: t }],
+        ['subject', js(() => validateSubject(t)), { subject: t }],
+        ['header value', js(() => validateHeaders({ 'x-a': t })), { headers: { 'x-a': t } }],
+        ['header name', js(() => validateHeaders({ [t]: 'v' })), { headers: { [t]: 'v' } }],
+      ];
+      for (const [what, jsOk, event] of cases) {
+        const ok = await sqlOk(event);
+        if (ok !== jsOk) disagreements.push(`${what} ${JSON.stringify(t).slice(0, 40)}: publisher ${jsOk}, function ${ok}`);
+      }
+    }
+    assert.deepEqual(disagreements, []);
   });
 
   test('relay - a row stored with forged ce-*/Nats-*/Content-Type headers goes out as its own key, version, type and id', async () => {
