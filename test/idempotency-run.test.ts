@@ -126,6 +126,32 @@ describe('idempotency - run()', () => {
     }
   });
 
+  test('idempotency - 408, 409, 425 and 429 mean "try again": never stored, even with storeClientErrors, so a retry runs again', async () => {
+    for (const status of [408, 409, 425, 429]) {
+      const keys = createIdempotency({ schema: db.schema, scope: `retry-later-${status}`, storeClientErrors: true });
+      const key = `retry-later-${status}`;
+      let executions = 0;
+      const op = async (tx: PooledConnection) => {
+        executions++;
+        await tx.query(`INSERT INTO ${s}.orders (idem_key, amount) VALUES ($1, 1)`, [key]);
+        return executions === 1
+          ? { status, body: { error: 'slow down' }, headers: { 'Retry-After': '1' } }
+          : { status: 201, body: { ok: true } };
+      };
+      const first = await keys.run(db.pool, { key, fingerprint: order(7) }, op);
+      assert.equal(first.status, status);
+      assert.equal(await count('orders', 'idem_key = $1', [key]), 0, `${status}: its writes rolled back`);
+      assert.equal(await count('idempotency_keys', 'key = $1', [key]), 0, `${status}: the key is released`);
+      const second = await keys.run(db.pool, { key, fingerprint: order(7) }, op);
+      assert.equal(second.status, 201, `${status}: the retry ran`);
+      assert.equal(second.replayed, false);
+      assert.equal(executions, 2);
+      const third = await keys.run(db.pool, { key, fingerprint: order(7) }, op);
+      assert.equal(third.replayed, true, `${status}: the executed answer is the one stored`);
+      assert.equal(third.status, 201);
+    }
+  });
+
   test('idempotency - a 5xx answer is not stored: its writes roll back and a retry runs again', async () => {
     const keys = createIdempotency({ schema: db.schema, scope: 'server-errors' });
     let executions = 0;

@@ -86,7 +86,9 @@ describe('inbox gate', () => {
     await inbox.start();
     const p = f.stream.prefix;
     await publishEvents(f.stream.nc, [ferryEvent(p, { key: 'a', version: 1 }), ferryEvent(p, { key: 'a', version: 3 })]);
-    await waitFor(() => inbox.counts().gap >= 2, { what: 'version 3 nak-ed while version 2 is missing' });
+    await waitFor(() => inbox.counts().gap === 1, { what: 'version 3 stored to wait while version 2 is missing' });
+    const { rows: waiting } = await f.db.pool.query(`SELECT key, version::text FROM ${f.s}.inbox_early`);
+    assert.deepEqual(waiting, [{ key: 'a', version: '3' }]);
     assert.deepEqual(await f.effects(), [{ key: 'a', version: '1' }]);
     await publishEvents(f.stream.nc, [ferryEvent(p, { key: 'a', version: 2 })]);
     await waitFor(() => inbox.counts().applied === 3, { what: 'the gap filled' });
@@ -327,7 +329,7 @@ describe('inbox gate', () => {
       const first = await migrateInbox({ pool: f.db.pool, schema });
       assert.deepEqual(
         first.applied.map((m) => m.name),
-        ['inbox', 'inbox_parked'],
+        ['inbox', 'inbox_parked', 'inbox_early'],
       );
       const { rows } = await f.db.pool.query(
         `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'inbox_versions' ORDER BY ordinal_position`,

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { test } from 'node:test';
+import { grantsSql } from '@ferry/core';
 
 const ROOT = new URL('../../', import.meta.url); // test/dist/ → repo root
 const SAMPLES = new URL('apps/example/src/samples/', ROOT);
@@ -57,4 +58,17 @@ test('docs - the runbook names every relay metric and every operator command', (
   for (const c of ['ferry status', 'ferry doctor', 'ferry verify', 'ferry dlq', 'ferry replay', 'ferry inbox parked'])
     assert.ok(ops.includes(c), c);
   for (const s of ['idle_in_transaction_session_timeout', 'autovacuum', 'R3', '--lanes']) assert.ok(ops.includes(s), s);
+});
+
+test('docs - security.md shows exactly what --print-grants prints (the publish functions take 12 arguments)', () => {
+  const shown = blocks('docs/security.md', 'sql').find((b) => b.includes('GRANT EXECUTE ON FUNCTION'));
+  assert.ok(shown, 'security.md has the grants block');
+  const printed = [
+    grantsSql({ role: 'ferry_publisher', for: 'publisher' }),
+    grantsSql({ role: 'ferry_relay', for: 'relay' }),
+    grantsSql({ role: 'ferry_inbox', for: 'inbox' }),
+  ]
+    .join('\n')
+    .trim();
+  assert.equal(shown, printed);
 });

@@ -5,6 +5,9 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { encodeEvent, withTransaction } from '@ferry/core';
 import { createInbox } from '@ferry/inbox';
@@ -21,9 +24,13 @@ const DB_PASSWORD = 'db-Secret-aa41';
 const NATS_PASSWORD = 'nats-Secret-b7e2';
 const URL_PASSWORD = 'url-Secret-c3d9';
 const TOKEN = 'tok-Secret-d0f4';
+const URL_TOKEN = 'tokS3cretTok-e5a1'; // nats://TOKEN@host
+const MALFORMED_PASSWORD = 'S3cretPw-f6b2'; // inside a URL no parser accepts
+const NATSS_PASSWORD = 'NatsPw99-a7c3'; // inside a natss:// URL (not a scheme Ferry accepts)
 const nkeyUser = nkeys.createUser();
 const SEED = new TextDecoder().decode(nkeyUser.getSeed());
-const SECRETS = [DB_PASSWORD, NATS_PASSWORD, URL_PASSWORD, TOKEN, SEED];
+const CREDS_SEED = new TextDecoder().decode(nkeys.createUser().getSeed());
+const SECRETS = [DB_PASSWORD, NATS_PASSWORD, URL_PASSWORD, TOKEN, SEED, URL_TOKEN, MALFORMED_PASSWORD, NATSS_PASSWORD, CREDS_SEED];
 
 function assertNoSecret(output: string, what: string): void {
   for (const secret of SECRETS) {
@@ -167,55 +174,114 @@ describe('secrets are redacted and payloads stay at debug in every process', () 
     const closedPort = await freePort();
     const natsEnv = { FERRY_NATS_USER: 'ferry', FERRY_NATS_PASSWORD: NATS_PASSWORD };
     const base = ['--database-url', secretUrl, '--schema', db.schema];
-    const runs: Array<[string, string[], Record<string, string>]> = [
-      ['migrate', ['migrate', ...base], {}],
-      ['migrate --inbox', ['migrate', ...base, '--inbox'], {}],
-      ['status', ['status', ...base], {}],
-      ['status --json', ['status', ...base, '--json'], {}],
-      ['dlq list', ['dlq', 'list', ...base, '--json'], {}],
-      ['inbox parked list', ['inbox', 'parked', 'list', ...base, '--boss-schema', `${db.schema}_nope`], {}],
-      ['doctor', ['doctor', ...base, '--nats-url', server.url, '--stream', stream], natsEnv],
-      ['doctor --json', ['doctor', ...base, '--nats-url', server.url, '--json'], natsEnv],
-      ['replay', ['replay', ...base, '--nats-url', server.url, '--from-seq', '1', '--json'], natsEnv],
-      ['verify', ['verify', ...base, '--nats-url', server.url, '--subject', 'seclogs.canary', '--timeout', '1s'], natsEnv],
-      ['doctor, token', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_TOKEN: TOKEN }],
-      ['doctor, nkey', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_NKEY_SEED: SEED }],
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-creds-'));
+    const credsFile = join(dir, 'user.creds');
+    writeFileSync(
+      credsFile,
+      `-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.eyJqdGkiOiJ0ZXN0In0.c2lnbmF0dXJl\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n${CREDS_SEED}\n------END USER NKEY SEED------\n`,
+    );
+    const malformedDbUrl = `postgres://u:${MALFORMED_PASSWORD}@127.0.0.1:99999/x`;
+    const natssUrl = `natss://bob:${NATSS_PASSWORD}@127.0.0.1:${server.port}`;
+    // Each run names the line it must print: a command that exits before it uses its secret proves nothing.
+    const runs: Array<[string, string[], Record<string, string>, RegExp]> = [
+      ['migrate', ['migrate', ...base], {}, /outbox schema ".+" (is current|applied)|applied .* to outbox schema/],
+      ['migrate --inbox', ['migrate', ...base, '--inbox'], {}, /inbox schema ".+" (is current|applied)|applied .* to inbox schema/],
+      ['status', ['status', ...base], {}, /pending/i],
+      ['status --json', ['status', ...base, '--json'], {}, /"pending"/],
+      ['dlq list', ['dlq', 'list', ...base, '--json'], {}, /^\[/m],
+      ['inbox parked list', ['inbox', 'parked', 'list', ...base, '--boss-schema', `${db.schema}_nope`], {}, /pg-boss|parked|boss/i],
+      ['doctor', ['doctor', ...base, '--nats-url', server.url, '--stream', stream], natsEnv, /stream/i],
+      ['doctor --json', ['doctor', ...base, '--nats-url', server.url, '--json'], natsEnv, /"check"/],
+      [
+        'replay',
+        ['replay', ...base, '--nats-url', server.url, '--from-seq', '1', '--json'],
+        natsEnv,
+        /"(republished|events|count|published)"|replay/i,
+      ],
+      [
+        'verify',
+        ['verify', ...base, '--nats-url', server.url, '--subject', 'seclogs.canary', '--timeout', '1s'],
+        natsEnv,
+        /verify|canary/i,
+      ],
+      ['doctor, token', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_TOKEN: TOKEN }, /NATS/],
+      ['doctor, nkey', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_NKEY_SEED: SEED }, /NATS|stream/],
       [
         'doctor, password in the NATS URL',
         ['doctor', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${server.port}`],
         {},
+        /NATS|stream/,
+      ],
+      [
+        'doctor, token in the NATS URL',
+        ['doctor', ...base, '--nats-url', `nats://${URL_TOKEN}@127.0.0.1:${server.port}`],
+        {},
+        /nats:\/\/\*\*\*@127\.0\.0\.1|NATS/,
       ],
       [
         'replay, NATS down, password in its URL',
         ['replay', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--from-seq', '1'],
         {},
+        /not reachable/,
       ],
       [
         'verify, NATS down, password in its URL',
         ['verify', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--timeout', '1s'],
         {},
+        /not reachable|NATS/,
       ],
       [
         'relay, NATS refuses',
         ['relay', ...base, '--nats-url', server.url, '--http-port', '0', '--no-maintenance'],
         { FERRY_NATS_USER: 'ferry', FERRY_NATS_PASSWORD: `${NATS_PASSWORD}x` },
+        /ferry relay starting/,
       ],
-      ['relay, bad option next to secrets', ['relay', ...base, '--batch-size', 'lots'], natsEnv],
+      [
+        'relay, token in the NATS URL',
+        ['relay', ...base, '--nats-url', `nats://${URL_TOKEN}@127.0.0.1:${server.port}`, '--http-port', '0', '--no-maintenance'],
+        {},
+        /ferry relay starting.*|"nats":\["nats:\/\/\*\*\*@/,
+      ],
+      ['relay, bad option next to secrets', ['relay', ...base, '--batch-size', 'lots'], natsEnv, /--batch-size/],
       [
         'status, database down',
         ['status', '--database-url', `postgres://postgres:${DB_PASSWORD}@127.0.0.1:${closedPort}/test`, '--schema', db.schema],
         {},
+        /ECONNREFUSED|connect/i,
       ],
+      ['status, malformed database URL with a password (flag)', ['status', '--database-url', malformedDbUrl], {}, /--database-url/],
+      [
+        'status, malformed database URL with a password (FERRY_DATABASE_URL)',
+        ['status', '--schema', db.schema],
+        { FERRY_DATABASE_URL: malformedDbUrl },
+        /--database-url/,
+      ],
+      ['doctor, natss:// URL with a password (flag)', ['doctor', ...base, '--nats-url', natssUrl], {}, /--nats-url/],
+      [
+        'doctor, natss:// URL with a password (FERRY_NATS_URL)',
+        ['doctor', ...base],
+        { FERRY_NATS_URL: natssUrl },
+        /--nats-url|FERRY_NATS_URL/,
+      ],
+      ['doctor, credentials file', ['doctor', ...base, '--nats-url', server.url, '--nats-creds', credsFile], {}, /NATS/],
     ];
-    // The two migrations first, one after the other; the rest concurrently.
-    const results = [];
-    for (const [, args, env] of runs.slice(0, 2)) results.push(await ferry(args, env));
-    results.push(...(await Promise.all(runs.slice(2).map(([, args, env]) => ferry(args, env)))));
-    for (const [i, r] of results.entries()) {
-      const what = `ferry ${runs[i]?.[0]}`;
-      assert.notEqual(r.code, null, `${what} ended by the time bound`);
-      assertNoSecret(r.out, what);
-      assertPayloadOnlyAtDebug(r.out, what);
+    try {
+      // The two migrations first, one after the other; the rest concurrently.
+      const results = [];
+      for (const [, args, env] of runs.slice(0, 2)) results.push(await ferry(args, env));
+      results.push(...(await Promise.all(runs.slice(2).map(([, args, env]) => ferry(args, env)))));
+      const missing: string[] = [];
+      for (const [i, r] of results.entries()) {
+        const [name, , , expected] = runs[i] ?? [];
+        const what = `ferry ${name}`;
+        assert.notEqual(r.code, null, `${what} ended by the time bound`);
+        assertNoSecret(r.out, what);
+        assertPayloadOnlyAtDebug(r.out, what);
+        if (!expected?.test(r.out)) missing.push(`${what} did not print ${expected}:\n${r.out.slice(-800)}`);
+      }
+      assert.deepEqual(missing, [], missing.join('\n\n'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

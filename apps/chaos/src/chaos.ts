@@ -376,7 +376,7 @@ async function run(o: ChaosOptions): Promise<number> {
       ['messages the relays published', String(v.published), 'seen by a core subscription (a lower bound)'],
       ['duplicates dropped by the stream', String(v.resent), 'at least: re-sends of an id the tap saw before'],
       ['duplicates dropped by the inbox', String(v.inboxDropped), 'duplicate + stale reports'],
-      ['inbox gap waits', String(gaps), 'sequential mode naks'],
+      ['inbox gap waits', String(gaps), 'sequential mode: early versions stored to wait'],
       ['time to drain', `${(v.drainMs / 1000).toFixed(1)} s`, 'after the last commit'],
       ['processes SIGKILLed and restarted', String(faultLog.kills), ''],
       ['nats-server stops and restarts', String(faultLog.natsRestarts), ''],

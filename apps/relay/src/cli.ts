@@ -10,6 +10,7 @@ import { statusCommand } from './commands/status.js';
 import { verifyCommand } from './commands/verify.js';
 import type { CommandContext } from './context.js';
 import { EXIT } from './exit-codes.js';
+import { secretsOf, textRedactor } from './redact.js';
 
 const EXIT_HELP = `
 Exit codes:
@@ -52,9 +53,15 @@ export async function main(
     env: process.env,
   },
 ): Promise<number> {
-  const program = buildProgram(ctx);
+  // Every line any command prints passes the redactor: a credential given in a flag, a variable, a
+  // URL (even one no parser accepts) or a creds file never reaches the output (commander's own
+  // "argument '…' is invalid" lines included).
+  const redact = textRedactor(secretsOf(argv, ctx.env));
+  const raw = ctx;
+  const safe: CommandContext = { ...raw, out: (l) => raw.out(redact(l)), err: (l) => raw.err(redact(l)) };
+  const program = buildProgram(safe);
   if (argv.length <= 2) {
-    ctx.out(program.helpInformation().trimEnd());
+    safe.out(program.helpInformation().trimEnd());
     return EXIT.usage;
   }
   try {
@@ -68,14 +75,14 @@ export async function main(
     }
     const message = err instanceof Error ? err.message : String(err);
     if (isConfigError(err) || isValidationError(err)) {
-      ctx.err(`ferry: ${message}`);
+      safe.err(`ferry: ${message}`);
       return EXIT.usage;
     }
     if (isMigrationError(err)) {
-      ctx.err(`ferry: ${message}`);
+      safe.err(`ferry: ${message}`);
       return EXIT.migration;
     }
-    ctx.err(`ferry: ${message.split('\n')[0]}`);
+    safe.err(`ferry: ${message.split('\n')[0]}`);
     return EXIT.failure;
   }
 }

@@ -66,11 +66,13 @@ export function resolveDatabaseUrl(flag: string | undefined, env: NodeJS.Process
   }
 }
 
-/** A connection string with its password replaced, safe to print. */
+/** A connection string with its password (or NATS token) replaced, safe to print. */
 export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
+    // nats://TOKEN@host: a NATS URL's user alone is a token.
+    else if (u.username && /^(nats|natss|tls|ws|wss):$/.test(u.protocol)) u.username = '***';
     for (const k of ['password', 'sslpassword', 'token']) if (u.searchParams.has(k)) u.searchParams.set(k, '***');
     return u.toString();
   } catch {
@@ -83,12 +85,13 @@ export function redactNatsUrls(urls: readonly string[]): string[] {
   return urls.map((u) => (u.includes('@') ? redactUrl(u) : u));
 }
 
-/** The passwords inside NATS URLs, for the log's secret filter. */
+/** The passwords and tokens inside NATS URLs (nats://user:password@host, nats://token@host), for the log's secret filter. */
 export function natsUrlPasswords(urls: readonly string[]): string[] {
   return urls.flatMap((u) => {
     try {
-      const p = new URL(u).password;
-      return p ? [decodeURIComponent(p)] : [];
+      const url = new URL(u);
+      const secret = url.password || url.username;
+      return secret ? [decodeURIComponent(secret)] : [];
     } catch {
       return [];
     }
@@ -128,8 +131,10 @@ export function parseNatsUrls(value: string): string[] {
     .filter((s) => s !== '');
   const ok = (u: string) => /^(nats|tls|ws|wss):\/\/[^\s/]+/.test(u) || /^[A-Za-z0-9.-]+(:\d{1,5})?$/.test(u);
   if (urls.length === 0 || !urls.every(ok)) {
+    // The value is not echoed: a NATS URL may carry a password or a token (the CLI masks them too).
+    const bad = urls.find((u) => !ok(u)) ?? '';
     throw new InvalidArgumentError(
-      `${describeValue(value, 60)} is not a list of NATS URLs: use nats://host:4222, comma-separated for several`,
+      `is not a list of NATS URLs (entry ${urls.indexOf(bad) + 1} of ${urls.length}, scheme ${describeValue(/^([^:/]*):\/\//.exec(bad)?.[1] ?? 'none', 20)}): use nats://host:4222, tls://host:4222, ws:// or wss://, comma-separated for several`,
     );
   }
   return urls;

@@ -37,6 +37,7 @@ class RelayImpl implements Relay {
   #state: RelayState = 'idle';
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
+  #tornDown: Promise<void> | undefined;
   #nc: NatsConnection | undefined;
   #natsUp = false;
   #dispatcher: Dispatcher | undefined;
@@ -277,8 +278,17 @@ class RelayImpl implements Relay {
     this.#log.info({ event: 'stopped' }, 'relay stopped');
   }
 
-  /** Every step runs even when an earlier one fails. */
-  async #teardown(): Promise<void> {
+  /**
+   * Every step runs even when an earlier one fails; once: a failed start tears
+   * down and the caller's stop() then gets the same promise (a second
+   * `pool.end()` would log "Called end on pool more than once").
+   */
+  #teardown(): Promise<void> {
+    this.#tornDown ??= this.#runTeardown();
+    return this.#tornDown;
+  }
+
+  async #runTeardown(): Promise<void> {
     const steps: Array<[string, () => Promise<unknown> | undefined]> = [
       ['dispatcher', () => this.#dispatcher?.stop()],
       ['notifier', () => this.#notifier?.stop()],

@@ -132,4 +132,36 @@ describe('codec', () => {
       { numRuns: 500 },
     );
   });
+
+  test('codec - stored headers cannot replace or duplicate a reserved header, in any case', () => {
+    const event = fc.sample(eventArb, 1)[0] as FerryEvent;
+    const forged = {
+      'ce-partitionkey': 'VICTIM',
+      'CE-SEQUENCE': '00000000000000000999',
+      'Ce-Type': 'Forged',
+      'Nats-Msg-Id': 'forged',
+      'nats-expected-stream': 'forged',
+      'content-type': 'text/forged',
+      'x-kept': 'yes',
+      'X-KEPT': 'second spelling',
+      'x-number': 5 as unknown as string,
+    };
+    const enc = encodeEvent({ ...event, headers: forged });
+    const names = enc.headers.map(([n]) => n.toLowerCase());
+    assert.equal(new Set(names).size, names.length, `a header name appears twice: ${names.join(', ')}`);
+    // Copied with set() in order (as the relay does) or read as a record: the event's own fields win.
+    const last = new Map(enc.headers.map(([n, v]) => [n.toLowerCase(), v]));
+    assert.equal(last.get('ce-partitionkey'), event.key);
+    assert.equal(last.get('ce-sequence'), formatSequence(event.version));
+    assert.equal(last.get('ce-type'), event.type);
+    assert.equal(last.get('nats-msg-id'), event.id);
+    assert.equal(last.get('content-type'), event.contentType);
+    assert.equal(last.get('nats-expected-stream'), undefined);
+    assert.equal(last.get('x-kept'), 'yes');
+    assert.equal(last.get('x-number'), undefined);
+    assert.deepEqual(
+      enc.headers.slice(-10).map(([n]) => n),
+      Object.values(WIRE_HEADERS),
+    );
+  });
 });

@@ -1,6 +1,6 @@
 import type { FerryEvent } from './envelope.js';
 import { describeValue, ValidationError } from './errors.js';
-import { TRACE_HEADERS } from './validate.js';
+import { isReservedHeader, TRACE_HEADERS } from './validate.js';
 
 /**
  * Wire header names: CloudEvents 1.0, NATS protocol binding, binary mode.
@@ -39,9 +39,31 @@ export function formatSequence(version: bigint): string {
   return version.toString().padStart(SEQUENCE_WIDTH, '0');
 }
 
-/** Event → NATS headers + body. */
+/**
+ * Event → NATS headers + body.
+ *
+ * `event.headers` may come from a stored outbox row that was not written by
+ * the publisher (a hand-made INSERT, an old row, a hostile `p_headers`), so it
+ * is not trusted: a name that is reserved (`ce-*`, `Nats-*`, `Content-Type`,
+ * in any case), a second spelling of a name already given, or a value that is
+ * not a string is left out. The reserved headers come last and only from the
+ * event's own fields, so a caller that copies these pairs into a message with
+ * `set` (the relay) or into a record (`Object.fromEntries`) cannot let a user
+ * header replace or duplicate one of them.
+ */
 export function encodeEvent(event: FerryEvent, options: EncodeOptions = {}): EncodedEvent {
-  const headers: Array<readonly [string, string]> = [
+  const headers: Array<readonly [string, string]> = [];
+  const user: unknown = event.headers;
+  if (typeof user === 'object' && user !== null && !Array.isArray(user)) {
+    const seen = new Set<string>();
+    for (const [name, value] of Object.entries(user)) {
+      const lower = name.toLowerCase();
+      if (typeof value !== 'string' || isReservedHeader(name) || seen.has(lower)) continue;
+      seen.add(lower);
+      headers.push([name, value]);
+    }
+  }
+  headers.push(
     [WIRE_HEADERS.msgId, options.msgId ?? event.id],
     [WIRE_HEADERS.specVersion, SPEC_VERSION],
     [WIRE_HEADERS.id, event.id],
@@ -52,8 +74,7 @@ export function encodeEvent(event: FerryEvent, options: EncodeOptions = {}): Enc
     [WIRE_HEADERS.partitionKey, event.key],
     [WIRE_HEADERS.sequence, formatSequence(event.version)],
     [WIRE_HEADERS.contentType, event.contentType],
-  ];
-  for (const [name, value] of Object.entries(event.headers)) headers.push([name, value]);
+  );
   return { subject: event.subject, headers, body: event.data };
 }
 
@@ -70,14 +91,15 @@ export type HeaderReader = (name: string) => string | undefined;
 
 /** A record of headers as a reader (exact names first, then case-insensitive). */
 export function headerReader(headers: Readonly<Record<string, string>>): HeaderReader {
+  const exact = new Map(Object.entries(headers));
   const lower = new Map(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
-  return (name) => headers[name] ?? lower.get(name.toLowerCase());
+  // Maps, not `headers[name]`: a name such as `constructor` must not find Object.prototype's.
+  return (name) => exact.get(name) ?? lower.get(name.toLowerCase());
 }
 
 const DIGITS = /^[0-9]{1,20}$/;
 /** Versions are PostgreSQL bigints. */
 const MAX_VERSION = 9_223_372_036_854_775_807n;
-const RESERVED_PREFIX = /^(ce-|nats-)/i;
 
 function required(read: HeaderReader, name: string): string {
   const v = read(name);
@@ -124,16 +146,19 @@ export function decodeEvent(
     throw new ValidationError(WIRE_HEADERS.time, `${WIRE_HEADERS.time} ${describeValue(timeText)} is not an RFC 3339 timestamp`);
   }
   const subject = read(WIRE_HEADERS.subject) ?? natsSubject ?? '';
-  const headers: Record<string, string> = {};
+  // Collected in a Map and built with fromEntries: a header named `__proto__`
+  // becomes an own entry, where `headers[name] = v` would set the prototype.
+  const kept = new Map<string, string>();
   for (const name of userHeaderNames) {
-    if (RESERVED_PREFIX.test(name) || name.toLowerCase() === 'content-type') continue;
+    if (isReservedHeader(name)) continue;
     const v = read(name);
-    if (v !== undefined) headers[name] = v;
+    if (v !== undefined) kept.set(name, v);
   }
   for (const name of TRACE_HEADERS) {
     const v = read(name);
-    if (v !== undefined) headers[name] = v;
+    if (v !== undefined) kept.set(name, v);
   }
+  const headers: Record<string, string> = Object.fromEntries(kept);
   return {
     id,
     key,

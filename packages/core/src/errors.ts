@@ -14,6 +14,8 @@ export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
 /** SQLSTATE codes Ferry reacts to (PostgreSQL appendix A). */
 export const SQLSTATE = {
   uniqueViolation: '23505',
+  /** Raised by the publish functions (with COLUMN = the field) for an event they refuse. */
+  invalidParameterValue: '22023',
   serializationFailure: '40001',
   deadlockDetected: '40P01',
   undefinedTable: '42P01',

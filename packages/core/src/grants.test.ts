@@ -30,7 +30,7 @@ test('grants - relay and inbox get DML on their tables and pg-boss schema, and n
   assert.match(relay, /ON ALL TABLES IN SCHEMA "ferry_boss" TO "ferry_relay";/);
   assert.doesNotMatch(relay, /key_versions|INSERT[^;]*outbox/);
   const inbox = grantsSql({ role: 'ferry_inbox', for: 'inbox', schema: 'billing', bossSchema: 'billing_boss' });
-  assert.match(inbox, /ON "billing"\.inbox_versions, "billing"\.inbox_messages TO "ferry_inbox";/);
+  assert.match(inbox, /ON "billing"\.inbox_versions, "billing"\.inbox_messages, "billing"\.inbox_early TO "ferry_inbox";/);
   assert.match(inbox, /GRANT USAGE ON SCHEMA "billing_boss" TO "ferry_inbox";/);
   for (const sql of [relay, inbox]) assert.doesNotMatch(sql, /CREATE|ALL PRIVILEGES|outbox.*INSERT/);
 });

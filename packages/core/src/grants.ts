@@ -72,7 +72,10 @@ export function grantsSql(options: GrantOptions): string {
     );
   } else {
     const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? 'pgboss', 'bossSchema'));
-    lines.push(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.inbox_versions, ${s}.inbox_messages TO ${role};`, ...bossGrants(boss, role));
+    lines.push(
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.inbox_versions, ${s}.inbox_messages, ${s}.inbox_early TO ${role};`,
+      ...bossGrants(boss, role),
+    );
   }
   return `${lines.join('\n')}\n`;
 }

@@ -87,6 +87,10 @@ export function validateVersion(version: unknown, field = 'version'): bigint {
 
 /** Header names the codec owns; a caller may not set them. Compared case-insensitively. */
 const RESERVED_HEADER = /^(ce-|nats-)|^content-type$/i;
+/** `ce-*`, `Nats-*` or `Content-Type`, in any case: a header only the codec writes, from the event's own fields. */
+export function isReservedHeader(name: string): boolean {
+  return RESERVED_HEADER.test(name);
+}
 /** Passed through as given: W3C trace context. */
 export const TRACE_HEADERS = ['traceparent', 'tracestate'] as const;
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
@@ -100,7 +104,8 @@ export function validateHeaders(headers: unknown, field = 'headers'): Record<str
   if (entries.length > LIMITS.headerCountMax) {
     throw new ValidationError(field, `${field} has ${entries.length} entries; the limit is ${LIMITS.headerCountMax}`);
   }
-  const out: Record<string, string> = {};
+  // Built with fromEntries: a header named `__proto__` stays an own entry.
+  const out = new Map<string, string>();
   const seen = new Set<string>();
   for (const [name, value] of entries) {
     if (!HEADER_NAME.test(name) || name.length > LIMITS.headerNameMaxLength) {
@@ -139,7 +144,7 @@ export function validateHeaders(headers: unknown, field = 'headers'): Record<str
         `header ${describeValue(name)} value starts or ends with whitespace, which NATS trims; trim it`,
       );
     }
-    out[name] = value;
+    out.set(name, value);
   }
-  return out;
+  return Object.fromEntries(out);
 }

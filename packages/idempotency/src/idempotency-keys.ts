@@ -27,6 +27,16 @@ import type {
   OperationResult,
 } from './types.js';
 
+/**
+ * Client errors that say "not executed, try again" rather than answer the
+ * request: 408 Request Timeout, 409 Conflict, 425 Too Early, 429 Too Many
+ * Requests. Stored, they would be replayed to every retry (a client backing
+ * off after a 429 would get the 429 forever), so like a 5xx they are never
+ * stored: the operation's writes roll back and the key is released
+ * (docs/idempotency.md, "Outcomes").
+ */
+export const RETRY_LATER_STATUSES: ReadonlySet<number> = new Set([408, 409, 425, 429]);
+
 /** lock_not_available: `lock_timeout` expired while waiting for the first request. */
 const LOCK_NOT_AVAILABLE = '55P03';
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
@@ -44,7 +54,8 @@ function checkResult(result: unknown): Required<Pick<OperationResult, 'status' |
       `the operation's result status must be an HTTP status from 200 to 599, got ${describeValue(r.status)}`,
     );
   }
-  const headers: Record<string, string> = {};
+  // A Map, then fromEntries: a header named `__proto__` stays an own entry instead of replacing the prototype.
+  const headers = new Map<string, string>();
   if (r.headers !== undefined) {
     if (typeof r.headers !== 'object' || r.headers === null) {
       throw new ValidationError(
@@ -59,10 +70,10 @@ function checkResult(result: unknown): Required<Pick<OperationResult, 'status' |
           `result header ${describeValue(name)}: ${describeValue(value)} is not a valid HTTP header`,
         );
       }
-      headers[name] = value;
+      headers.set(name, value);
     }
   }
-  return { status: r.status, headers, body: r.body };
+  return { status: r.status, headers: Object.fromEntries(headers), body: r.body };
 }
 
 /** A 64-bit advisory lock id for one key: serialises requests with that key, across processes. */
@@ -143,7 +154,7 @@ class IdempotencyKeys implements Idempotency {
   }
 
   #storable(status: number): boolean {
-    if (status >= 500) return false;
+    if (status >= 500 || RETRY_LATER_STATUSES.has(status)) return false;
     if (status >= 400) return this.options.storeClientErrors;
     return true;
   }

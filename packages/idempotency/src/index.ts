@@ -36,7 +36,7 @@ export {
   handleIdempotentRequest,
   renderReply,
 } from './http.js';
-export { createIdempotency } from './idempotency-keys.js';
+export { createIdempotency, RETRY_LATER_STATUSES } from './idempotency-keys.js';
 export {
   createIdempotencyJanitor,
   type IdempotencyJanitor,

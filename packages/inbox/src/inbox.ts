@@ -1,3 +1,7 @@
+// One file for the inbox's one component (InboxImpl), over ~350 lines because the
+// gate, the stream path, the early-version store (`sequential`) and the park worker
+// share its private state (the scheduler, counts, the gate's transaction and the
+// pg-boss handle); split apart they would pass all of it back and forth.
 import {
   ConfigError,
   type ConnectionPool,
@@ -33,18 +37,59 @@ import { ConsumerMismatchError, PoisonMessageError } from './errors.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { type CompiledInboxOptions, compileInboxOptions, parkQueueName, pruneQueueName } from './options.js';
 import { decodeParked, isParkedJobData, type ParkedJobData, parkKey } from './parked-job.js';
+import {
+  deleteEarly,
+  deleteEarlySql,
+  failEarly,
+  findEarlyWork,
+  holdEarlyAndCommit,
+  lockFirstEarly,
+  type ReadyEarly,
+  readyEarlyRun,
+} from './sql/early-statements.js';
 import { beginAndRecordMessage, beginGate, readKeyRow } from './sql/gate-statements.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { pruneMessages } from './sql/prune-messages.js';
-import type { EventMap, HandlerContext, Inbox, InboxCounts, InboxEvent, InboxOptions, InboxState, ParkReason, TxBoss } from './types.js';
+import type {
+  EventMap,
+  Handler,
+  HandlerContext,
+  Inbox,
+  InboxCounts,
+  InboxEvent,
+  InboxOptions,
+  InboxState,
+  ParkReason,
+  TxBoss,
+} from './types.js';
 
 type GateOutcome =
   | { kind: 'applied'; durationMs: number }
+  | { kind: 'held'; recorded: bigint }
   | { kind: 'stale'; recorded: bigint }
   | { kind: 'duplicate' }
   | { kind: 'gap'; recorded: bigint }
   | { kind: 'park'; reason: ParkReason; error: string };
+
+/** A stored early version sent to the parking lot. */
+interface MovedEarly {
+  id: string | undefined;
+  key: string;
+  version: bigint;
+  reason: ParkReason;
+  error: string;
+  jobId: string | null;
+}
+
+interface GateOptions {
+  /** Runs in the transaction before COMMIT on applied, stale and duplicate outcomes (the park worker completes its job there). */
+  beforeCommit?: (tx: PooledConnection) => Promise<void>;
+  /** SQL sent with COMMIT in one round trip on the same outcomes (the drain deletes the stored version). */
+  commitWith?: string;
+  /** `sequential`, from the stream: the message to store in `inbox_early` if it is early (outcome `held`); built only then. */
+  early?: () => ParkedJobData;
+}
 
 const JSON_TYPE = /^application\/([\w.+-]+\+)?json\s*(;.*)?$/i;
 const NANOS_PER_MS = 1_000_000;
@@ -52,6 +97,10 @@ const NANOS_PER_MS = 1_000_000;
 const PRUNE_CRON = '*/15 * * * *';
 /** Gap bookkeeping entries kept per process before the oldest are dropped. */
 const MAX_TRACKED = 100_000;
+/** Keys with stored early versions the sweep hands out per round. */
+const SWEEP_BATCH = 100;
+/** Stored versions read per round trip while draining a key. */
+const DRAIN_BATCH = 100;
 
 function errorText(err: unknown): string {
   if (err instanceof Error) return `${err.name}: ${err.message}`;
@@ -80,6 +129,12 @@ class InboxImpl implements Inbox {
   /** Per stream sequence: when a gap was first seen, and how many deliveries were gap waits (not failures). */
   readonly #tracked = new Map<number, { firstSeenMs: number; gapNaks: number }>();
   readonly #workerIds: string[] = [];
+  /** `sequential`: keys this process stored early versions of, so applying their predecessor looks for them at once. */
+  readonly #earlyKeys = new Set<string>();
+  /** Keys with an early-version drain or flush queued in the scheduler (not queued twice). */
+  readonly #earlyQueued = new Set<string>();
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #sweeping: Promise<void> | undefined;
 
   constructor(options: CompiledInboxOptions) {
     this.#o = options;
@@ -125,6 +180,15 @@ class InboxImpl implements Inbox {
     // about 10 s instead of 30 s; an idle consumer sends one pull per 10 s.
     this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256), expires: 10_000 });
     this.#loop = this.#consumeLoop(this.#messages);
+    if (o.mode === 'sequential' && o.gapTimeoutMs > 0) {
+      // Stored early versions are looked at every quarter of the gap timeout, at least every second.
+      const every = Math.min(1_000, Math.max(100, Math.floor(o.gapTimeoutMs / 4)));
+      this.#sweepTimer = setInterval(() => {
+        this.#sweeping ??= this.#sweepEarly().finally(() => {
+          this.#sweeping = undefined;
+        });
+      }, every);
+    }
     this.#state = 'running';
     o.logger.info({ stream: o.stream, consumer: o.consumer, mode: o.mode }, 'inbox started');
   }
@@ -147,7 +211,9 @@ class InboxImpl implements Inbox {
       }
     };
     // Stop intake: the iterator yields what it already buffered (naked below), then ends.
+    clearInterval(this.#sweepTimer);
     await step('stop consuming', () => this.#messages?.stop());
+    await step('early-version sweep', () => this.#sweeping);
     await step('consume loop', () => this.#loop);
     await step('drain in-flight', () => this.#scheduler.idle());
     const boss = this.#boss;
@@ -305,8 +371,8 @@ class InboxImpl implements Inbox {
   // ---- the gate ------------------------------------------------------------------------------
 
   /** Why an event cannot reach a handler, or its payload. */
-  #prepare(event: FerryEvent): { handler: NonNullable<CompiledInboxOptions['handlers'][string]>; payload: unknown } | GateOutcome {
-    const handler = this.#o.handlers[event.type];
+  #prepare(event: FerryEvent): { handler: Handler<string, unknown>; payload: unknown } | GateOutcome {
+    const handler = this.#o.handlers.get(event.type);
     if (!handler) return { kind: 'park', reason: 'unknown-type', error: `no handler for event type ${JSON.stringify(event.type)}` };
     if (!JSON_TYPE.test(event.contentType)) return { handler, payload: event.data };
     try {
@@ -329,20 +395,16 @@ class InboxImpl implements Inbox {
    * transaction before COMMIT on applied, stale and duplicate outcomes (the
    * park worker completes its job there).
    */
-  async #gate(
-    event: FerryEvent,
-    attempt: number,
-    fromPark: boolean,
-    beforeCommit?: (tx: PooledConnection) => Promise<void>,
-  ): Promise<GateOutcome> {
+  async #gate(event: FerryEvent, attempt: number, fromPark: boolean, more: GateOptions = {}): Promise<GateOutcome> {
     const o = this.#o;
+    const { beforeCommit, commitWith, early } = more;
     const client = await o.pool.connect();
     const release = guardConnection(client);
     let broken: Error | undefined;
     let open = false;
     const end = async (sql: 'COMMIT' | 'ROLLBACK') => {
       if (sql === 'COMMIT' && beforeCommit) await beforeCommit(client);
-      await client.query(sql);
+      await client.query(sql === 'COMMIT' && commitWith ? `${commitWith}; COMMIT` : sql);
       open = false;
     };
     try {
@@ -357,6 +419,24 @@ class InboxImpl implements Inbox {
           sequential: o.mode === 'sequential',
           ignoreParked: fromPark,
         });
+        if (!won && early && o.mode === 'sequential' && !fromPark) {
+          // An early version is stored under the key's row lock and committed in the same round
+          // trip, so the message can be acked (docs/inbox-modes.md).
+          const row = await holdEarlyAndCommit(client, this.#s, o.consumer, event.key, event.version, early());
+          open = false;
+          if (event.version <= row.version) {
+            return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
+          }
+          if (row.held) return { kind: 'held', recorded: row.version };
+          if (row.parked > 0) {
+            return {
+              kind: 'park',
+              reason: 'behind-parked',
+              error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
+            };
+          }
+          return { kind: 'gap', recorded: row.version }; // its predecessor committed meanwhile: try again
+        }
         if (!won) {
           // Nothing was written. Read why, ending the transaction in the same round trip unless the
           // park worker still has its own bookkeeping to commit.
@@ -477,7 +557,8 @@ class InboxImpl implements Inbox {
     const attempt = Math.max(1, m.info.deliveryCount - (tracked?.gapNaks ?? 0));
     let outcome: GateOutcome;
     try {
-      outcome = await this.#gate(event, attempt, false);
+      const early = o.mode === 'sequential' && o.gapTimeoutMs > 0 ? () => this.#messageData(m, event, 'gap-timeout', '') : undefined;
+      outcome = await this.#gate(event, attempt, false, early ? { early } : {});
     } catch (error) {
       this.#counts.failed++;
       const willRetry = attempt < o.maxDeliver;
@@ -498,6 +579,7 @@ class InboxImpl implements Inbox {
         this.#tracked.delete(seq);
         this.#counts.applied++;
         o.onEvent({ kind: 'applied', ...base, type: event.type, durationMs: outcome.durationMs, fromPark: false });
+        if (this.#earlyKeys.has(event.key)) await this.#drainEarly(event.key);
         return;
       case 'stale':
         m.ack();
@@ -511,22 +593,30 @@ class InboxImpl implements Inbox {
         this.#counts.duplicate++;
         o.onEvent({ kind: 'duplicate', ...base });
         return;
-      case 'gap': {
-        const t = this.#track(seq);
-        const waitedMs = Date.now() - t.firstSeenMs;
+      case 'held':
+        // Stored in inbox_early: acked, so it holds no ack-pending slot while it waits.
+        m.ack();
+        this.#tracked.delete(seq);
         this.#counts.gap++;
-        o.onEvent({ kind: 'gap', ...base, recorded: outcome.recorded, waitedMs });
-        if (waitedMs >= o.gapTimeoutMs) {
+        if (this.#earlyKeys.size >= MAX_TRACKED) this.#earlyKeys.clear(); // only a hint: the sweep finds the rest
+        this.#earlyKeys.add(event.key);
+        o.onEvent({ kind: 'gap', ...base, recorded: outcome.recorded, waitedMs: 0 });
+        return;
+      case 'gap': {
+        if (o.gapTimeoutMs === 0) {
+          this.#counts.gap++;
+          o.onEvent({ kind: 'gap', ...base, recorded: outcome.recorded, waitedMs: 0 });
           await this.#parkMessage(
             m,
             event,
             'gap-timeout',
-            `waited ${waitedMs} ms for version ${outcome.recorded + 1n} of key ${JSON.stringify(event.key)}`,
+            `version ${outcome.recorded + 1n} of key ${JSON.stringify(event.key)} is missing (gapTimeoutMs 0)`,
           );
-        } else {
-          t.gapNaks++;
-          m.nak(o.gapRetryMs);
+          return;
         }
+        // Its predecessor committed between the gate and the store: look again shortly. Not an attempt.
+        this.#track(seq).gapNaks++;
+        m.nak(o.gapRetryMs);
         return;
       }
       case 'park':
@@ -535,18 +625,17 @@ class InboxImpl implements Inbox {
     }
   }
 
-  /** Parks a stream message, then acks it; if parking fails, naks it so it comes back. */
-  async #parkMessage(m: JsMsg, event: FerryEvent | undefined, reason: ParkReason, error: string): Promise<void> {
+  /** A stream message as the parking lot (and `inbox_early`) keep it: as it came, with why. */
+  #messageData(m: JsMsg, event: FerryEvent | undefined, reason: ParkReason, error: string): ParkedJobData {
     const o = this.#o;
-    const seq = m.info.streamSequence;
     const headers: Array<[string, string]> = [];
     if (m.headers) for (const [name, values] of m.headers) for (const v of values) headers.push([name, v]);
-    const data: ParkedJobData = {
+    return {
       format: 1,
       consumer: o.consumer,
       mode: o.mode,
       stream: o.stream,
-      streamSeq: seq,
+      streamSeq: m.info.streamSequence,
       natsSubject: m.subject,
       headers,
       body: Buffer.from(m.data).toString('base64'),
@@ -556,6 +645,13 @@ class InboxImpl implements Inbox {
       deliveries: m.info.deliveryCount,
       ...(event ? { id: event.id, key: event.key, version: event.version.toString(), type: event.type } : {}),
     };
+  }
+
+  /** Parks a stream message, then acks it; if parking fails, naks it so it comes back. */
+  async #parkMessage(m: JsMsg, event: FerryEvent | undefined, reason: ParkReason, error: string): Promise<void> {
+    const o = this.#o;
+    const seq = m.info.streamSequence;
+    const data = this.#messageData(m, event, reason, error);
     try {
       const parked = await this.#park(data, event);
       m.ack();
@@ -576,6 +672,14 @@ class InboxImpl implements Inbox {
       this.#counts.parked++;
       o.onEvent({ kind: 'parked', consumer: o.consumer, id: event?.id, key: event?.key, reason, error, jobId: parked.jobId });
       o.logger.warn({ consumer: o.consumer, id: event?.id, key: event?.key, reason, error, jobId: parked.jobId }, 'inbox parked an event');
+      // The key's stored early versions follow it into the parking lot, in order, behind it.
+      if (event && o.mode === 'sequential' && reason !== 'behind-parked') {
+        const behind = `key ${JSON.stringify(event.key)} has version ${event.version} parked ahead of it`;
+        // The message is acked already; if this fails, the sweep moves them once they time out.
+        await this.#flushEarly(event.key, 'behind-parked', behind, true).catch((err: unknown) =>
+          o.logger.warn({ err, consumer: o.consumer, key: event.key }, 'inbox could not park stored early versions behind a parked event'),
+        );
+      }
     } catch (err) {
       o.logger.error({ err, consumer: o.consumer, streamSeq: seq }, 'inbox could not park an event; it will be redelivered');
       m.nak(this.#backoffMs(o.backoffMs.length));
@@ -605,6 +709,154 @@ class InboxImpl implements Inbox {
     });
   }
 
+  /** Counts and reports stored early versions that moved to the parking lot. */
+  #reportMoved(moved: readonly MovedEarly[]): void {
+    const o = this.#o;
+    for (const p of moved) {
+      this.#counts.parked++;
+      o.onEvent({ kind: 'parked', consumer: o.consumer, id: p.id, key: p.key, reason: p.reason, error: p.error, jobId: p.jobId });
+    }
+    const [head] = moved;
+    if (head) {
+      o.logger.warn(
+        { consumer: o.consumer, key: head.key, reason: head.reason, error: head.error, parked: moved.length },
+        'inbox parked stored early versions of a key',
+      );
+    }
+  }
+
+  // ---- sequential mode: early versions wait in PostgreSQL -------------------------------------
+
+  /** Runs a drain or flush of a key's stored versions in the key's turn of the scheduler, once. */
+  #queueEarly(key: string, what: 'drain' | 'flush'): void {
+    const id = `${what}\u0000${key}`;
+    if (this.#stopping || this.#earlyQueued.has(id)) return;
+    this.#earlyQueued.add(id);
+    this.#scheduler.push(key, async () => {
+      this.#earlyQueued.delete(id);
+      if (what === 'drain') await this.#drainEarly(key);
+      else await this.#flushEarly(key, 'gap-timeout', undefined, false);
+    });
+  }
+
+  /**
+   * Applies a key's stored versions that follow its recorded one, in order,
+   * each through the gate in a transaction that also deletes it. Stops at the
+   * first version not stored (or not due). Runs in the key's scheduler turn.
+   */
+  async #drainEarly(key: string): Promise<void> {
+    const o = this.#o;
+    for (;;) {
+      const run = await readyEarlyRun(o.pool, this.#s, o.consumer, key, DRAIN_BATCH);
+      if (run.length === 0) return;
+      for (const next of run) {
+        if (this.#stopping) return;
+        const go = await this.#applyEarly(key, next);
+        if (!go) return;
+      }
+    }
+  }
+
+  /** One stored version through the gate; `false` when the drain must stop there. */
+  async #applyEarly(key: string, next: ReadyEarly): Promise<boolean> {
+    const o = this.#o;
+    let event: FerryEvent;
+    try {
+      event = decodeParked(next.message);
+    } catch (err) {
+      await this.#flushEarly(key, 'undecodable-headers', errorText(err), true);
+      return false;
+    }
+    const attempt = next.attempts + 1;
+    const base = { consumer: o.consumer, id: event.id, key: event.key, version: event.version };
+    let outcome: GateOutcome;
+    try {
+      outcome = await this.#gate(event, attempt, false, { commitWith: deleteEarlySql(this.#s, o.consumer, key, next.version) });
+    } catch (error) {
+      this.#counts.failed++;
+      const willRetry = attempt < o.maxDeliver;
+      o.onEvent({ kind: 'failed', ...base, attempt, error, willRetry });
+      o.logger.warn({ err: error, id: event.id, key: event.key, attempt }, 'inbox handler failed');
+      if (willRetry) await failEarly(o.pool, this.#s, o.consumer, key, next.version, this.#backoffMs(attempt));
+      else await this.#flushEarly(key, 'handler-failed', errorText(error), true);
+      return false;
+    }
+    switch (outcome.kind) {
+      case 'applied':
+        this.#counts.applied++;
+        o.onEvent({ kind: 'applied', ...base, type: event.type, durationMs: outcome.durationMs, fromPark: false });
+        return true;
+      case 'stale':
+        this.#counts.stale++;
+        o.onEvent({ kind: 'stale', ...base, recorded: outcome.recorded });
+        return true;
+      case 'duplicate':
+        this.#counts.duplicate++;
+        o.onEvent({ kind: 'duplicate', ...base });
+        return true;
+      case 'park':
+        // A key that got parked events meanwhile keeps its stored versions until the parking lot is through.
+        if (outcome.reason !== 'behind-parked') await this.#flushEarly(key, outcome.reason, outcome.error, true);
+        return false;
+      default:
+        return false;
+    }
+  }
+
+  /**
+   * Moves a key's stored versions to the parking lot, in version order, each in
+   * a transaction with the key's parked count: the first with `reason`, the
+   * rest `behind-parked`. For a gap timeout (`force` false) nothing moves when
+   * the gap closed meanwhile; the key is drained instead.
+   */
+  async #flushEarly(key: string, reason: ParkReason, error: string | undefined, force: boolean): Promise<void> {
+    const o = this.#o;
+    const boss = this.#boss;
+    if (!boss) throw new ConfigError('boss', 'inbox is not started');
+    const moved: MovedEarly[] = [];
+    // One stored version per transaction: pg-boss orders a key's jobs by created_on, which is
+    // the transaction's start time, so jobs sent in one transaction would tie (and come back in
+    // id order, which is random).
+    for (;;) {
+      const step = await withTransaction(o.pool, async (tx): Promise<'ready' | 'done' | MovedEarly> => {
+        const row = await lockKey(tx, this.#s, o.consumer, key);
+        const e = await lockFirstEarly(tx, this.#s, o.consumer, key, row.version);
+        if (!e) return 'done';
+        const head = moved[0];
+        if (!head && !force && e.version === row.version + 1n && row.parked === 0) return 'ready';
+        let why: { reason: ParkReason; error: string };
+        if (head) why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has version ${head.version} parked ahead of it` };
+        else if (row.parked > 0 && !force)
+          why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has ${row.parked} parked event(s) ahead of it` };
+        else why = { reason, error: error ?? `waited ${e.waitedMs} ms for version ${row.version + 1n} of key ${JSON.stringify(key)}` };
+        const data: ParkedJobData = { ...e.message, reason: why.reason, error: why.error, parkedAt: new Date().toISOString() };
+        const jobId = await boss.send(this.parkQueue, data, { singletonKey: key, db: txDb(tx) });
+        await addParked(tx, this.#s, o.consumer, key, 1);
+        await deleteEarly(tx, this.#s, o.consumer, key, e.version);
+        return { id: e.message.id, key, version: e.version, ...why, jobId };
+      });
+      if (step === 'ready') {
+        await this.#drainEarly(key);
+        return;
+      }
+      if (step === 'done') break;
+      moved.push(step);
+    }
+    this.#reportMoved(moved);
+  }
+
+  /** The sweep: applies stored versions whose gap closed (on any instance), parks those that waited `gapTimeoutMs`. */
+  async #sweepEarly(): Promise<void> {
+    const o = this.#o;
+    if (this.#stopping) return;
+    try {
+      const work = await findEarlyWork(o.pool, this.#s, o.consumer, o.gapTimeoutMs, SWEEP_BATCH);
+      for (const w of work) this.#queueEarly(w.key, w.ready ? 'drain' : 'flush');
+    } catch (err) {
+      o.logger.warn({ err, consumer: o.consumer }, 'inbox early-version sweep failed; it runs again shortly');
+    }
+  }
+
   // ---- the park worker -----------------------------------------------------------------------
 
   /** Retries one parked event through the same gate; throws (so pg-boss retries, then fails it) when it still cannot apply. */
@@ -615,9 +867,11 @@ class InboxImpl implements Inbox {
     if (!isParkedJobData(job.data)) throw new PoisonMessageError('undecodable-headers', `parked job ${job.id} is not a Ferry parked event`);
     const event = decodeParked(job.data);
     const attempt = job.retryCount + 1;
-    const outcome = await this.#gate(event, attempt, true, async (tx) => {
-      if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, -1);
-      await boss.complete(this.parkQueue, job.id, null, { db: txDb(tx) });
+    const outcome = await this.#gate(event, attempt, true, {
+      beforeCommit: async (tx) => {
+        if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, -1);
+        await boss.complete(this.parkQueue, job.id, null, { db: txDb(tx) });
+      },
     });
     if (outcome.kind === 'park')
       throw new PoisonMessageError(outcome.reason === 'unknown-type' ? 'unknown-type' : 'undecodable-body', outcome.error);
@@ -630,6 +884,7 @@ class InboxImpl implements Inbox {
     if (outcome.kind === 'applied') {
       this.#counts.applied++;
       o.onEvent({ kind: 'applied', ...base, type: event.type, durationMs: outcome.durationMs, fromPark: true });
+      if (o.mode === 'sequential') this.#queueEarly(event.key, 'drain');
     } else if (outcome.kind === 'stale') {
       this.#counts.stale++;
       o.onEvent({ kind: 'stale', ...base, recorded: outcome.recorded });

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
 import { isValidationError } from '@ferry/core';
 import { compileInboxOptions, INBOX_DEFAULTS } from './options.js';
@@ -50,4 +51,19 @@ test('inbox sql - literals are escaped as libpq does, and NUL is refused', () =>
   assert.equal(literal("o'brien"), "'o''brien'");
   assert.equal(literal('a\\b'), " E'a\\\\b'");
   assert.throws(() => literal('a\u0000b'), RangeError);
+});
+
+test("inbox options - only the caller's own handlers are found, for any event type including Object.prototype names", () => {
+  const own = async () => {};
+  const o = compileInboxOptions({ ...base, handlers: { OrderPlaced: own, toString: own } });
+  const prototypeNames = Object.getOwnPropertyNames(Object.prototype);
+  // Random strings (printable, control and non-ASCII characters) beside every prototype member name.
+  const random = Array.from({ length: 500 }, (_, i) =>
+    String.fromCodePoint(...randomBytes(1 + (i % 12)).map((b) => (i % 3 === 0 ? b : 32 + (b % 95)))),
+  );
+  for (const type of [...prototypeNames, ...random, 'OrderPlaced', 'toString']) {
+    const expected = type === 'OrderPlaced' || type === 'toString' ? own : undefined;
+    assert.equal(o.handlers.get(type), expected, type);
+  }
+  for (const type of prototypeNames.filter((n) => n !== 'toString')) assert.equal(o.handlers.get(type), undefined, type);
 });

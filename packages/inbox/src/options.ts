@@ -36,7 +36,8 @@ export interface CompiledInboxOptions {
   readonly gapTimeoutMs: number;
   readonly gapRetryMs: number;
   readonly dedupeRetentionMs: number;
-  readonly handlers: Readonly<Record<string, Handler<string, unknown>>>;
+  /** The caller's own handlers by event type: a Map, so a type such as `constructor` finds nothing it was not given. */
+  readonly handlers: ReadonlyMap<string, Handler<string, unknown>>;
   readonly schema: string;
   readonly manageConsumer: boolean;
   readonly boss: PgBoss | undefined;
@@ -138,7 +139,8 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     gapTimeoutMs: int(options.gapTimeoutMs, 'gapTimeoutMs', 0, 86_400_000, INBOX_DEFAULTS.gapTimeoutMs),
     gapRetryMs: int(options.gapRetryMs, 'gapRetryMs', 1, 60_000, INBOX_DEFAULTS.gapRetryMs),
     dedupeRetentionMs: int(options.dedupeRetentionMs, 'dedupeRetentionMs', 60_000, 365 * 86_400_000, INBOX_DEFAULTS.dedupeRetentionMs),
-    handlers: Object.freeze({ ...(handlers as unknown as Record<string, Handler<string, unknown>>) }),
+    // Own enumerable entries only: inherited members (`toString`, `constructor`, `__proto__`) are never handlers.
+    handlers: new Map(Object.entries(handlers as unknown as Record<string, Handler<string, unknown>>)),
     schema: validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema'),
     manageConsumer: options.manageConsumer ?? INBOX_DEFAULTS.manageConsumer,
     boss: options.boss,
@@ -147,15 +149,40 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     parkRetryLimit: int(options.parkRetryLimit, 'parkRetryLimit', 0, 100, INBOX_DEFAULTS.parkRetryLimit),
     parkRetryDelayMs: int(options.parkRetryDelayMs, 'parkRetryDelayMs', 1_000, 3_600_000, INBOX_DEFAULTS.parkRetryDelayMs),
     logger,
-    onEvent: (report: InboxReport) => {
-      if (!userOnEvent) return;
-      try {
-        userOnEvent(report);
-      } catch (err) {
-        logger.warn({ err }, 'inbox onEvent hook threw; ignored');
-      }
-    },
+    onEvent: userOnEvent ? guardOnEvent(userOnEvent, logger) : noop,
   });
+}
+
+/**
+ * The caller's `onEvent`, made unable to disturb the inbox: a hook that throws
+ * (say `JSON.stringify` of a report, whose versions are bigints) or returns a
+ * rejected promise is reported once, on the first failure, and ignored after
+ * that. The hook runs after the message is settled or right before its nak,
+ * so an escaping throw would leave the message unsettled (redelivered after
+ * the ack wait, again and again) and a rejected promise would be an unhandled
+ * rejection, which ends a Node process.
+ */
+function guardOnEvent(hook: (report: InboxReport) => unknown, logger: Logger): (report: InboxReport) => void {
+  let failures = 0;
+  const failed = (err: unknown, kind: InboxReport['kind']) => {
+    failures++;
+    if (failures > 1) return;
+    try {
+      logger.error({ err, kind }, 'inbox onEvent hook failed; the inbox goes on, and later failures of the hook are not logged');
+    } catch {
+      // A logger that throws as well has nothing left to tell.
+    }
+  };
+  return (report) => {
+    try {
+      const result = hook(report);
+      if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
+        Promise.resolve(result).catch((err: unknown) => failed(err, report.kind));
+      }
+    } catch (err) {
+      failed(err, report.kind);
+    }
+  };
 }
 
 /** The pg-boss queue holding a consumer's parked events. */

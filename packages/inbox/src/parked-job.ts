@@ -33,8 +33,8 @@ export function parkKey(key: string | undefined, stream: string, streamSeq: numb
 }
 
 export function decodeParked(job: ParkedJobData): FerryEvent {
-  const headers: Record<string, string> = {};
-  for (const [name, value] of job.headers) headers[name] = value;
+  // fromEntries, not `headers[name] = value`: a stored header named `__proto__` stays a header.
+  const headers: Record<string, string> = Object.fromEntries(job.headers);
   return decodeEvent(headerReader(headers), Buffer.from(job.body, 'base64'), job.natsSubject, Object.keys(headers));
 }
 

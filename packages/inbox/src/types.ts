@@ -106,9 +106,12 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   ackWaitMs?: number;
   /** Nak delays after the 1st, 2nd, … failure (the last repeats). Default [1 000, 5 000, 30 000]. */
   backoffMs?: readonly number[];
-  /** `sequential`: how long an early version may wait for its gap to fill before it is parked. Default 60 000. */
+  /**
+   * `sequential`: how long an early version may wait (stored in `inbox_early`, its message acked) for its
+   * gap to fill before the key's stored versions are parked; 0 parks at once. Default 60 000.
+   */
   gapTimeoutMs?: number;
-  /** `sequential`: nak delay while waiting for a gap. Default 100. */
+  /** `sequential`: nak delay when an early version's predecessor committed while it was being stored. Default 100. */
   gapRetryMs?: number;
   /** `dedupe`: how long applied message ids are kept. Default 7 days. */
   dedupeRetentionMs?: number;

@@ -7,5 +7,5 @@ export {
   ValidationError,
   withTransaction,
 } from '@ferry/core';
-export { compilePublisherOptions, createPublisher, MAX_BATCH } from './outbox-publisher.js';
+export { compilePublisherOptions, createPublisher, MAX_BATCH, refusedByPublishFunction } from './outbox-publisher.js';
 export type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';

@@ -262,6 +262,8 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   }
 
   #translate(err: unknown, prepared: Prepared[]): unknown {
+    const refused = refusedByPublishFunction(err);
+    if (refused) return refused;
     if (sqlState(err) !== SQLSTATE.uniqueViolation) return err;
     const constraint = (err as { constraint?: string }).constraint;
     if (constraint === 'outbox_id_key') {
@@ -278,6 +280,19 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     }
     return err;
   }
+}
+
+/**
+ * The publish functions' own checks (migration 000005) raise SQLSTATE 22023
+ * with COLUMN naming the field: that becomes a `ValidationError` on the field,
+ * as if the publisher had caught it before any SQL. Returns `undefined` for
+ * any other error.
+ */
+export function refusedByPublishFunction(err: unknown): ValidationError | undefined {
+  if (sqlState(err) !== SQLSTATE.invalidParameterValue) return undefined;
+  const column = (err as { column?: unknown }).column;
+  if (typeof column !== 'string' || column === '') return undefined;
+  return new ValidationError(column, `the outbox refused the event: ${(err as Error).message}`, { cause: err });
 }
 
 /**

@@ -1,7 +1,7 @@
 // The client side of Idempotency-Key: ONE key per logical operation, reused
 // for every retry, with bounded exponential backoff and full jitter
 // (cockatiel). Retries only what a retry can fix: no response at all, 409
-// (the first attempt is still running) and 5xx. Other 4xx are final.
+// (the first attempt is still running), 408, 425, 429 and 5xx. Other 4xx are final.
 import { randomUUID } from 'node:crypto';
 import { ExponentialBackoff, fullJitterGenerator, handleWhen, retry } from 'cockatiel';
 
@@ -16,8 +16,8 @@ export interface ApiAnswer {
 export const isNetworkError = (err: unknown): boolean =>
   err instanceof TypeError || (err instanceof DOMException && (err.name === 'TimeoutError' || err.name === 'AbortError'));
 
-/** 409: the first attempt is still in progress. 5xx: the server did not store an answer. */
-export const isRetryableStatus = (status: number): boolean => status === 409 || status >= 500;
+/** 409: the first attempt is still in progress. 408, 425, 429 and 5xx: not executed, nothing stored. */
+export const isRetryableStatus = (status: number): boolean => [408, 409, 425, 429].includes(status) || status >= 500;
 
 export function createRetryPolicy({ retries = 4, initialDelayMs = 100, maxDelayMs = 5_000 } = {}) {
   return retry(

@@ -1,0 +1,98 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { main } from './cli.js';
+import { natsUrlPasswords, redactNatsUrls, redactUrl } from './config.js';
+import { secretsOf, textRedactor } from './redact.js';
+
+const SECRET = 'S3cretPw-9d1e';
+
+test('redact - the credential of any URL form is masked in text, parseable or not', () => {
+  const redact = textRedactor([]);
+  const forms = [
+    `nats://${SECRET}@host:4222`, // a NATS token as the URL's user
+    `postgres://u:${SECRET}@127.0.0.1:99999/x`, // a port no URL parser accepts
+    `natss://bob:${SECRET}@nats.example:4222`, // a scheme Ferry refuses
+    `tls://bob:${SECRET}@h:4222,nats://${SECRET}@h2:4222`,
+    `postgres://u:p@${SECRET}@host/db`, // an unencoded @ in the password
+    `error: option '--database-url <url>' argument 'postgres://u:${SECRET}@h:99999/x' is invalid.`,
+    `{"nats":["wss://${SECRET}@h:443"]}`,
+  ];
+  for (const text of forms) assert.ok(!redact(text).includes(SECRET), `${text} → ${redact(text)}`);
+  assert.equal(redact(`postgres://u:${SECRET}@127.0.0.1:99999/x`), 'postgres://u:***@127.0.0.1:99999/x');
+  assert.equal(redact(`nats://${SECRET}@host:4222`), 'nats://***@host:4222');
+  // A PostgreSQL user alone is no secret and stays readable.
+  assert.equal(redact('postgres://postgres@127.0.0.1:5432/test'), 'postgres://postgres@127.0.0.1:5432/test');
+});
+
+test('redact - secrets from flags, FERRY_* variables, URLs and a credentials file are masked wherever they appear', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ferry-redact-'));
+  try {
+    const creds = join(dir, 'u.creds');
+    const seed = `SUA${'B'.repeat(55)}`;
+    writeFileSync(creds, `-----BEGIN USER NKEY SEED-----\n${seed}\n------END USER NKEY SEED------\n`);
+    const secrets = secretsOf(
+      [
+        'node',
+        'ferry',
+        'doctor',
+        '--nats-token',
+        'flag-token-1',
+        '--nats-password=flag-pass-2',
+        '--nats-creds',
+        creds,
+        '--nats-url',
+        'nats://url-tok-3@h',
+      ],
+      { FERRY_NATS_NKEY_SEED: 'env-seed-4', FERRY_DATABASE_URL: 'postgres://u:env-pw-5@h:99999/x', FERRY_NATS_URL: 'natss://b:env-pw-6@h' },
+    );
+    const redact = textRedactor(secrets);
+    for (const s of ['flag-token-1', 'flag-pass-2', 'url-tok-3', 'env-seed-4', 'env-pw-5', 'env-pw-6', seed]) {
+      assert.equal(redact(`an error mentioning ${s} and ${encodeURIComponent(s)}`), 'an error mentioning *** and ***', s);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('redact - the starting line and doctor print a NATS token URL as nats://***@host', () => {
+  assert.deepEqual(redactNatsUrls([`nats://${SECRET}@host:4222`, `nats://u:${SECRET}@h:1`, 'nats://h:2']), [
+    'nats://***@host:4222',
+    'nats://u:***@h:1',
+    'nats://h:2',
+  ]);
+  assert.deepEqual(natsUrlPasswords([`nats://${SECRET}@host:4222`]), [SECRET]);
+  assert.equal(redactUrl(`postgres://u:${SECRET}@h:5432/db`), 'postgres://u:***@h:5432/db');
+});
+
+test('redact - the CLI echoes no credential of a malformed URL, in a flag or a FERRY_* variable', async () => {
+  const cases: Array<[string[], Record<string, string>, RegExp]> = [
+    [['status', '--database-url', `postgres://u:${SECRET}@127.0.0.1:99999/x`], {}, /--database-url/],
+    [['status'], { FERRY_DATABASE_URL: `postgres://u:${SECRET}@127.0.0.1:99999/x` }, /--database-url/],
+    [['doctor', '--database-url', 'postgres://h/db', '--nats-url', `natss://bob:${SECRET}@h:4222`], {}, /--nats-url/],
+    [['doctor', '--database-url', 'postgres://h/db'], { FERRY_NATS_URL: `natss://bob:${SECRET}@h:4222` }, /--nats-url/],
+  ];
+  for (const [args, env, expected] of cases) {
+    const lines: string[] = [];
+    const saved = { ...process.env };
+    Object.assign(process.env, env); // commander reads FERRY_* from process.env
+    try {
+      const code = await main(['node', 'ferry', ...args], {
+        out: (l) => lines.push(l),
+        err: (l) => lines.push(l),
+        env: { ...process.env },
+      });
+      assert.equal(code, 2, lines.join('\n'));
+    } finally {
+      for (const k of Object.keys(env)) {
+        if (saved[k] === undefined) delete process.env[k];
+        else process.env[k] = saved[k];
+      }
+    }
+    const out = lines.join('\n');
+    assert.match(out, expected, out);
+    assert.ok(!out.includes(SECRET), `${args.join(' ')}: ${out}`);
+  }
+});
