@@ -6,16 +6,10 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
-import { claimBatchSql, createRelay, main, type Relay, type RelayOptions } from '@ferry/relay';
+import { claimBatchSql, createRelay, type Relay, type RelayOptions } from '@ferry/relay';
 import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { ferry } from './ops-helpers.js';
 import { publishEvents, readStream } from './relay-helpers.js';
-
-async function ferry(...args: string[]): Promise<{ code: number; out: string[]; err: string[] }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await main(['node', 'ferry', ...args], { out: (l) => out.push(l), err: (l) => err.push(l), env: {} });
-  return { code, out, err };
-}
 
 describe('relay per-key order in the stream under poison', () => {
   let nats: NatsServer;
@@ -104,8 +98,8 @@ describe('relay per-key order in the stream under poison', () => {
 
   /** Discards the dead head, then the key's later rows must all follow, in order, each once. */
   async function discardAndExpectOrder(db: TestDatabase, key: string, ids: string[]): Promise<void> {
-    const r = await ferry('dlq', 'discard', ids[0] as string, '--yes', '--database-url', db.url, '--schema', db.schema);
-    assert.equal(r.code, 0, r.err.join('\n'));
+    const r = await ferry(['dlq', 'discard', ids[0] as string, '--yes', '--database-url', db.url, '--schema', db.schema]);
+    assert.equal(r.code, 0, r.err);
     await waitPublished(db, ids.slice(1), `the rows behind the discarded head of ${key}`);
     assert.deepEqual(await versionsInStream(key), [2n, 3n, 4n, 5n, 6n, 7n, 8n, 9n, 10n, 11n, 12n]);
   }
@@ -223,19 +217,19 @@ describe('relay per-key order in the stream under poison', () => {
     const ids = await keyWithBadHead(db, 'stuck', { subject: `${stream.prefix}.orders`, data: { blob: 'z'.repeat(8000) } });
     await start();
     await waitDead(db, ids[0] as string);
-    const r = await ferry('status', '--json', '--database-url', db.url, '--schema', db.schema);
-    assert.equal(r.code, 0, r.err.join('\n'));
-    const report = JSON.parse(r.out[0] ?? '{}') as { blockedKeys: number; blocked: Array<Record<string, unknown>> };
+    const r = await ferry(['status', '--json', '--database-url', db.url, '--schema', db.schema]);
+    assert.equal(r.code, 0, r.err);
+    const report = r.json<{ blockedKeys: number; blocked: Array<Record<string, unknown>> }>();
     assert.equal(report.blockedKeys, 1);
     assert.equal(report.blocked[0]?.key, 'stuck');
     assert.equal(report.blocked[0]?.id, ids[0]);
     assert.equal(report.blocked[0]?.state, 'dead');
     assert.equal(report.blocked[0]?.waiting, 11);
     assert.match(String(report.blocked[0]?.reason), /^max_payload:/);
-    const text = await ferry('status', '--database-url', db.url, '--schema', db.schema);
-    assert.match(text.out.join('\n'), /blocked key stuck: .*dead.*11 events wait behind it/);
-    const list = await ferry('dlq', 'list', '--json', '--database-url', db.url, '--schema', db.schema);
-    const listed = JSON.parse(list.out[0] ?? '[]') as Array<{ id: string; waiting: number }>;
+    const text = await ferry(['status', '--database-url', db.url, '--schema', db.schema]);
+    assert.match(text.out, /blocked key stuck: .*dead.*11 events wait behind it/);
+    const list = await ferry(['dlq', 'list', '--json', '--database-url', db.url, '--schema', db.schema]);
+    const listed = list.json<Array<{ id: string; waiting: number }>>();
     assert.deepEqual(
       listed.map((x) => [x.id, x.waiting]),
       [[ids[0], 11]],
