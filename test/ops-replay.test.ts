@@ -203,7 +203,7 @@ test('ferry replay - an event no stream covers stops the replay with exit 1 and 
   const report = r.json<ReplayReport>();
   assert.equal(report.replayed, 0);
   assert.equal(report.failed?.seq, seq);
-  assert.match(r.err, new RegExp(`re-run with --from-seq ${seq}`));
+  assert.match(r.err, new RegExp(`ferry replay --subject-prefix ferry_nostream. --from-seq ${seq} --to-seq ${seq}`));
 });
 
 test('ferry replay - an inbox that already applied the events drops the replayed copies (duplicate or stale)', async () => {

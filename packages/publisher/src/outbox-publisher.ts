@@ -10,6 +10,7 @@ import {
   notifyChannel,
   type Queryable,
   quoteIdentifier,
+  REPLAY_MSG_ID_EXTRA_BYTES,
   SQLSTATE,
   sqlState,
   ValidationError,
@@ -155,13 +156,28 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
       throw new ValidationError(`${field}.time`, `${field}.time must be a valid Date, got ${describeValue(input.time)}`);
     }
     const { bytes, contentType } = encodeData(input.data, input.contentType, field);
-    const size = encodedSize(
-      encodeEvent({ id, key, version: version ?? 1n, subject, type, source: this.options.source, time, contentType, data: bytes, headers }),
-    );
+    // The wire size of the longest form this event takes: a `ferry replay` copy, whose
+    // Nats-Msg-Id is longer than the event id by REPLAY_MSG_ID_EXTRA_BYTES. Checking the
+    // relay's form only let events within 32 bytes of the limit in that no replay could send.
+    const size =
+      encodedSize(
+        encodeEvent({
+          id,
+          key,
+          version: version ?? 1n,
+          subject,
+          type,
+          source: this.options.source,
+          time,
+          contentType,
+          data: bytes,
+          headers,
+        }),
+      ) + REPLAY_MSG_ID_EXTRA_BYTES;
     if (size > this.options.maxPayloadBytes) {
       throw new ValidationError(
         `${field}.data`,
-        `event ${id} encodes to ${size} bytes, over maxPayloadBytes ${this.options.maxPayloadBytes}: store the payload elsewhere and send a reference, or raise maxPayloadBytes together with the NATS server's max_payload`,
+        `event ${id} encodes to ${size} bytes (as a ferry replay copy, the longest form it takes), over maxPayloadBytes ${this.options.maxPayloadBytes}: store the payload elsewhere and send a reference, or raise maxPayloadBytes together with the NATS server's max_payload`,
       );
     }
     return { id, key, version, subject, type, contentType, data: bytes, headers, time };

@@ -42,7 +42,11 @@ export interface PublisherOptions {
   schema?: string;
   /** CloudEvents `source` of every event, e.g. `orders-service`. Required. */
   source: string;
-  /** Largest encoded event (headers + body) accepted. Default 1 MiB, NATS's default `max_payload`. */
+  /**
+   * Largest encoded event (headers + body) accepted, counted in its longest
+   * wire form: a `ferry replay` copy, whose `Nats-Msg-Id` is 32 bytes longer
+   * than the event id. Default 1 MiB, NATS's default `max_payload`.
+   */
   maxPayloadBytes?: number;
   /** NOTIFY the relay at commit (a latency hint). Default false: see docs/benchmarks.md. */
   notify?: boolean;

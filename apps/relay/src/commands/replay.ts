@@ -1,4 +1,12 @@
-import { ConfigError, encodeEvent, eventFromOutboxRow, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
+import {
+  ConfigError,
+  encodedSize,
+  encodeEvent,
+  eventFromOutboxRow,
+  type OutboxEventRow,
+  quoteIdentifier,
+  replayMsgIdSuffix,
+} from '@ferry/core';
 import { jetstream } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -16,6 +24,7 @@ interface ReplayFlags extends OpsNatsFlags {
   maxInFlight: number;
   publishTimeoutMs: number;
   dryRun?: boolean;
+  keepGoing?: boolean;
   progress: 'auto' | 'bar' | 'lines' | 'none';
 }
 
@@ -31,8 +40,23 @@ export interface ReplayReport {
   msgIdSuffix: string;
   durationMs: number;
   dryRun: boolean;
-  /** The first publish that failed; nothing after it was sent. */
-  failed: { seq: string; id: string; error: string } | null;
+  /** The first publish that failed (lowest seq); none of its key's later events was sent. */
+  failed: ReplayFailure | null;
+  /** Every publish that failed, in seq order (one per key at most). */
+  failures: ReplayFailure[];
+  /** Selected events not sent because of a failure: the failed keys' later events, and all after a stop. */
+  skipped: number;
+  /** Selected events deleted before they were read (pruned after the retention, or discarded). */
+  vanished: number;
+  /** Argument lists (add the connection options) that send exactly the events not sent; empty when none. */
+  resume: string[][];
+}
+
+export interface ReplayFailure {
+  seq: string;
+  id: string;
+  key: string;
+  error: string;
 }
 
 function parseSeq(value: string): bigint {
@@ -53,6 +77,7 @@ const HELP_AFTER = `
 Re-publishes retained (published, not discarded) outbox rows, in seq order, for
 a consumer that lost its data. The filters combine (AND); give at least one.
 --since/--until compare the row's insert time (created_at); --until is exclusive.
+The run covers the rows selected when it starts (up to the highest seq then).
 
 Each copy carries the original event id in ce-id but a new Nats-Msg-Id
 (<event id>:replay:<run time>), so the stream stores it even inside its
@@ -60,9 +85,17 @@ duplicate window; consumers' inboxes drop the events they already applied.
 Every consumer of the stream sees the copies: scope with --key/--subject-prefix.
 Rows already pruned (older than the relay's --retention) cannot be replayed.
 
+Keys pipeline (up to --max-in-flight copies), but one key's copies go out one
+at a time: its next copy only after the previous one is acknowledged. When a
+copy fails (over max_payload, rejected, timed out), none of its key's later
+copies is sent and the run stops (with --keep-going: the other keys go on).
+The report then names the failures and prints the exact commands (the same
+filters, narrowed) that send what was not sent, and nothing twice.
+
 Exit codes:
   0  every selected event was replayed (or counted, with --dry-run)
-  1  a publish failed (the report names the first seq not replayed), or a server is unreachable
+  1  incomplete: a publish failed, or selected rows vanished during the run
+     (pruned or discarded); or a server is unreachable
   2  bad usage: no filter, an invalid value, --from-seq after --to-seq
 
 Examples:
@@ -128,6 +161,7 @@ export function replayCommand(ctx: CommandContext): Command {
       new Option('--publish-timeout-ms <ms>', 'how long to wait for one PubAck').default(10_000).argParser(parseIntIn(100, 600_000)),
     )
     .addOption(new Option('--dry-run', 'count the selected events and publish nothing'))
+    .addOption(new Option('--keep-going', "after a failure, go on with the other keys (the failed key's later events are not sent)"))
     .addOption(
       new Option('--progress <mode>', 'auto: a bar on a terminal, plain lines otherwise (on stderr)')
         .choices(['auto', 'bar', 'lines', 'none'])
@@ -164,16 +198,19 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
 
   const pool = opsPool(flags, ctx, 'ferry-replay');
   const started = Date.now();
-  const stamp = new Date(started).toISOString();
   const report: ReplayReport = {
     matched: 0,
     replayed: 0,
     firstSeq: null,
     lastSeq: null,
-    msgIdSuffix: `:replay:${stamp}`,
+    msgIdSuffix: replayMsgIdSuffix(new Date(started)),
     durationMs: 0,
     dryRun: Boolean(flags.dryRun),
     failed: null,
+    failures: [],
+    skipped: 0,
+    vanished: 0,
+    resume: [],
   };
   try {
     await requireOutbox(pool, flags.schema);
@@ -198,11 +235,60 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
       `replayed ${report.replayed} of ${report.matched} events (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'}) in ${(report.durationMs / 1000).toFixed(1)} s (${rate}/s); Nats-Msg-Id <event id>${report.msgIdSuffix}`,
     );
   }
+  const problems: string[] = [];
   if (report.failed) {
-    throw new Error(
-      `replay stopped at seq ${report.failed.seq} (event ${report.failed.id}): ${report.failed.error}; fix it, then re-run with --from-seq ${report.failed.seq}`,
+    problems.push(
+      `${report.failures.length} publish(es) failed, the first at seq ${report.failed.seq} (event ${report.failed.id}, key ${JSON.stringify(report.failed.key)}): ${report.failed.error}; ${report.skipped} later events were not sent`,
     );
   }
+  if (report.vanished > 0) {
+    problems.push(
+      `${report.vanished} selected events vanished before they were read (pruned after the retention, or discarded) and were not replayed`,
+    );
+  }
+  if (problems.length > 0) {
+    const hint =
+      report.resume.length > 0
+        ? `; fix it, then send exactly what was not sent with the same connection options: ${report.resume.map((args) => `ferry replay ${args.map(shellQuote).join(' ')}`).join(' ; ')}`
+        : '';
+    throw new Error(`replay incomplete: ${problems.join('; ')}${hint}`);
+  }
+}
+
+/** Quotes one argument for a POSIX shell, so a printed resume command can be pasted as is. */
+function shellQuote(arg: string): string {
+  return /^[A-Za-z0-9_.,:@%+=/-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", "'\\''")}'`;
+}
+
+/**
+ * The replay commands that send exactly the selected rows not yet sent (the
+ * run's filters, narrowed): rows are sent in seq order and a key's next row
+ * only after its previous one is acknowledged, so after a failure the unsent
+ * rows are the failed keys' rows from their failure on, plus (when the run
+ * stopped) every row after the last one sent.
+ */
+function resumeCommands(flags: ReplayFlags, report: ReplayReport, lastAttempted: bigint, maxAcked: bigint | null): string[][] {
+  const first = report.failures[0];
+  if (!first || report.lastSeq === null) return [];
+  const filters: string[] = [];
+  if (flags.since) filters.push('--since', flags.since.toISOString());
+  if (flags.until) filters.push('--until', flags.until.toISOString());
+  if (flags.subjectPrefix !== undefined) filters.push('--subject-prefix', flags.subjectPrefix);
+  const end = BigInt(report.lastSeq);
+  const perKey = (upTo: bigint) => {
+    const firstOfKey = new Map<string, string>();
+    for (const f of report.failures) if (!firstOfKey.has(f.key)) firstOfKey.set(f.key, f.seq);
+    return [...firstOfKey].map(([key, seq]) => [...filters, '--key', key, '--from-seq', seq, '--to-seq', upTo.toString()]);
+  };
+  const withKey = flags.key !== undefined ? ['--key', flags.key] : [];
+  if (flags.keepGoing) return perKey(end);
+  if (maxAcked === null || maxAcked < BigInt(first.seq)) {
+    // Nothing after the first failure went through: resume from it.
+    return [[...filters, ...withKey, '--from-seq', first.seq, '--to-seq', end.toString()]];
+  }
+  const out = perKey(lastAttempted);
+  if (lastAttempted < end) out.push([...filters, ...withKey, '--from-seq', (lastAttempted + 1n).toString(), '--to-seq', end.toString()]);
+  return out;
 }
 
 async function publishAll(
@@ -218,43 +304,81 @@ async function publishAll(
   const js = jetstream(nc, { timeout: flags.publishTimeoutMs });
   const progress = new Progress(flags.progress, report.matched, ctx);
   const inFlight = new Set<Promise<void>>();
-  let failed: ReplayReport['failed'] = null;
+  /** Each key's latest send, settled once its outcome is recorded. */
+  const lastOfKey = new Map<string, Promise<void>>();
+  const failedKeys = new Set<string>();
+  let stop = false;
+  let read = 0;
+  let lastAttempted = 0n;
+  let maxAcked: bigint | null = null;
+  const fail = (row: Row, error: string) => {
+    report.failures.push({ seq: row.seq, id: row.id, key: row.key, error });
+    failedKeys.add(row.key);
+    if (!flags.keepGoing) stop = true;
+  };
+  // The run's upper bound is the last seq counted, so rows published meanwhile do not join it
+  // and every counted row that is not read was deleted during the run (vanished).
+  const upTo = report.lastSeq ?? '0';
   try {
     let cursor = '0';
     const page = 500;
-    pages: while (failed === null) {
+    pages: while (!stop) {
       const { rows } = await pool.query<Row>(
         `SELECT seq::text AS seq, id::text AS id, key, version::text AS version, subject, type, source, content_type, data, headers, occurred_at
-           FROM ${table} o WHERE ${where} AND o.seq > $${values.length + 1}::bigint ORDER BY o.seq LIMIT ${page}`,
-        [...values, cursor],
+           FROM ${table} o WHERE ${where} AND o.seq > $${values.length + 1}::bigint AND o.seq <= $${values.length + 2}::bigint
+          ORDER BY o.seq LIMIT ${page}`,
+        [...values, cursor, upTo],
       );
       for (const row of rows) {
-        if (failed !== null) break pages;
+        read++;
+        // A key's next row goes out only after its previous one is acknowledged: a failure
+        // (refused here, rejected by the server, or timed out) must stop the key's later rows
+        // before they are sent, or they reach the stream ahead of it.
+        const previous = lastOfKey.get(row.key);
+        if (previous) await previous;
+        if (stop) break pages;
+        if (failedKeys.has(row.key)) continue; // --keep-going: this key stopped at its failure
         while (inFlight.size >= flags.maxInFlight) await Promise.race(inFlight);
-        if (failed !== null) break pages;
+        if (stop) break pages;
+        lastAttempted = BigInt(row.seq);
         const event = eventFromOutboxRow(row);
         const encoded = encodeEvent(event, { msgId: `${row.id}${report.msgIdSuffix}` });
+        // Checked here, before sending, on the copy's real wire size (its longer Nats-Msg-Id counted).
+        const size = encodedSize(encoded);
+        const maxPayload = nc.info?.max_payload;
+        if (maxPayload !== undefined && size > maxPayload) {
+          fail(row, `the copy encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`);
+          continue;
+        }
         const h = natsHeaders();
         for (const [name, value] of encoded.headers) h.set(name, value);
         // Sent in seq order on one connection, so the copies reach the stream in seq order.
         const p = js.publish(encoded.subject, encoded.body, { headers: h }).then(
           () => {
             report.replayed++;
+            const seq = BigInt(row.seq);
+            if (maxAcked === null || seq > maxAcked) maxAcked = seq;
             progress.update(report.replayed);
           },
-          (err: Error) => {
-            if (failed === null || BigInt(row.seq) < BigInt(failed.seq)) failed = { seq: row.seq, id: row.id, error: err.message };
-          },
+          (err: Error) => fail(row, err.message),
         );
-        const tracked = p.finally(() => inFlight.delete(tracked));
+        const tracked = p.finally(() => {
+          inFlight.delete(tracked);
+          if (lastOfKey.get(row.key) === tracked) lastOfKey.delete(row.key);
+        });
         inFlight.add(tracked);
+        lastOfKey.set(row.key, tracked);
       }
       if (rows.length < page) break;
       cursor = rows.at(-1)?.seq ?? cursor;
     }
     await Promise.all(inFlight);
     progress.update(report.replayed, true);
-    report.failed = failed;
+    report.failures.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
+    report.failed = report.failures[0] ?? null;
+    if (!stop) report.vanished = Math.max(0, report.matched - read);
+    report.skipped = Math.max(0, report.matched - report.vanished - report.replayed - report.failures.length);
+    report.resume = resumeCommands(flags, report, lastAttempted, maxAcked);
   } finally {
     await nc.close();
   }
