@@ -14,6 +14,7 @@ import {
   SQLSTATE,
   sqlState,
   ValidationError,
+  VersionOrderError,
   validateEventId,
   validateHeaders,
   validateIdentifier,
@@ -206,6 +207,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     const prepared = events.map((e, i) => this.#prepare(e, single ? 'event' : `events[${i}]`));
     const ids = new Set<string>();
     const explicitKeys = new Map<string, boolean>();
+    const lastVersion = new Map<string, bigint>();
     prepared.forEach((p, i) => {
       if (ids.has(p.id))
         throw new ValidationError(`events[${i}].id`, `event id ${p.id} appears twice in one publishMany; give each event its own id`);
@@ -219,6 +221,17 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
         );
       }
       explicitKeys.set(p.key, explicit);
+      if (p.version !== null) {
+        // Stored in array order, so versions that do not increase would be stored out of order.
+        const last = lastVersion.get(p.key);
+        if (last !== undefined && p.version <= last) {
+          throw new ValidationError(
+            `events[${i}].version`,
+            `key ${describeValue(p.key)} has version ${p.version} after version ${last} in one publishMany; give one key's versions in increasing order`,
+          );
+        }
+        lastVersion.set(p.key, p.version);
+      }
     });
 
     const one = prepared.length === 1 ? (prepared[0] as Prepared) : undefined;
@@ -261,6 +274,14 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     const byId = new Map<string, PublishResult>();
     for (const r of rows) {
       if (r.id === null) continue; // the notify row
+      if (r.seq === null && !r.existing) {
+        // The functions' version guard (migration 000006): refused, nothing written.
+        const p = prepared.find((x) => x.id === r.id);
+        throw new VersionOrderError(
+          `event ${r.id} has version ${p?.version} but key ${describeValue(p?.key)} has already had version ${r.version}; nothing was written. Publish without a version (the next one is assigned) or with one above ${r.version}`,
+          { eventId: r.id, key: p?.key ?? '', version: p?.version ?? 0n, recorded: BigInt(r.version as string) },
+        );
+      }
       if (!r.same) {
         throw new ConflictError(
           `event id ${r.id} is already in the outbox with other content (key, subject, type, data, headers or version differ); nothing was written. Use a new id for a new event`,

@@ -18,7 +18,12 @@ export type PublishInput<E extends EventMap = EventMap> = {
     contentType?: string;
     /** Event id (UUID). Supply it to make the publish idempotent; default a new UUIDv7. */
     id?: string;
-    /** Explicit per-key version. Default: the next one, assigned in commit order. */
+    /**
+     * Explicit per-key version. Default: the next one, assigned in commit order.
+     * It must be above every version the key has had (also pruned ones), and
+     * increase along one `publishMany`; otherwise `VersionOrderError`
+     * (`FERRY_CONFLICT`) is raised and nothing is written.
+     */
     version?: bigint | number;
     /** Extra headers (not `ce-*`, `Nats-*` or `Content-Type`); `traceparent`/`tracestate` pass through. */
     headers?: Record<string, string>;

@@ -1,0 +1,99 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { isValidationError, isVersionOrderError, quoteIdentifier, withTransaction } from '@ferry/core';
+import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import { createPublisher, type PublishInput } from './index.js';
+
+// Unusual callers (issue 14): explicit versions out of order, times PostgreSQL cannot
+// store, byte types other than Uint8Array, no transaction, ids published again after prune.
+
+let db: TestDatabase;
+let s: string;
+before(async () => {
+  db = await createTestDatabase({ prefix: 'pub_edges', max: 10 });
+  s = quoteIdentifier(db.schema);
+});
+after(() => db.close());
+
+const ev = (key: string, extra: Partial<PublishInput> = {}): PublishInput =>
+  ({ subject: 'orders.placed', key, type: 'OrderPlaced', data: { key }, ...extra }) as PublishInput;
+
+async function versions(key: string): Promise<number[]> {
+  const r = await db.pool.query<{ v: number }>(`SELECT version::int AS v FROM ${s}.outbox o WHERE key = $1 ORDER BY o.seq`, [key]);
+  return r.rows.map((x) => x.v);
+}
+
+describe('publisher - explicit versions', () => {
+  test('publisher - an explicit version not above the recorded one is refused with VersionOrderError and the transaction stays usable', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-1', { version: 1 })));
+    await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-1', { version: 5 })));
+    for (const v of [3, 5]) {
+      const after = await withTransaction(db.pool, async (tx) => {
+        const err = await publisher.publish(tx, ev('vo-1', { version: v })).catch((e: unknown) => e);
+        assert.ok(isVersionOrderError(err), `v${v}: ${String(err)}`);
+        assert.equal(err.recorded, 5n);
+        assert.equal(err.version, BigInt(v));
+        assert.match(err.message, /already had version 5/);
+        // Not aborted: the caller can go on in the same transaction.
+        return (await tx.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one;
+      });
+      assert.equal(after, 1);
+    }
+    assert.deepEqual(await versions('vo-1'), [1, 5]);
+    // Retrying an accepted publish with its version is still idempotent.
+    const id = randomUUID();
+    await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-1', { id, version: 6 })));
+    const again = await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-1', { id, version: 6 })));
+    assert.equal(again.existing, true);
+  });
+
+  test('publisher - a pruned version cannot be stored again', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-pruned', { version: 1 })));
+    await db.pool.query(`DELETE FROM ${s}.outbox WHERE key = 'vo-pruned'`);
+    await assert.rejects(
+      withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-pruned', { version: 1 }))),
+      isVersionOrderError,
+    );
+    assert.deepEqual(await versions('vo-pruned'), []);
+  });
+
+  test('publisher - publishMany refuses [v9, v8] before any SQL, and a batch with one stale version writes nothing', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    await assert.rejects(
+      withTransaction(db.pool, (tx) => publisher.publishMany(tx, [ev('vo-b', { version: 9 }), ev('vo-b', { version: 8 })])),
+      (err: unknown) => isValidationError(err) && err.field === 'events[1].version',
+    );
+    assert.deepEqual(await versions('vo-b'), []);
+    await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-b', { version: 5 })));
+    await assert.rejects(
+      withTransaction(db.pool, (tx) =>
+        publisher.publishMany(tx, [ev('vo-c', { version: 1 }), ev('vo-b', { version: 4 }), ev('vo-d'), ev('vo-b', { version: 7 })]),
+      ),
+      (err: unknown) => isVersionOrderError(err) && err.key === 'vo-b' && err.recorded === 5n,
+    );
+    assert.deepEqual(await versions('vo-c'), [], 'nothing of the batch was written');
+    assert.deepEqual(await versions('vo-d'), []);
+    assert.deepEqual(await versions('vo-b'), [5]);
+    await withTransaction(db.pool, (tx) => publisher.publishMany(tx, [ev('vo-b', { version: 6 }), ev('vo-b', { version: 8 })]));
+    assert.deepEqual(await versions('vo-b'), [5, 6, 8]);
+  });
+
+  test('publisher - a lower version waiting on a concurrent publisher of its key is compared with that one once it commits', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    const first = await db.pool.connect();
+    try {
+      await first.query('BEGIN');
+      await publisher.publish(first, ev('vo-race', { version: 5 }));
+      const second = withTransaction(db.pool, (tx) => publisher.publish(tx, ev('vo-race', { version: 3 })));
+      await new Promise((r) => setTimeout(r, 200));
+      await first.query('COMMIT');
+      await assert.rejects(second, isVersionOrderError);
+    } finally {
+      first.release();
+    }
+    assert.deepEqual(await versions('vo-race'), [5]);
+  });
+});
