@@ -31,6 +31,9 @@ import type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult
 const MIN_PAYLOAD = 1024;
 const MAX_PAYLOAD = 64 * 1024 * 1024;
 const CONTENT_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]*\/[a-z0-9][a-z0-9!#$&^_.+-]*(\s*;.*)?$/i;
+/** 0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: the event times both ce-time and PostgreSQL can hold. */
+const MIN_TIME_MS = -62_135_596_800_000;
+const MAX_TIME_MS = 253_402_300_799_999;
 /** Per batch: PostgreSQL accepts at most 65,535 bind values but arrays travel as one value each; this bounds memory. */
 export const MAX_BATCH = 10_000;
 
@@ -155,6 +158,14 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     const time = input.time ?? new Date();
     if (!(time instanceof Date) || Number.isNaN(time.getTime())) {
       throw new ValidationError(`${field}.time`, `${field}.time must be a valid Date, got ${describeValue(input.time)}`);
+    }
+    // ce-time is RFC 3339 (four-digit years) and PostgreSQL has no year 0: outside this range
+    // toISOString() gives "-000001-…" or "+010000-…", which reached SQL and aborted the caller's transaction.
+    if (time.getTime() < MIN_TIME_MS || time.getTime() > MAX_TIME_MS) {
+      throw new ValidationError(
+        `${field}.time`,
+        `${field}.time ${time.toISOString()} is outside the years 0001 to 9999 (UTC) that CloudEvents' ce-time and PostgreSQL can both hold; pass a Date in that range or leave time out (now)`,
+      );
     }
     const { bytes, contentType } = encodeData(input.data, input.contentType, field);
     // The wire size of the longest form this event takes: a `ferry replay` copy, whose

@@ -97,3 +97,35 @@ describe('publisher - explicit versions', () => {
     assert.deepEqual(await versions('vo-race'), [5]);
   });
 });
+
+describe('publisher - event time', () => {
+  test('publisher - a time outside the years 1 to 9999 is a ValidationError before any SQL; the transaction stays usable', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    const year = (y: number, last = false) => {
+      const d = new Date(0);
+      d.setUTCFullYear(y, last ? 11 : 0, last ? 31 : 1);
+      if (last) d.setUTCHours(23, 59, 59, 999);
+      return d;
+    };
+    for (const time of [year(0), year(-1), year(10000), new Date(year(1).getTime() - 1)]) {
+      const ok = await withTransaction(db.pool, async (tx) => {
+        await assert.rejects(
+          publisher.publish(tx, ev('t-range', { time })),
+          (err: unknown) => isValidationError(err) && err.field === 'event.time' && /0001 to 9999/.test(err.message),
+          time.toISOString(),
+        );
+        return (await tx.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one;
+      });
+      assert.equal(ok, 1, `${time.toISOString()}: the transaction was not aborted`);
+    }
+    // The edges themselves are stored and read back unchanged.
+    for (const time of [year(1), year(9999, true)]) {
+      await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('t-range', { time })));
+    }
+    const { rows } = await db.pool.query<{ t: Date }>(`SELECT occurred_at AS t FROM ${s}.outbox o WHERE key = 't-range' ORDER BY o.seq`);
+    assert.deepEqual(
+      rows.map((r) => r.t.toISOString()),
+      ['0001-01-01T00:00:00.000Z', '9999-12-31T23:59:59.999Z'],
+    );
+  });
+});
