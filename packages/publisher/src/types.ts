@@ -27,7 +27,6 @@ export type PublishInput<E extends EventMap = EventMap> = {
     version?: bigint | number;
     /** Extra headers (not `ce-*`, `Nats-*` or `Content-Type`); `traceparent`/`tracestate` pass through. */
     headers?: Record<string, string>;
-    /** When it happened; default now. */
     /** When it happened, in the years 0001-9999 UTC (what ce-time and PostgreSQL both hold). Default: now. */
     time?: Date;
   };
