@@ -129,3 +129,87 @@ describe('publisher - event time', () => {
     );
   });
 });
+
+describe('publisher - data', () => {
+  async function stored(id: string): Promise<{ hex: string; contentType: string }> {
+    const { rows } = await db.pool.query<{ hex: string; ct: string }>(
+      `SELECT encode(data, 'hex') AS hex, content_type AS ct FROM ${s}.outbox WHERE id = $1`,
+      [id],
+    );
+    return { hex: rows[0]?.hex ?? '', contentType: rows[0]?.ct ?? '' };
+  }
+
+  test('publisher - ArrayBuffer, DataView and typed arrays other than Uint8Array are stored as their bytes', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    const backing = new Uint8Array([9, 1, 2, 3, 9]).buffer;
+    const cases: Array<[string, unknown, string]> = [
+      ['ArrayBuffer', new Uint8Array([1, 2, 3]).buffer, '010203'],
+      ['DataView (a window of its buffer)', new DataView(backing, 1, 3), '010203'],
+      ['Uint16Array', new Uint16Array([1, 2]), '01000200'],
+      ['Buffer', Buffer.from([0xff, 0]), 'ff00'],
+      ['Uint8Array window', new Uint8Array(backing, 1, 2), '0102'],
+    ];
+    for (const [what, data, hex] of cases) {
+      const r = await withTransaction(db.pool, (tx) =>
+        publisher.publish(tx, ev('bytes', { data, contentType: 'application/octet-stream' } as Partial<PublishInput>)),
+      );
+      assert.deepEqual(await stored(r.id), { hex, contentType: 'application/octet-stream' }, what);
+    }
+    await assert.rejects(
+      withTransaction(db.pool, (tx) => publisher.publish(tx, ev('bytes', { data: new DataView(backing) }))),
+      (err: unknown) => isValidationError(err) && err.field === 'event.contentType',
+      'bytes need a contentType',
+    );
+  });
+
+  test('publisher - a value JSON would silently mangle is a ValidationError naming where it is', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    class Hidden {
+      #secret = 1;
+      get secret() {
+        return this.#secret;
+      }
+    }
+    const cases: Array<[unknown, string]> = [
+      [new Map([['a', 1]]), 'event.data'],
+      [{ tags: new Set(['x']) }, 'event.data.tags'],
+      [{ nested: { at: [1, new Map()] } }, 'event.data.nested.at.1'],
+      [{ n: Number.NaN }, 'event.data.n'],
+      [{ n: Number.POSITIVE_INFINITY }, 'event.data.n'],
+      [{ re: /x/ }, 'event.data.re'],
+      [{ err: new Error('boom') }, 'event.data.err'],
+      [{ fn: () => 1 }, 'event.data.fn'],
+      [{ raw: new Uint16Array([1]) }, 'event.data.raw'],
+      [{ h: new Hidden() }, 'event.data.h'],
+    ];
+    for (const [data, field] of cases) {
+      await withTransaction(db.pool, async (tx) => {
+        await assert.rejects(
+          publisher.publish(tx, ev('json', { data } as Partial<PublishInput>)),
+          (err: unknown) => isValidationError(err) && err.field === field && /JSON would not keep/.test(err.message),
+          field,
+        );
+      });
+    }
+    assert.deepEqual(await versions('json'), []);
+  });
+
+  test('publisher - ordinary JSON data is unchanged: Dates, class instances with fields, undefined fields', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    class Order {
+      constructor(
+        readonly id: string,
+        readonly total: number,
+      ) {}
+    }
+    const data = { at: new Date('2026-01-02T03:04:05.000Z'), order: new Order('o1', 5), skip: undefined, list: [1, 'two', null] };
+    const r = await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('json-ok', { data } as Partial<PublishInput>)));
+    const { hex, contentType } = await stored(r.id);
+    assert.equal(contentType, 'application/json');
+    assert.deepEqual(JSON.parse(Buffer.from(hex, 'hex').toString('utf8')), {
+      at: '2026-01-02T03:04:05.000Z',
+      order: { id: 'o1', total: 5 },
+      list: [1, 'two', null],
+    });
+  });
+});

@@ -12,8 +12,13 @@ export type PublishInput<E extends EventMap = EventMap> = {
     key: string;
     /** Event type, e.g. `OrderPlaced`. */
     type: T;
-    /** JSON-serialisable payload, or raw bytes together with `contentType`. */
-    data: E[T] | Uint8Array;
+    /**
+     * JSON-serialisable payload, or raw bytes together with `contentType`: a
+     * Uint8Array/Buffer, any other typed array or DataView (its bytes as laid
+     * out in memory), or an ArrayBuffer. A value JSON would silently change
+     * (a Map, Set, RegExp, Error, nested bytes, NaN, a function) is refused.
+     */
+    data: E[T] | Uint8Array | ArrayBuffer | ArrayBufferView;
     /** MIME type; required for bytes, defaults to `application/json`. */
     contentType?: string;
     /** Event id (UUID). Supply it to make the publish idempotent; default a new UUIDv7. */
