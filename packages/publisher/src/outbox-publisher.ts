@@ -11,6 +11,8 @@ import {
   type Queryable,
   quoteIdentifier,
   REPLAY_MSG_ID_EXTRA_BYTES,
+  requireStillInTransaction,
+  requireTransaction,
   SQLSTATE,
   sqlState,
   ValidationError,
@@ -272,6 +274,8 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
         'publish needs the transaction to write in: a pg client inside BEGIN (or fromKysely/fromKnex/fromDrizzle(trx)); use withTransaction(pool, fn) if you have none',
       );
     }
+    // A pool, or a connection with no BEGIN, would commit the event at once: not atomic with the caller's writes.
+    requireTransaction(tx);
     if (!Array.isArray(events)) throw new ValidationError('events', `publishMany needs an array of events, got ${describeValue(events)}`);
     if (events.length === 0) return [];
     if (events.length > MAX_BATCH) {
@@ -344,6 +348,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     } catch (err) {
       throw this.#translate(err, prepared);
     }
+    requireStillInTransaction(tx);
     const byId = new Map<string, PublishResult>();
     for (const r of rows) {
       if (r.id === null) continue; // the notify row

@@ -213,3 +213,54 @@ describe('publisher - data', () => {
     });
   });
 });
+
+describe('publisher - transactions', () => {
+  test('publisher - a pg.Pool is refused before any SQL', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    for (const call of [() => publisher.publish(db.pool, ev('tx-pool')), () => publisher.publishMany(db.pool, [ev('tx-pool')])]) {
+      await assert.rejects(call(), (err: unknown) => isValidationError(err) && err.field === 'tx' && /connection pool/.test(err.message));
+    }
+    assert.deepEqual(await versions('tx-pool'), []);
+  });
+
+  test('publisher - a client with no BEGIN is refused before any SQL; inside BEGIN it publishes', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    const client = await db.pool.connect();
+    try {
+      await client.query('SELECT 1');
+      await assert.rejects(
+        publisher.publish(client, ev('tx-none')),
+        (err: unknown) => isValidationError(err) && /not inside a transaction/.test(err.message),
+      );
+      assert.deepEqual(await versions('tx-none'), []);
+      await client.query('BEGIN');
+      await publisher.publish(client, ev('tx-none'));
+      await client.query('ROLLBACK');
+      assert.deepEqual(await versions('tx-none'), [], 'rolled back with the transaction');
+      // A BEGIN still in flight (not awaited) is not mistaken for no transaction.
+      const begun = client.query('BEGIN');
+      const r = await publisher.publish(client, ev('tx-none'));
+      await begun;
+      await client.query('COMMIT');
+      assert.equal(r.version, 1n);
+      assert.deepEqual(await versions('tx-none'), [1]);
+    } finally {
+      client.release();
+    }
+  });
+
+  test('publisher - a publish that ran outside a transaction behind a statement in flight is reported, not silent', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    const client = await db.pool.connect();
+    try {
+      const inFlight = client.query('SELECT pg_sleep(0.05)');
+      await assert.rejects(
+        publisher.publish(client, ev('tx-late')),
+        (err: unknown) => isValidationError(err) && /already committed on its own/.test(err.message),
+      );
+      await inFlight;
+    } finally {
+      client.release();
+    }
+  });
+});

@@ -1,9 +1,12 @@
-import type { Queryable } from '@ferry/core';
+import { notInTransactionError, type Queryable } from '@ferry/core';
 import { type SQL, sql } from 'drizzle-orm';
 
 /** The part of a Drizzle node-postgres transaction Ferry uses. */
 export interface DrizzleLike {
   execute(query: SQL): PromiseLike<unknown>;
+  /** A Drizzle transaction has rollback(); the database object has transaction() but no rollback(). */
+  rollback?: unknown;
+  transaction?: unknown;
 }
 
 /**
@@ -16,6 +19,9 @@ export interface DrizzleLike {
  * });
  */
 export function fromDrizzle(tx: DrizzleLike): Queryable {
+  if (typeof tx.transaction === 'function' && typeof tx.rollback !== 'function') {
+    throw notInTransactionError('fromDrizzle(db): a Drizzle database');
+  }
   return {
     async query<R>(text: string, values: unknown[] = []) {
       // Rebuild the statement from its text and parameters; `sql.param` binds a
