@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import { prunePublishedSql } from './sql/prune-published.js';
+import { prunePublishedSql, pruneRecognisedIdsSql } from './sql/prune-published.js';
 import type { Logger } from './types.js';
 
 export const PRUNE_QUEUE = 'ferry-prune';
@@ -37,11 +37,13 @@ export function bossSchema(schema: string): string {
 export class Janitor {
   readonly #o: JanitorOptions;
   readonly #sql: string;
+  readonly #forgetSql: string;
   #boss: PgBoss | undefined;
 
   constructor(options: JanitorOptions) {
     this.#o = options;
     this.#sql = prunePublishedSql(options.schemaSql);
+    this.#forgetSql = pruneRecognisedIdsSql(options.schemaSql);
   }
 
   async start(): Promise<void> {
@@ -71,7 +73,11 @@ export class Janitor {
     });
   }
 
-  /** Deletes published rows older than the retention window, one bounded batch per statement. */
+  /**
+   * Deletes published rows older than the retention window, one bounded batch
+   * per statement, keeping their ids recognisable for another retention; then
+   * forgets the ids pruned longer ago than that.
+   */
   async prune(): Promise<number> {
     const o = this.#o;
     let total = 0;
@@ -81,7 +87,15 @@ export class Janitor {
       total += n;
       if (n < o.pruneBatchSize) break;
     }
-    o.logger.info({ deleted: total, retentionMs: o.retentionMs }, 'pruned published outbox rows');
+    // The ids of rows pruned more than a retention ago: a re-publish of one is no longer recognised.
+    let forgotten = 0;
+    for (let i = 0; i < MAX_BATCHES_PER_RUN; i++) {
+      const res = await o.pool.query(this.#forgetSql, [o.retentionMs, o.pruneBatchSize]);
+      const n = (res as { rowCount?: number | null }).rowCount ?? 0;
+      forgotten += n;
+      if (n < o.pruneBatchSize) break;
+    }
+    o.logger.info({ deleted: total, forgottenIds: forgotten, retentionMs: o.retentionMs }, 'pruned published outbox rows');
     return total;
   }
 

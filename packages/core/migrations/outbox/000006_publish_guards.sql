@@ -14,6 +14,39 @@
 -- "none handed out") and locked first, so a concurrent publisher of the same
 -- key is waited for and its committed version is the one compared.
 -- Ids that already exist skip the guard: a retried publish stays `existing`.
+--
+-- Preamble (ids recognised after prune): the prune job (apps/relay
+-- sql/prune-published.ts) moves what recognises a published event into
+-- published_ids as it deletes the row: its id, seq, version and a digest of
+-- its content, not the payload. The job keeps each entry for another
+-- retention, so an id stays recognised for at least the outbox retention
+-- after its row is gone. A caller-supplied id found there returns that event
+-- as `existing` (same = the digest and version match), and nothing is
+-- written. Before, a re-publish after the prune stored it again at a new
+-- version, which the stream stored again past its duplicate window and
+-- `latest`/`sequential` inboxes applied again. The preamble first takes a
+-- KEY SHARE lock on the stored row, so a prune deleting it concurrently is
+-- waited for and its entry is seen.
+
+CREATE TABLE :SCHEMA.published_ids (
+  id        uuid PRIMARY KEY,
+  seq       bigint NOT NULL,
+  version   bigint NOT NULL,
+  -- event_digest() of the pruned row: enough to tell the same event from another with this id.
+  digest    bytea NOT NULL,
+  pruned_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX published_ids_pruned_at_idx ON :SCHEMA.published_ids (pruned_at);
+
+-- The content the publish functions compare for an existing id (key, subject,
+-- type, source, content type, headers, data), hashed: the JSON array text is
+-- self-delimiting, so no two contents share the hashed bytes.
+CREATE FUNCTION :SCHEMA.event_digest(
+  p_key text, p_subject text, p_type text, p_source text, p_content_type text, p_data bytea, p_headers jsonb
+) RETURNS bytea LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp AS $fn$
+  SELECT sha256(convert_to(jsonb_build_array(p_key, p_subject, p_type, p_source, p_content_type, p_headers)::text, 'UTF8') || p_data)
+$fn$;
 
 CREATE OR REPLACE FUNCTION :SCHEMA.publish_event(
   p_id uuid, p_key text, p_version bigint, p_subject text, p_type text, p_source text,
@@ -24,7 +57,19 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enab
 DECLARE
   v_recorded bigint;
 BEGIN
-  -- >>> 000006 preamble: version guard
+  -- >>> 000006 preamble: ids recognised after prune
+  IF p_check THEN
+    PERFORM 1 FROM :SCHEMA.outbox o WHERE o.id = p_id FOR KEY SHARE;
+    RETURN QUERY
+    SELECT t.id::text, t.seq, t.version, true,
+           t.digest = :SCHEMA.event_digest(p_key, p_subject, p_type, p_source, p_content_type, p_data, p_headers)
+           AND (p_version IS NULL OR p_version = t.version)
+      FROM :SCHEMA.published_ids t WHERE t.id = p_id;
+    IF FOUND THEN
+      RETURN;
+    END IF;
+  END IF;
+  -- version guard
   IF p_version IS NOT NULL AND NOT (p_check AND EXISTS (SELECT 1 FROM :SCHEMA.outbox o WHERE o.id = p_id)) THEN
     INSERT INTO :SCHEMA.key_versions AS kv (key, version) VALUES (p_key, 0) ON CONFLICT (key) DO NOTHING;
     SELECT kv.version INTO v_recorded FROM :SCHEMA.key_versions kv WHERE kv.key = p_key FOR UPDATE;
@@ -77,8 +122,46 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enab
 #variable_conflict use_column
 DECLARE
   v_keys text[];
+  v_conflict boolean;
 BEGIN
-  -- >>> 000006 preamble: version guard
+  -- >>> 000006 preamble: ids recognised after prune
+  IF p_check THEN
+    PERFORM 1 FROM :SCHEMA.outbox o WHERE o.id = ANY (p_ids) ORDER BY o.id FOR KEY SHARE;
+    IF EXISTS (SELECT 1 FROM :SCHEMA.published_ids t WHERE t.id = ANY (p_ids)) THEN
+      RETURN QUERY
+      SELECT r.id::text, r.seq, r.version, true, r.same FROM (
+        SELECT t.id, t.seq, t.version,
+               t.digest = :SCHEMA.event_digest(g.key, g.subject, g.type, g.source, g.content_type, g.data, g.headers)
+               AND (g.version IS NULL OR g.version = t.version) AS same
+          FROM unnest(p_ids, p_keys, p_versions, p_subjects, p_types, p_sources, p_content_types, p_data, p_headers)
+                 AS g(id, key, version, subject, type, source, content_type, data, headers)
+          JOIN :SCHEMA.published_ids t ON t.id = g.id
+      ) r;
+      -- (the rows just returned, asked again: this path runs only for ids published again after a prune)
+      SELECT bool_or(t.digest IS DISTINCT FROM :SCHEMA.event_digest(g.key, g.subject, g.type, g.source, g.content_type, g.data, g.headers)
+                     OR (g.version IS NOT NULL AND g.version <> t.version))
+        INTO v_conflict
+        FROM unnest(p_ids, p_keys, p_versions, p_subjects, p_types, p_sources, p_content_types, p_data, p_headers)
+               AS g(id, key, version, subject, type, source, content_type, data, headers)
+        JOIN :SCHEMA.published_ids t ON t.id = g.id;
+      IF v_conflict THEN
+        RETURN; -- a conflict writes nothing, as the statement below does for stored rows
+      END IF;
+      -- The rest of the batch goes on without the recognised events.
+      SELECT array_agg(g.id ORDER BY g.ord), array_agg(g.key ORDER BY g.ord), array_agg(g.version ORDER BY g.ord),
+             array_agg(g.subject ORDER BY g.ord), array_agg(g.type ORDER BY g.ord), array_agg(g.source ORDER BY g.ord),
+             array_agg(g.content_type ORDER BY g.ord), array_agg(g.data ORDER BY g.ord), array_agg(g.headers ORDER BY g.ord),
+             array_agg(g.occurred_at ORDER BY g.ord)
+        INTO p_ids, p_keys, p_versions, p_subjects, p_types, p_sources, p_content_types, p_data, p_headers, p_occurred_at
+        FROM unnest(p_ids, p_keys, p_versions, p_subjects, p_types, p_sources, p_content_types, p_data, p_headers, p_occurred_at)
+               WITH ORDINALITY AS g(id, key, version, subject, type, source, content_type, data, headers, occurred_at, ord)
+       WHERE NOT EXISTS (SELECT 1 FROM :SCHEMA.published_ids t WHERE t.id = g.id);
+      IF p_ids IS NULL THEN
+        RETURN;
+      END IF;
+    END IF;
+  END IF;
+  -- version guard
   SELECT array_agg(DISTINCT g.key ORDER BY g.key) INTO v_keys
     FROM unnest(p_ids, p_keys, p_versions) AS g(id, key, version)
    WHERE g.version IS NOT NULL AND NOT (p_check AND EXISTS (SELECT 1 FROM :SCHEMA.outbox o WHERE o.id = g.id));
