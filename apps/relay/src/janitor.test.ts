@@ -5,6 +5,7 @@ import { isConflictError, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import { Janitor } from './janitor.js';
+import { setRetentionSql } from './sql/retention.js';
 import type { Logger } from './types.js';
 
 // The prune job and idempotent re-publish (issue 14 item 6): an id published, pruned and
@@ -17,6 +18,8 @@ let s: string;
 before(async () => {
   db = await createTestDatabase({ prefix: 'janitor', max: 6 });
   s = quoteIdentifier(db.schema);
+  // The outbox's own retention is what every prune run uses (one minute here).
+  await db.pool.query(setRetentionSql(s), [60_000]);
 });
 after(() => db.close());
 
@@ -101,5 +104,22 @@ describe('janitor', () => {
     await janitor(60_000).prune();
     const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.published_ids WHERE id = $1`, [z]);
     assert.equal(rows.length, 0, 'forgotten after the retention');
+  });
+
+  test('janitor - a prune run uses the retention stored with the outbox, not the retention of the instance running it', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    await withTransaction(db.pool, (tx) =>
+      publisher.publishMany(
+        tx,
+        Array.from({ length: 5 }, () => ev(randomUUID(), 'ret')),
+      ),
+    );
+    await publishedLongAgo(); // one hour ago
+    await db.pool.query(setRetentionSql(s), [7 * 86_400_000]);
+    await janitor(1).prune(); // this instance was started with 1 ms
+    assert.deepEqual(await rowsOf('ret'), [1, 2, 3, 4, 5], 'the 7-day outbox retention keeps rows one hour old');
+    await db.pool.query(setRetentionSql(s), [30 * 60_000]);
+    await janitor(7 * 86_400_000).prune();
+    assert.deepEqual(await rowsOf('ret'), [], 'a 30-minute outbox retention prunes them, whatever this instance says');
   });
 });

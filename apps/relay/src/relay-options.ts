@@ -78,7 +78,9 @@ export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions
     backoffBaseMs: int('backoffBaseMs', options.backoffBaseMs ?? d.backoffBaseMs, 1, 3_600_000),
     backoffMaxMs: int('backoffMaxMs', options.backoffMaxMs ?? d.backoffMaxMs, 1, 86_400_000),
     publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs ?? d.publishTimeoutMs, 100, 600_000),
-    retentionMs: int('retentionMs', options.retentionMs ?? d.retentionMs, 0, 3650 * 86_400_000),
+    // The outbox's retention is stored with it (ferry migrate --retention); a value given here
+    // must match it (checked at start), and 0 is never a retention.
+    retentionMs: options.retentionMs === undefined ? undefined : int('retentionMs', options.retentionMs, 1, 3650 * 86_400_000),
     pruneCron: options.pruneCron ?? d.pruneCron,
     pruneBatchSize: int('pruneBatchSize', options.pruneBatchSize ?? d.pruneBatchSize, 1, 100_000),
     maintenance: options.maintenance ?? d.maintenance,

@@ -1,8 +1,8 @@
-import { createInterface } from 'node:readline/promises';
 import { ConfigError, notifyChannel, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
 import { Command, Option } from 'commander';
 import pg from 'pg';
 import { databaseUrlOption, parseIntIn, resolveDatabaseUrl, schemaOption } from '../config.js';
+import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 
 interface DlqFlags {
@@ -75,19 +75,6 @@ async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlag
     for (const id of missing) ctx.err(`not dead (unknown, already published, or not failed): ${id}`);
   }
   if (missing.length > 0) throw new Error(`${missing.length} of ${valid.length} ids were not dead events`);
-}
-
-/** Asks on the terminal; without one, `--yes` is required. */
-async function confirm(question: string): Promise<boolean> {
-  if (!process.stdin.isTTY || !process.stderr.isTTY) {
-    throw new ConfigError('--yes', `${question}: pass --yes to confirm (there is no terminal to ask on)`);
-  }
-  const rl = createInterface({ input: process.stdin, output: process.stderr });
-  try {
-    return /^y(es)?$/i.test((await rl.question(`${question}? [y/N] `)).trim());
-  } finally {
-    rl.close();
-  }
 }
 
 const SETTLE_SQL = {

@@ -6,14 +6,26 @@ import {
   type MigrationSet,
   migrate,
   migrationSql,
+  quoteIdentifier,
   validateIdentifier,
 } from '@ferry/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import { databaseUrlOption, parseLanes, parseSchema, redactUrl, resolveDatabaseUrl, schemaOption } from '../config.js';
+import {
+  databaseUrlOption,
+  formatDuration,
+  parseDuration,
+  parseLanes,
+  parseSchema,
+  redactUrl,
+  resolveDatabaseUrl,
+  schemaOption,
+} from '../config.js';
+import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { bossSchema, PRUNE_QUEUE } from '../janitor.js';
+import { setRetentionSql } from '../sql/retention.js';
 
 function parseRole(value: string): string {
   try {
@@ -56,6 +68,29 @@ interface MigrateFlags {
   for?: GrantTarget;
   boss?: boolean;
   bossSchema?: string;
+  retention?: number;
+  yes?: boolean;
+}
+
+/** Below this a retention asks for confirmation (or --yes): it deletes recent history at the next prune. */
+const SHORT_RETENTION_MS = 3_600_000;
+
+/** Stores the outbox's one retention, after the checks that keep a slip of the finger from emptying it. */
+async function setRetention(pool: pg.Pool, flags: MigrateFlags, ms: number, ctx: CommandContext): Promise<void> {
+  if (ms === 0) {
+    throw new ConfigError(
+      '--retention',
+      '--retention 0 would make the next prune delete every published row, which ferry replay and idempotent re-publish need: give a duration such as 7d',
+    );
+  }
+  if (ms < SHORT_RETENTION_MS && !flags.yes) {
+    const ok = await confirm(
+      `set the outbox retention of schema "${flags.schema}" to ${formatDuration(ms)}: the next prune deletes every published row older than that`,
+    );
+    if (!ok) throw new Error('nothing done: not confirmed');
+  }
+  await pool.query(setRetentionSql(quoteIdentifier(flags.schema)), [ms]);
+  ctx.err(`outbox retention of schema "${flags.schema}" is now ${formatDuration(ms)} (every relay's prune job uses it)`);
 }
 
 export function migrateCommand(ctx: CommandContext): Command {
@@ -66,6 +101,13 @@ export function migrateCommand(ctx: CommandContext): Command {
     .addOption(new Option('--inbox', 'migrate the consumer side (inbox_versions, inbox_messages) instead of the outbox'))
     .addOption(new Option('--idempotency', 'migrate the request-edge idempotency keys table instead of the outbox'))
     .addOption(new Option('--lanes <n>', 'outbox lanes, fixed by the first migrate (1-1024, default 16)').argParser(parseLanes))
+    .addOption(
+      new Option(
+        '--retention <duration>',
+        "the outbox's retention, one for every relay (e.g. 7d; 0 refused; under 1h asks for confirmation, or --yes)",
+      ).argParser(parseDuration),
+    )
+    .addOption(new Option('--yes', 'do not ask for confirmation (a --retention under 1h)'))
     .addOption(new Option('--print-sql', 'print the SQL for a DBA to apply by hand, and touch nothing'))
     .addOption(new Option('--json', 'print the result as JSON'))
     .addOption(
@@ -86,7 +128,7 @@ export function migrateCommand(ctx: CommandContext): Command {
     .addOption(new Option('--for <part>', 'the part the role runs (with --print-grants)').choices(GRANT_TARGETS))
     .addHelpText(
       'after',
-      '\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql',
+      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql",
     )
     .action(async (flags: MigrateFlags) => {
       const set: MigrationSet = flags.inbox ? 'inbox' : flags.idempotency ? 'idempotency' : 'outbox';
@@ -104,7 +146,10 @@ export function migrateCommand(ctx: CommandContext): Command {
       const url = resolveDatabaseUrl(flags.databaseUrl, ctx.env);
       const pool = new pg.Pool({ connectionString: url, max: 1 });
       try {
+        if (flags.retention !== undefined && set !== 'outbox')
+          throw new ConfigError('--retention', "--retention is the outbox's: leave out --inbox/--idempotency");
         const result = await migrate({ pool, schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) });
+        if (flags.retention !== undefined) await setRetention(pool, flags, flags.retention, ctx);
         if (flags.boss && set !== 'idempotency') {
           if (set === 'inbox') await installBoss(url, flags.bossSchema ?? INBOX_BOSS_SCHEMA, undefined);
           else await installBoss(url, bossSchema(flags.schema), PRUNE_QUEUE);

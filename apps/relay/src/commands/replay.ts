@@ -83,7 +83,7 @@ Each copy carries the original event id in ce-id but a new Nats-Msg-Id
 (<event id>:replay:<run time>), so the stream stores it even inside its
 duplicate window; consumers' inboxes drop the events they already applied.
 Every consumer of the stream sees the copies: scope with --key/--subject-prefix.
-Rows already pruned (older than the relay's --retention) cannot be replayed.
+Rows already pruned (older than the outbox's retention) cannot be replayed.
 
 Keys pipeline (up to --max-in-flight copies), but one key's copies go out one
 at a time: its next copy only after the previous one is acknowledged. When a

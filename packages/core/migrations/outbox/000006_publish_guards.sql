@@ -231,3 +231,9 @@ BEGIN
     FROM (SELECT 1) AS x WHERE p_channel IS NOT NULL AND EXISTS (SELECT 1 FROM ins);
 END
 $fn$;
+
+-- The outbox's one retention (issue 14): the prune job reads it at every run,
+-- whichever relay instance runs it; relays used to prune by their own
+-- --retention, so one started with 0ms deleted every published row. Changed
+-- with `ferry migrate --retention`.
+INSERT INTO :SCHEMA.settings (name, value) VALUES ('retention_ms', '604800000') ON CONFLICT (name) DO NOTHING;
