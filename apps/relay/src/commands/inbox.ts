@@ -110,7 +110,11 @@ export function inboxCommand(ctx: CommandContext): Command {
       }),
   );
   parked.addCommand(
-    common(new Command('discard').description('delete parked events for good; in sequential mode their versions count as skipped'))
+    common(
+      new Command('discard').description(
+        'delete parked events for good; in sequential mode each discarded version, and only it, counts as skipped (an earlier missing version still applies when it comes)',
+      ),
+    )
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
