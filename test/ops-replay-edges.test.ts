@@ -32,7 +32,18 @@ let stream: TestStream;
 const NOSTREAM = 'ferry_nostream_edges.x';
 
 const lastSeq = async () => (await stream.jsm.streams.info(stream.name)).state.last_seq;
-const base = () => ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer(), '--progress', 'none'];
+const base = () => [
+  'replay',
+  '--database-url',
+  db.url,
+  '--schema',
+  db.schema,
+  '--nats-url',
+  stream.nc.getServer(),
+  '--progress',
+  'none',
+  '--yes',
+];
 
 async function copiesAfter(fromStreamSeq: number): Promise<Copy[]> {
   const last = await lastSeq();
@@ -231,4 +242,19 @@ test('ferry replay - rows pruned during the run are counted as vanished and the 
   } finally {
     pruner.release();
   }
+});
+
+test('ferry replay - an empty --subject-prefix is refused, and without --yes and a terminal nothing is sent', async () => {
+  await published([{ key: 'ask', subject: `${stream.prefix}.ask` }]);
+  const before = await lastSeq();
+  const all = ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer()];
+  const empty = await ferry([...all, '--subject-prefix', '', '--yes']);
+  assert.equal(empty.code, 2, empty.err);
+  assert.match(empty.err, /empty --subject-prefix selects every subject/);
+  const unconfirmed = await ferry([...all, '--key', 'ask']);
+  assert.equal(unconfirmed.code, 2, unconfirmed.err);
+  assert.match(unconfirmed.err, /replay 1 events .* pass --yes to confirm/);
+  assert.equal(await lastSeq(), before, 'nothing sent');
+  const help = await ferry(['replay', '--help']);
+  assert.match(help.out, /--yes/);
 });

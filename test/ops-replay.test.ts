@@ -60,7 +60,7 @@ async function seqsOf(eventIds: string[]): Promise<string[]> {
 }
 
 const lastSeq = async () => (await stream.jsm.streams.info(stream.name)).state.last_seq;
-const base = () => ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer()];
+const base = () => ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer(), '--yes'];
 
 before(async () => {
   db = await createTestDatabase({ prefix: 'ops_replay', lanes: 4, max: 20 });

@@ -176,7 +176,7 @@ describe('secrets are redacted and payloads stay at debug in every process', () 
       ['inbox parked list', ['inbox', 'parked', 'list', ...base, '--boss-schema', `${db.schema}_nope`], {}],
       ['doctor', ['doctor', ...base, '--nats-url', server.url, '--stream', stream], natsEnv],
       ['doctor --json', ['doctor', ...base, '--nats-url', server.url, '--json'], natsEnv],
-      ['replay', ['replay', ...base, '--nats-url', server.url, '--from-seq', '1', '--json'], natsEnv],
+      ['replay', ['replay', ...base, '--nats-url', server.url, '--from-seq', '1', '--json', '--yes'], natsEnv],
       ['verify', ['verify', ...base, '--nats-url', server.url, '--subject', 'seclogs.canary', '--timeout', '1s'], natsEnv],
       ['doctor, token', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_TOKEN: TOKEN }],
       ['doctor, nkey', ['doctor', ...base, '--nats-url', server.url], { FERRY_NATS_NKEY_SEED: SEED }],
@@ -187,7 +187,7 @@ describe('secrets are redacted and payloads stay at debug in every process', () 
       ],
       [
         'replay, NATS down, password in its URL',
-        ['replay', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--from-seq', '1'],
+        ['replay', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--from-seq', '1', '--yes'],
         {},
       ],
       [

@@ -11,6 +11,7 @@ import { jetstream } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseIntIn } from '../config.js';
+import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { addDatabaseOptions, addNatsOptions, connectNats, type OpsNatsFlags, opsPool, requireOutbox } from '../ops-options.js';
 
@@ -25,6 +26,7 @@ interface ReplayFlags extends OpsNatsFlags {
   publishTimeoutMs: number;
   dryRun?: boolean;
   keepGoing?: boolean;
+  yes?: boolean;
   progress: 'auto' | 'bar' | 'lines' | 'none';
 }
 
@@ -92,14 +94,19 @@ copies is sent and the run stops (with --keep-going: the other keys go on).
 The report then names the failures and prints the exact commands (the same
 filters, narrowed) that send what was not sent, and nothing twice.
 
+It counts the selected events, then asks for confirmation on a terminal;
+elsewhere pass --yes (without it nothing is sent, exit 2). --dry-run only
+counts. An empty --subject-prefix is refused (it would select everything).
+
 Exit codes:
   0  every selected event was replayed (or counted, with --dry-run)
   1  incomplete: a publish failed, or selected rows vanished during the run
      (pruned or discarded); or a server is unreachable
-  2  bad usage: no filter, an invalid value, --from-seq after --to-seq
+  2  bad usage: no filter, an invalid value, --from-seq after --to-seq, no --yes without a terminal
 
 Examples:
-  ferry replay --from-seq 1000 --to-seq 2000
+  ferry replay --from-seq 1000 --to-seq 2000 --dry-run
+  ferry replay --from-seq 1000 --to-seq 2000 --yes
   ferry replay --since 2026-11-29T08:00:00Z --until 2026-11-29T09:00:00Z --subject-prefix orders.
   ferry replay --key order-42 --json`;
 
@@ -161,6 +168,7 @@ export function replayCommand(ctx: CommandContext): Command {
       new Option('--publish-timeout-ms <ms>', 'how long to wait for one PubAck').default(10_000).argParser(parseIntIn(100, 600_000)),
     )
     .addOption(new Option('--dry-run', 'count the selected events and publish nothing'))
+    .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
     .addOption(new Option('--keep-going', "after a failure, go on with the other keys (the failed key's later events are not sent)"))
     .addOption(
       new Option('--progress <mode>', 'auto: a bar on a terminal, plain lines otherwise (on stderr)')
@@ -178,6 +186,12 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   }
   if (fromSeq !== undefined && toSeq !== undefined && fromSeq > toSeq) {
     throw new ConfigError('--from-seq', `--from-seq ${fromSeq} is after --to-seq ${toSeq}`);
+  }
+  if (subjectPrefix !== undefined && subjectPrefix.length === 0) {
+    throw new ConfigError(
+      '--subject-prefix',
+      'an empty --subject-prefix selects every subject: give the prefix you mean (e.g. orders.), or --from-seq 1 to replay everything on purpose',
+    );
   }
   if (since && until && since >= until) {
     throw new ConfigError('--since', `--since ${since.toISOString()} is not before --until ${until.toISOString()}`);
@@ -222,7 +236,12 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
     report.matched = Number(counted.rows[0]?.n ?? 0);
     report.firstSeq = counted.rows[0]?.first ?? null;
     report.lastSeq = counted.rows[0]?.last ?? null;
-    if (!flags.dryRun && report.matched > 0) await publishAll(flags, ctx, pool, `${s}.outbox`, where, values, report);
+    if (!flags.dryRun && report.matched > 0) {
+      // Every consumer of these subjects receives the copies again: asked on a terminal, --yes elsewhere.
+      const question = `replay ${report.matched} events (seq ${report.firstSeq}..${report.lastSeq}) to every consumer of their subjects`;
+      if (!flags.yes && !(await confirm(question))) throw new Error('nothing done: not confirmed');
+      await publishAll(flags, ctx, pool, `${s}.outbox`, where, values, report);
+    }
   } finally {
     await pool.end();
   }
