@@ -258,3 +258,20 @@ test('ferry replay - an empty --subject-prefix is refused, and without --yes and
   const help = await ferry(['replay', '--help']);
   assert.match(help.out, /--yes/);
 });
+
+test('ferry replay - --since/--until without a zone are refused (not read in the host time zone); with Z or an offset they select', async () => {
+  const before = await lastSeq();
+  for (const bad of ['2026-11-29T08:00:00', '2026-11-29 08:00', '2026-11-29']) {
+    const r = await ferry([...base(), '--since', bad, '--dry-run']);
+    assert.equal(r.code, 2, `${bad}: ${r.err}`);
+    assert.match(r.err, /with a zone/);
+  }
+  const hourAgo = new Date(Date.now() - 3_600_000);
+  const offset = `${hourAgo.toISOString().slice(0, 19)}+00:00`;
+  const zoned = await ferry([...base(), '--since', offset, '--until', new Date(Date.now() + 60_000).toISOString(), '--dry-run', '--json']);
+  assert.equal(zoned.code, 0, zoned.err);
+  assert.ok(zoned.json<ReplayReport>().matched > 0);
+  assert.equal(await lastSeq(), before);
+  const help = await ferry(['replay', '--help']);
+  assert.match(help.out, /with its zone/);
+});

@@ -67,10 +67,18 @@ function parseSeq(value: string): bigint {
   return BigInt(value.trim());
 }
 
+/** An ISO 8601 date-time with its zone: Z or an offset. */
+const ZONED_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$/i;
+
 function parseTime(value: string): Date {
-  const d = new Date(value);
-  if (Number.isNaN(d.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(value.trim())) {
-    throw new InvalidArgumentError(`${JSON.stringify(value)} is not an ISO 8601 time: use e.g. 2026-11-29T21:00:00Z`);
+  const text = value.trim();
+  const d = new Date(text);
+  if (!ZONED_TIME.test(text) || Number.isNaN(d.getTime())) {
+    // Without a zone, JavaScript reads a date-time in the host's local time (and a bare date in
+    // UTC): the same command selected 0 events under TZ=America/New_York and 5 under UTC.
+    throw new InvalidArgumentError(
+      `${JSON.stringify(value)} is not an ISO 8601 time with a zone: use e.g. 2026-11-29T21:00:00Z or 2026-11-29T22:00:00+01:00`,
+    );
   }
   return d;
 }
@@ -79,6 +87,8 @@ const HELP_AFTER = `
 Re-publishes retained (published, not discarded) outbox rows, in seq order, for
 a consumer that lost its data. The filters combine (AND); give at least one.
 --since/--until compare the row's insert time (created_at); --until is exclusive.
+Their times need a zone (2026-11-29T21:00:00Z, or +01:00): one without is
+refused rather than read in the host's local time.
 The run covers the rows selected when it starts (up to the highest seq then).
 
 Each copy carries the original event id in ce-id but a new Nats-Msg-Id
@@ -155,8 +165,8 @@ export function replayCommand(ctx: CommandContext): Command {
   )
     .addOption(new Option('--from-seq <seq>', 'first outbox seq (inclusive)').argParser(parseSeq))
     .addOption(new Option('--to-seq <seq>', 'last outbox seq (inclusive)').argParser(parseSeq))
-    .addOption(new Option('--since <time>', 'rows inserted at or after this ISO time').argParser(parseTime))
-    .addOption(new Option('--until <time>', 'rows inserted before this ISO time').argParser(parseTime))
+    .addOption(new Option('--since <time>', 'rows inserted at or after this ISO time, with its zone (Z or +hh:mm)').argParser(parseTime))
+    .addOption(new Option('--until <time>', 'rows inserted before this ISO time, with its zone (Z or +hh:mm)').argParser(parseTime))
     .addOption(new Option('--key <key>', 'only this event key'))
     .addOption(new Option('--subject-prefix <prefix>', 'only subjects starting with this text, e.g. orders.'))
     .addOption(
