@@ -89,15 +89,30 @@ CREATE TABLE IF NOT EXISTS ${s}.migrations (
 }
 
 /**
- * The whole SQL a DBA can apply by hand: the same statements `migrate` runs,
- * recorded in `<schema>.migrations` so a later `ferry migrate` sees them.
+ * The SQL a DBA can apply by hand: the same statements `migrate` runs for the
+ * migrations after `fromVersion` (default 0: all of them, for a new
+ * database), recorded in `<schema>.migrations` so a later `ferry migrate`
+ * sees them.
  */
-export function migrationSql(options: { schema?: string; set?: MigrationSet; lanes?: number } = {}): string {
+export function migrationSql(options: { schema?: string; set?: MigrationSet; lanes?: number; fromVersion?: number } = {}): string {
   const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
   const set = validateSet(options.set ?? 'outbox');
   const lanes = validateLanes(options.lanes ?? DEFAULT_LANES);
-  const parts = [`-- Ferry ${set} migrations for schema ${schema}`, 'BEGIN;', bookkeepingSql(schema)];
-  for (const m of listMigrations(set)) {
+  const from = options.fromVersion ?? 0;
+  if (!Number.isInteger(from) || from < 0) {
+    throw new ValidationError('fromVersion', `fromVersion must be the version a database is at (0 or more), got ${describeValue(from)}`);
+  }
+  const latest = listMigrations(set).at(-1)?.version ?? 0;
+  if (from > latest) {
+    throw new MigrationError(`${set} version ${from} is newer than this Ferry knows (up to ${latest}): upgrade Ferry`);
+  }
+  const parts = [
+    `-- Ferry ${set} migrations for schema ${schema}, from version ${from} to ${latest}${from === latest ? ': nothing to apply' : ''}`,
+    'BEGIN;',
+    bookkeepingSql(schema),
+  ];
+  // Only what a database at `from` still needs: the earlier ones would fail on it ("relation … already exists").
+  for (const m of listMigrations(set).filter((x) => x.version > from)) {
     parts.push(`-- ${set} ${String(m.version).padStart(6, '0')}_${m.name}`, render(m.template, schema, lanes).trim());
     parts.push(
       `INSERT INTO ${quoteIdentifier(schema)}.migrations (migration_set, version, name) VALUES ('${set}', ${m.version}, '${m.name}') ON CONFLICT DO NOTHING;`,

@@ -6,6 +6,7 @@ import {
   type MigrationSet,
   migrate,
   migrationSql,
+  migrationStatus,
   quoteIdentifier,
   validateIdentifier,
 } from '@ferry/core';
@@ -16,6 +17,7 @@ import {
   databaseUrlOption,
   formatDuration,
   parseDuration,
+  parseIntIn,
   parseLanes,
   parseSchema,
   redactUrl,
@@ -70,6 +72,7 @@ interface MigrateFlags {
   bossSchema?: string;
   retention?: number;
   yes?: boolean;
+  fromVersion?: number;
 }
 
 /** Below this a retention asks for confirmation (or --yes): it deletes recent history at the next prune. */
@@ -108,7 +111,17 @@ export function migrateCommand(ctx: CommandContext): Command {
       ).argParser(parseDuration),
     )
     .addOption(new Option('--yes', 'do not ask for confirmation (a --retention under 1h)'))
-    .addOption(new Option('--print-sql', 'print the SQL for a DBA to apply by hand, and touch nothing'))
+    .addOption(
+      new Option(
+        '--print-sql',
+        'print the SQL for a DBA to apply by hand, and touch nothing: what the database (--database-url) still needs, or with --from-version',
+      ),
+    )
+    .addOption(
+      new Option('--from-version <n>', 'with --print-sql: the version the target database is at (0: a new database)').argParser(
+        parseIntIn(0, 1_000_000),
+      ),
+    )
     .addOption(new Option('--json', 'print the result as JSON'))
     .addOption(
       new Option(
@@ -128,7 +141,7 @@ export function migrateCommand(ctx: CommandContext): Command {
     .addOption(new Option('--for <part>', 'the part the role runs (with --print-grants)').choices(GRANT_TARGETS))
     .addHelpText(
       'after',
-      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql",
+      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql            (what this database still needs)\n  ferry migrate --print-sql --from-version 0 > new.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql",
     )
     .action(async (flags: MigrateFlags) => {
       const set: MigrationSet = flags.inbox ? 'inbox' : flags.idempotency ? 'idempotency' : 'outbox';
@@ -140,7 +153,25 @@ export function migrateCommand(ctx: CommandContext): Command {
         return;
       }
       if (flags.printSql) {
-        ctx.out(migrationSql({ schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) }));
+        // The versions the target database already has: given, or read from it (printing from the
+        // first migration failed on any migrated database with "relation … already exists").
+        let fromVersion = flags.fromVersion;
+        const hasDatabase = (flags.databaseUrl ?? ctx.env.FERRY_DATABASE_URL ?? ctx.env.DATABASE_URL) !== undefined;
+        if (fromVersion === undefined && !hasDatabase) fromVersion = 0; // no database named: the SQL of a new one
+        if (fromVersion === undefined) {
+          const pool = new pg.Pool({ connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env), max: 1 });
+          try {
+            fromVersion = (await migrationStatus(pool, { schema: flags.schema, set })).current;
+          } catch (err) {
+            throw new Error(
+              `cannot read the migration version of schema "${flags.schema}" (${(err as Error).message}): pass --from-version N (0 for a new database)`,
+              { cause: err },
+            );
+          } finally {
+            await pool.end();
+          }
+        }
+        ctx.out(migrationSql({ schema: flags.schema, set, fromVersion, ...(flags.lanes ? { lanes: flags.lanes } : {}) }));
         return;
       }
       const url = resolveDatabaseUrl(flags.databaseUrl, ctx.env);
