@@ -3,6 +3,7 @@ import {
   encodedSize,
   encodeEvent,
   eventFromOutboxRow,
+  foreignTables,
   LIMITS,
   migrationStatus,
   type OutboxEventRow,
@@ -193,6 +194,16 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
       'check --database-url / FERRY_DATABASE_URL, the network and the credentials',
     );
     add('migrations', 'skipped', 'PostgreSQL is not reachable');
+    return undefined;
+  }
+  const foreign = await foreignTables(pool, schema);
+  if (foreign.length > 0) {
+    add(
+      'migrations',
+      'problem',
+      `schema "${schema}" holds tables Ferry did not create (${foreign.join(', ')})`,
+      'give Ferry a schema of its own with --schema (e.g. ferry); Ferry leaves those tables alone',
+    );
     return undefined;
   }
   const status = await migrationStatus(pool, { schema, set: 'outbox' });
