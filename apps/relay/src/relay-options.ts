@@ -43,15 +43,27 @@ function int(name: string, value: unknown, min: number, max: number): number {
 }
 
 /**
- * The longest a row can keep being retried before it is dead: the sum of the
- * backoff caps of every attempt. `--ensure-stream` uses at least this as the
- * stream's duplicate window, so a re-send after the longest retry is still
- * recognised as a duplicate.
+ * The longest time from a row's first send to its last re-send: the window in
+ * which the stream must still recognise a re-send as a duplicate.
+ * `--ensure-stream` uses at least this as the stream's duplicate window and
+ * `ferry doctor` compares streams with it.
+ *
+ * Before each of the `maxAttempts - 1` re-sends the relay waits, in the worst
+ * case, for the attempt's PubAck until `publishTimeoutMs` (the message may
+ * already be stored when the ack is lost: that is the case the window is for),
+ * then the attempt's backoff cap, then up to one `pollIntervalMs` until the
+ * next claim picks the row up again. Leaving the timeouts out (as before)
+ * understated it by up to 24 x 10 s, about 4 minutes, with the defaults.
  */
-export function retrySpanMs(options: Pick<CompiledRelayOptions, 'maxAttempts' | 'backoffBaseMs' | 'backoffMaxMs'>): number {
+export function retrySpanMs(
+  options: Pick<CompiledRelayOptions, 'maxAttempts' | 'backoffBaseMs' | 'backoffMaxMs' | 'publishTimeoutMs' | 'pollIntervalMs'>,
+): number {
   let total = 0;
   for (let attempt = 1; attempt < options.maxAttempts; attempt++) {
-    total += Math.min(options.backoffMaxMs, options.backoffBaseMs * 2 ** Math.min(attempt - 1, 40));
+    total +=
+      options.publishTimeoutMs +
+      Math.min(options.backoffMaxMs, options.backoffBaseMs * 2 ** Math.min(attempt - 1, 40)) +
+      options.pollIntervalMs;
   }
   return total;
 }

@@ -242,7 +242,8 @@ class RelayImpl implements Relay {
   }
 
   async #ensureStreams(jsm: JetStreamManager): Promise<void> {
-    const windowMs = Math.max(120_000, retrySpanMs(this.#o) + this.#o.publishTimeoutMs * 2);
+    // The retry span already holds every attempt's PubAck timeout; one more covers the last attempt's own.
+    const windowMs = Math.max(120_000, retrySpanMs(this.#o) + this.#o.publishTimeoutMs);
     for (const s of this.#o.ensureStreams) {
       try {
         const info = await jsm.streams.info(s.name);
