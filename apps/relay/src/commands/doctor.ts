@@ -1,3 +1,5 @@
+// ferry doctor: one file because every check shares the findings collector and the flags; past ~400
+// lines, the NATS checks (checkNats, checkConsumer) are the part to move out first.
 import {
   describeValue,
   encodedSize,

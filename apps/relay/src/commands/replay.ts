@@ -14,6 +14,10 @@ import { parseIntIn } from '../config.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { addDatabaseOptions, addNatsOptions, connectNats, type OpsNatsFlags, opsPool, requireOutbox } from '../ops-options.js';
+import { Progress, type ProgressMode } from './replay-progress.js';
+import { type ReplayFailure, resumeCommands, shellQuote } from './replay-resume.js';
+
+export type { ReplayFailure } from './replay-resume.js';
 
 interface ReplayFlags extends OpsNatsFlags {
   fromSeq?: bigint;
@@ -27,7 +31,7 @@ interface ReplayFlags extends OpsNatsFlags {
   dryRun?: boolean;
   keepGoing?: boolean;
   yes?: boolean;
-  progress: 'auto' | 'bar' | 'lines' | 'none';
+  progress: ProgressMode;
 }
 
 /** The `--json` output of `ferry replay`. */
@@ -52,13 +56,6 @@ export interface ReplayReport {
   vanished: number;
   /** Argument lists (add the connection options) that send exactly the events not sent; empty when none. */
   resume: string[][];
-}
-
-export interface ReplayFailure {
-  seq: string;
-  id: string;
-  key: string;
-  error: string;
 }
 
 function parseSeq(value: string): bigint {
@@ -119,41 +116,6 @@ Examples:
   ferry replay --from-seq 1000 --to-seq 2000 --yes
   ferry replay --since 2026-11-29T08:00:00Z --until 2026-11-29T09:00:00Z --subject-prefix orders.
   ferry replay --key order-42 --json`;
-
-/** Progress on a terminal as a redrawn bar, otherwise one plain line per second. */
-class Progress {
-  readonly #mode: 'bar' | 'lines' | 'none';
-  readonly #ctx: CommandContext;
-  readonly #total: number;
-  readonly #started = Date.now();
-  #lastLine = 0;
-
-  constructor(mode: ReplayFlags['progress'], total: number, ctx: CommandContext) {
-    this.#mode = mode === 'auto' ? (process.stderr.isTTY ? 'bar' : 'lines') : mode;
-    this.#total = total;
-    this.#ctx = ctx;
-  }
-
-  update(done: number, final = false): void {
-    if (this.#mode === 'none' || this.#total === 0) return;
-    const now = Date.now();
-    const pct = Math.floor((done / this.#total) * 100);
-    const rate = Math.round(done / Math.max(0.001, (now - this.#started) / 1000));
-    if (this.#mode === 'bar') {
-      if (!final && now - this.#lastLine < 100) return; // redraw at most 10 times a second
-      this.#lastLine = now;
-      const width = 30;
-      const filled = Math.round((done / this.#total) * width);
-      process.stderr.write(`\r[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${pct}% ${done}/${this.#total} ${rate}/s`);
-      if (final) process.stderr.write('\n');
-      return;
-    }
-    if (final || now - this.#lastLine >= 1000) {
-      this.#lastLine = now;
-      this.#ctx.err(`replay: ${done}/${this.#total} (${pct}%) ${rate}/s`);
-    }
-  }
-}
 
 interface Row extends OutboxEventRow {
   seq: string;
@@ -284,42 +246,6 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   }
 }
 
-/** Quotes one argument for a POSIX shell, so a printed resume command can be pasted as is. */
-function shellQuote(arg: string): string {
-  return /^[A-Za-z0-9_.,:@%+=/-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", "'\\''")}'`;
-}
-
-/**
- * The replay commands that send exactly the selected rows not yet sent (the
- * run's filters, narrowed): rows are sent in seq order and a key's next row
- * only after its previous one is acknowledged, so after a failure the unsent
- * rows are the failed keys' rows from their failure on, plus (when the run
- * stopped) every row after the last one sent.
- */
-function resumeCommands(flags: ReplayFlags, report: ReplayReport, lastAttempted: bigint, maxAcked: bigint | null): string[][] {
-  const first = report.failures[0];
-  if (!first || report.lastSeq === null) return [];
-  const filters: string[] = [];
-  if (flags.since) filters.push('--since', flags.since.toISOString());
-  if (flags.until) filters.push('--until', flags.until.toISOString());
-  if (flags.subjectPrefix !== undefined) filters.push('--subject-prefix', flags.subjectPrefix);
-  const end = BigInt(report.lastSeq);
-  const perKey = (upTo: bigint) => {
-    const firstOfKey = new Map<string, string>();
-    for (const f of report.failures) if (!firstOfKey.has(f.key)) firstOfKey.set(f.key, f.seq);
-    return [...firstOfKey].map(([key, seq]) => [...filters, '--key', key, '--from-seq', seq, '--to-seq', upTo.toString()]);
-  };
-  const withKey = flags.key !== undefined ? ['--key', flags.key] : [];
-  if (flags.keepGoing) return perKey(end);
-  if (maxAcked === null || maxAcked < BigInt(first.seq)) {
-    // Nothing after the first failure went through: resume from it.
-    return [[...filters, ...withKey, '--from-seq', first.seq, '--to-seq', end.toString()]];
-  }
-  const out = perKey(lastAttempted);
-  if (lastAttempted < end) out.push([...filters, ...withKey, '--from-seq', (lastAttempted + 1n).toString(), '--to-seq', end.toString()]);
-  return out;
-}
-
 async function publishAll(
   flags: ReplayFlags,
   ctx: CommandContext,
@@ -407,7 +333,19 @@ async function publishAll(
     report.failed = report.failures[0] ?? null;
     if (!stop) report.vanished = Math.max(0, report.matched - read);
     report.skipped = Math.max(0, report.matched - report.vanished - report.replayed - report.failures.length);
-    report.resume = resumeCommands(flags, report, lastAttempted, maxAcked);
+    report.resume = resumeCommands(
+      {
+        ...(flags.since ? { since: flags.since } : {}),
+        ...(flags.until ? { until: flags.until } : {}),
+        ...(flags.subjectPrefix !== undefined ? { subjectPrefix: flags.subjectPrefix } : {}),
+        ...(flags.key !== undefined ? { key: flags.key } : {}),
+        keepGoing: Boolean(flags.keepGoing),
+        lastSeq: report.lastSeq,
+        failures: report.failures,
+      },
+      lastAttempted,
+      maxAcked,
+    );
   } finally {
     await nc.close();
   }
