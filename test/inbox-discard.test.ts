@@ -53,7 +53,18 @@ describe('ferry inbox parked discard', () => {
         (await listParked({ boss: b, consumer: 'billing' })).find((r) => r.key === 'a' && r.version === '3' && r.state === 'failed'),
       { what: 'a/3 parked for the gap and failed in the park', timeoutMs: 20_000 },
     );
-    const discarded = await ferry(fx, ['inbox', 'parked', 'discard', parked.jobId, '--consumer', 'billing']);
+    // Without a terminal it needs --yes; --dry-run lists what it would discard. Neither changes anything.
+    const unconfirmed = await ferry(fx, ['inbox', 'parked', 'discard', parked.jobId, '--consumer', 'billing']);
+    assert.equal(unconfirmed.code, 2, unconfirmed.err);
+    assert.match(unconfirmed.err, /pass --yes to confirm/);
+    const dry = await ferry(fx, ['inbox', 'parked', 'discard', parked.jobId, '--consumer', 'billing', '--dry-run', '--json']);
+    assert.equal(dry.code, 0, dry.err);
+    assert.deepEqual(
+      (JSON.parse(dry.out) as { wouldDiscard: Array<{ jobId: string }> }).wouldDiscard.map((p) => p.jobId),
+      [parked.jobId],
+    );
+    assert.equal((await listParked({ boss: b, consumer: 'billing' })).length, 1, 'still parked');
+    const discarded = await ferry(fx, ['inbox', 'parked', 'discard', parked.jobId, '--consumer', 'billing', '--yes']);
     assert.equal(discarded.code, 0, discarded.err);
     assert.match(discarded.out, /discarded 1 of 1/);
     const row = async () =>
@@ -82,7 +93,7 @@ describe('ferry inbox parked discard', () => {
       { key: 'a', version: '4' },
     ]);
     // Discarding it again finds nothing: the parked count is not taken off twice.
-    const again = await ferry(fx, ['inbox', 'parked', 'discard', parked.jobId, '--consumer', 'billing']);
+    const again = await ferry(fx, ['inbox', 'parked', 'discard', parked.jobId, '--consumer', 'billing', '--yes']);
     assert.equal(again.code, 2);
     assert.equal((await row())?.parked, 0);
   });
