@@ -68,6 +68,11 @@ test('relay retention - ferry migrate --retention refuses 0, asks (or needs --ye
   assert.equal(zero.code, 2, 'zero is refused even with --yes');
   assert.match(zero.err, /every published row/);
   assert.equal(await stored(), String(7 * 86_400_000));
+  const dry = await ferry([...migrateArgs(), '--retention', '30m', '--dry-run', '--json']);
+  assert.equal(dry.code, 0, dry.err);
+  assert.deepEqual(dry.json<{ wouldApply: unknown[]; wouldPrune: number }>().wouldPrune, 20, 'the 20 rows published an hour ago');
+  assert.deepEqual(dry.json<{ wouldApply: unknown[] }>().wouldApply, []);
+  assert.equal(await stored(), String(7 * 86_400_000), '--dry-run changes nothing');
   const set = await ferry([...migrateArgs(), '--retention', '30m', '--yes']);
   assert.equal(set.code, 0, set.err);
   assert.equal(await stored(), String(30 * 60_000));

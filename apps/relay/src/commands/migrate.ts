@@ -3,6 +3,7 @@ import {
   GRANT_TARGETS,
   type GrantTarget,
   grantsSql,
+  listMigrations,
   type MigrationSet,
   migrate,
   migrationSql,
@@ -73,6 +74,7 @@ interface MigrateFlags {
   retention?: number;
   yes?: boolean;
   fromVersion?: number;
+  dryRun?: boolean;
 }
 
 /** Below this a retention asks for confirmation (or --yes): it deletes recent history at the next prune. */
@@ -96,6 +98,43 @@ async function setRetention(pool: pg.Pool, flags: MigrateFlags, ms: number, ctx:
   ctx.err(`outbox retention of schema "${flags.schema}" is now ${formatDuration(ms)} (every relay's prune job uses it)`);
 }
 
+/** `--dry-run`: what `ferry migrate` would do here, changing nothing. */
+async function dryRun(pool: pg.Pool, flags: MigrateFlags, set: MigrationSet, ctx: CommandContext): Promise<void> {
+  const status = await migrationStatus(pool, { schema: flags.schema, set });
+  const pending = listMigrations(set).filter((m) => m.version > status.current);
+  let wouldPrune: number | null = null;
+  if (flags.retention !== undefined && status.current > 0) {
+    const { rows } = await pool.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM ${quoteIdentifier(flags.schema)}.outbox
+        WHERE published_at IS NOT NULL AND published_at < now() - $1::bigint * interval '1 millisecond'`,
+      [flags.retention],
+    );
+    wouldPrune = Number(rows[0]?.n ?? 0);
+  }
+  const report = {
+    dryRun: true,
+    set,
+    schema: flags.schema,
+    current: status.current,
+    wouldApply: pending.map((m) => ({ version: m.version, name: m.name })),
+    ...(flags.retention !== undefined ? { retentionMs: flags.retention, wouldPrune } : {}),
+  };
+  if (flags.json) {
+    ctx.out(JSON.stringify(report));
+    return;
+  }
+  ctx.out(
+    pending.length === 0
+      ? `${set} schema "${flags.schema}" is current (version ${status.current}): nothing to apply`
+      : `would apply ${pending.map((m) => `${m.version} ${m.name}`).join(', ')} to ${set} schema "${flags.schema}"`,
+  );
+  if (flags.retention !== undefined) {
+    ctx.out(
+      `would set the outbox retention to ${formatDuration(flags.retention)}${wouldPrune === null ? '' : `: the next prune would delete ${wouldPrune} published rows`}`,
+    );
+  }
+}
+
 export function migrateCommand(ctx: CommandContext): Command {
   return new Command('migrate')
     .description('create or upgrade the Ferry tables (idempotent; concurrent runs are safe)')
@@ -111,6 +150,12 @@ export function migrateCommand(ctx: CommandContext): Command {
       ).argParser(parseDuration),
     )
     .addOption(new Option('--yes', 'do not ask for confirmation (a --retention under 1h)'))
+    .addOption(
+      new Option(
+        '--dry-run',
+        'change nothing: show the migrations the database still needs and, with --retention, how many published rows the next prune would delete',
+      ),
+    )
     .addOption(
       new Option(
         '--print-sql',
@@ -179,6 +224,10 @@ export function migrateCommand(ctx: CommandContext): Command {
       try {
         if (flags.retention !== undefined && set !== 'outbox')
           throw new ConfigError('--retention', "--retention is the outbox's: leave out --inbox/--idempotency");
+        if (flags.dryRun) {
+          await dryRun(pool, flags, set, ctx);
+          return;
+        }
         const result = await migrate({ pool, schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) });
         if (flags.retention !== undefined) await setRetention(pool, flags, flags.retention, ctx);
         if (flags.boss && set !== 'idempotency') {
