@@ -97,6 +97,31 @@ describe('ferry migrate', () => {
     assert.equal(await schemaExists(schema), false);
   });
 
+  test('ferry migrate - --print-sql prints only what the database still needs (read from it, or --from-version), and it applies', async () => {
+    const schema = uniqueName('cli');
+    schemas.push(schema);
+    const s = quoteIdentifier(schema);
+    // A database at outbox version 2: the migrations after 2 are undone and unrecorded.
+    assert.equal(ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]).code, 0);
+    await pool.query(`DROP FUNCTION ${s}.publish_event, ${s}.publish_events, ${s}.event_digest CASCADE`);
+    await pool.query(`DROP TABLE ${s}.published_ids`);
+    await pool.query(`DELETE FROM ${s}.settings WHERE name = 'retention_ms'`);
+    await pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version > 2`);
+    const fromDb = ferry(['migrate', '--print-sql', '--database-url', databaseUrl(), '--schema', schema]);
+    assert.equal(fromDb.code, 0, fromDb.err);
+    assert.match(fromDb.out, /from version 2 to/);
+    assert.doesNotMatch(fromDb.out, /CREATE TABLE [^\n]*\.settings/, 'not the migrations it has');
+    assert.match(fromDb.out, /000003_publish_functions/);
+    const given = ferry(['migrate', '--print-sql', '--from-version', '2', '--schema', schema]);
+    assert.equal(given.out, fromDb.out, '--from-version 2 prints the same');
+    // A DBA applies it by hand: it runs on the version-2 database, and ferry migrate finds it current.
+    await pool.query(fromDb.out);
+    const after = ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]);
+    assert.match(after.out, /is current/);
+    const future = ferry(['migrate', '--print-sql', '--from-version', '999', '--schema', schema]);
+    assert.equal(future.code, 3);
+  });
+
   test('ferry migrate - a newer database exits 3, and the password never appears', async () => {
     const schema = uniqueName('cli');
     schemas.push(schema);

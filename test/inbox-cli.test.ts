@@ -79,7 +79,7 @@ describe('ferry inbox parked', () => {
     assert.match(text.out, /reason=behind-parked/);
 
     const a1 = byKey(settled, 'a', '1')?.jobId ?? '';
-    const discarded = await ferry(fx, ['inbox', 'parked', 'discard', a1, '--consumer', 'billing']);
+    const discarded = await ferry(fx, ['inbox', 'parked', 'discard', a1, '--consumer', 'billing', '--yes']);
     assert.equal(discarded.code, 0, discarded.err);
     assert.match(discarded.out, /discarded 1 of 1/);
     await waitFor(async () => (await fx.effects()).some((e) => e.key === 'a' && e.version === '2'), {
@@ -93,7 +93,7 @@ describe('ferry inbox parked', () => {
 
     failB = false;
     const b1 = byKey(settled, 'b', '1')?.jobId ?? '';
-    const retried = await ferry(fx, ['inbox', 'parked', 'retry', b1, '--consumer', 'billing', '--json']);
+    const retried = await ferry(fx, ['inbox', 'parked', 'retry', b1, '--consumer', 'billing', '--json', '--yes']);
     assert.equal(retried.code, 0, retried.err);
     assert.deepEqual(JSON.parse(retried.out), { retried: 1, requested: 1 });
     await waitFor(async () => (await fx.effects()).some((e) => e.key === 'b'), { what: 'b/1 applied after retry', timeoutMs: 15_000 });
@@ -105,7 +105,7 @@ describe('ferry inbox parked', () => {
     ]);
 
     const errLines: string[] = [];
-    const bad = await ferry(fx, ['inbox', 'parked', 'retry', 'not-a-uuid', '--consumer', 'billing']);
+    const bad = await ferry(fx, ['inbox', 'parked', 'retry', 'not-a-uuid', '--consumer', 'billing', '--yes']);
     assert.equal(bad.code, 2);
     assert.match(bad.err, /not a parked job id/);
     const missing = await main(['node', 'ferry', 'inbox', 'parked', 'list', '--database-url', fx.db.url, '--boss-schema', 'no_such_boss'], {

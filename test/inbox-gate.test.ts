@@ -329,7 +329,7 @@ describe('inbox gate', () => {
       const first = await migrateInbox({ pool: f.db.pool, schema });
       assert.deepEqual(
         first.applied.map((m) => m.name),
-        ['inbox', 'inbox_parked', 'inbox_early'],
+        ['inbox', 'inbox_parked', 'inbox_early', 'inbox_skipped'],
       );
       const { rows } = await f.db.pool.query(
         `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'inbox_versions' ORDER BY ordinal_position`,
@@ -337,7 +337,7 @@ describe('inbox gate', () => {
       );
       assert.deepEqual(
         rows.map((r) => r.column_name),
-        ['consumer', 'key', 'version', 'applied_at', 'parked'],
+        ['consumer', 'key', 'version', 'applied_at', 'parked', 'skipped'],
       );
       assert.deepEqual((await migrateInbox({ pool: f.db.pool, schema })).applied, []);
     } finally {

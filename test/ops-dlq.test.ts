@@ -64,10 +64,28 @@ test('ferry dlq - --key and --all-dead need --yes without a terminal, and change
   assert.match(both.err, /not several/);
 });
 
+test('ferry dlq - retry and discard of event ids also need --yes without a terminal; --dry-run lists and changes nothing', async () => {
+  for (const action of ['retry', 'discard']) {
+    const r = await ferry(['dlq', action, ids[0] as string, ...base()]);
+    assert.equal(r.code, 2, `${action} ID without --yes: ${r.err}`);
+    assert.match(r.err, /pass --yes to confirm/);
+  }
+  assert.deepEqual(await dead(), ['k0', 'k1', 'k2', 'k3']);
+  const dry = await ferry(['dlq', 'discard', ids[0] as string, ids[1] as string, '--dry-run', '--json', ...base()]);
+  assert.equal(dry.code, 0, dry.err);
+  assert.deepEqual(dry.json(), { discarded: [], notDead: [], dryRun: true, wouldChange: [ids[0], ids[1]] });
+  const bulk = await ferry(['dlq', 'retry', '--all-dead', '--dry-run', ...base()]);
+  assert.equal(bulk.code, 0, bulk.err);
+  assert.equal(bulk.out.split('\n').filter((l) => l.startsWith('would retry ')).length, 4);
+  assert.deepEqual(await dead(), ['k0', 'k1', 'k2', 'k3'], 'nothing changed');
+  const help = await ferry(['dlq', 'retry', '--help']);
+  assert.match(help.out, /--dry-run/);
+});
+
 test('ferry dlq - retry --key K --yes retries only that key; discard --all-dead --yes the rest', async () => {
   const r = await ferry(['dlq', 'retry', '--key', 'k1', '--yes', '--json', ...base()]);
   assert.equal(r.code, 0, r.err);
-  assert.deepEqual(r.json(), { retried: [ids[1]], notDead: [] });
+  assert.deepEqual(r.json(), { retried: [ids[1]], notDead: [], dryRun: false });
   assert.deepEqual(await dead(), ['k0', 'k2', 'k3']);
   const { rows } = await db.pool.query<{ attempts: number; due: boolean }>(
     `SELECT attempts, next_attempt_at <= now() AS due FROM ${s()}.outbox WHERE id = $1`,

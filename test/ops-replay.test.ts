@@ -60,7 +60,7 @@ async function seqsOf(eventIds: string[]): Promise<string[]> {
 }
 
 const lastSeq = async () => (await stream.jsm.streams.info(stream.name)).state.last_seq;
-const base = () => ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer()];
+const base = () => ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer(), '--yes'];
 
 before(async () => {
   db = await createTestDatabase({ prefix: 'ops_replay', lanes: 4, max: 20 });
@@ -203,7 +203,7 @@ test('ferry replay - an event no stream covers stops the replay with exit 1 and 
   const report = r.json<ReplayReport>();
   assert.equal(report.replayed, 0);
   assert.equal(report.failed?.seq, seq);
-  assert.match(r.err, new RegExp(`re-run with --from-seq ${seq}`));
+  assert.match(r.err, new RegExp(`ferry replay --subject-prefix ferry_nostream. --from-seq ${seq} --to-seq ${seq}`));
 });
 
 test('ferry replay - an inbox that already applied the events drops the replayed copies (duplicate or stale)', async () => {

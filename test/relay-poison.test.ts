@@ -84,7 +84,7 @@ describe('relay poison events and the dead-letter commands', () => {
   });
 
   test('relay - ferry dlq discard keeps the dead event for audit and unblocks its key', async () => {
-    const r = await ferry('dlq', 'discard', poisonId(), '--database-url', db.url, '--schema', db.schema);
+    const r = await ferry('dlq', 'discard', poisonId(), '--yes', '--database-url', db.url, '--schema', db.schema);
     assert.equal(r.code, 0, r.err.join('\n'));
     const s = quoteIdentifier(db.schema);
     await waitFor(
@@ -105,7 +105,7 @@ describe('relay poison events and the dead-letter commands', () => {
       [2n],
       'only the later event of the key reached the stream',
     );
-    const again = await ferry('dlq', 'discard', poisonId(), '--database-url', db.url, '--schema', db.schema);
+    const again = await ferry('dlq', 'discard', poisonId(), '--yes', '--database-url', db.url, '--schema', db.schema);
     assert.equal(again.code, 1, 'a second discard finds no dead event');
   });
 
@@ -137,7 +137,7 @@ describe('relay poison events and the dead-letter commands', () => {
     const { rows } = await db.pool.query<{ last_error: string }>(`SELECT last_error FROM ${s}.outbox WHERE id = $1`, [orphan.id]);
     assert.match(rows[0]?.last_error ?? '', /^(no_responders|timeout):/);
     await stream.jsm.streams.add({ name: 'NOSTREAM', subjects: ['nostream.>'] });
-    const r = await ferry('dlq', 'retry', orphan.id, '--database-url', db.url, '--schema', db.schema);
+    const r = await ferry('dlq', 'retry', orphan.id, '--yes', '--database-url', db.url, '--schema', db.schema);
     assert.equal(r.code, 0, r.err.join('\n'));
     assert.deepEqual(r.out, [`retried ${orphan.id}`]);
     await waitFor(

@@ -4,6 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { quoteIdentifier } from '@ferry/core';
 import { createRelay, type Relay, type RelayEvents } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { ferry } from './ops-helpers.js';
 import { countPending, publishEvents } from './relay-helpers.js';
 
 describe('relay maintenance through pg-boss', () => {
@@ -31,6 +32,9 @@ describe('relay maintenance through pg-boss', () => {
     await first.start();
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 15_000, what: 'the events to be published' });
     await first.stop();
+    // The outbox's one retention, which every instance's prune run uses (and a relay given another refuses to start).
+    const set = await ferry(['migrate', '--database-url', db.url, '--schema', db.schema, '--retention', '1s', '--yes']);
+    assert.equal(set.code, 0, set.err);
     await sleep(1100); // now older than the 1 s retention
     for (let i = 0; i < 2; i++) {
       const relay = createRelay({

@@ -194,7 +194,7 @@ describe('secrets are redacted and payloads stay at debug in every process', () 
       ['doctor --json', ['doctor', ...base, '--nats-url', server.url, '--json'], natsEnv, /"check"/],
       [
         'replay',
-        ['replay', ...base, '--nats-url', server.url, '--from-seq', '1', '--json'],
+        ['replay', ...base, '--nats-url', server.url, '--from-seq', '1', '--json', '--yes'],
         natsEnv,
         /"(republished|events|count|published)"|replay/i,
       ],
@@ -220,7 +220,7 @@ describe('secrets are redacted and payloads stay at debug in every process', () 
       ],
       [
         'replay, NATS down, password in its URL',
-        ['replay', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--from-seq', '1'],
+        ['replay', ...base, '--nats-url', `nats://urluser:${URL_PASSWORD}@127.0.0.1:${closedPort}`, '--from-seq', '1', '--yes'],
         {},
         /not reachable/,
       ],

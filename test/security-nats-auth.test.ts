@@ -193,7 +193,10 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
       }
     }
     for (const [mode, url, flags, env] of modes()) {
-      const r = await ferry(['replay', ...base(), '--nats-url', url, ...flags, '--from-seq', '1', '--json', '--progress', 'none'], env);
+      const r = await ferry(
+        ['replay', ...base(), '--nats-url', url, ...flags, '--from-seq', '1', '--json', '--progress', 'none', '--yes'],
+        env,
+      );
       assert.equal(r.code, 0, `${mode}: ${r.out.slice(-600)}`);
       const report = JSON.parse(r.out.trim().split('\n').at(-1) ?? '{}') as { replayed?: number };
       assert.equal(report.replayed, 1, `${mode}: ${r.out.slice(-300)}`);
@@ -212,7 +215,7 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
     ];
     const commands: Array<[string, string[]]> = [
       ['relay', ['relay', ...base(), '--http-port', '0', '--no-maintenance']],
-      ['replay', ['replay', ...base(), '--from-seq', '1']],
+      ['replay', ['replay', ...base(), '--from-seq', '1', '--yes']],
       ['verify', ['verify', ...base(), '--timeout', '2s']],
       ['doctor', ['doctor', ...base()]],
     ];

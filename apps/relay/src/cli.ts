@@ -17,7 +17,8 @@ Exit codes:
   0  success
   1  runtime failure (a server unreachable, a statement failed)
   2  bad usage: an unknown or invalid option; nothing was done
-  3  migration refused or failed (e.g. the database is newer than this Ferry)
+  3  migration refused or failed (e.g. the database is newer than this Ferry), or the
+     schema holds tables Ferry did not create (another application's migrations/outbox)
 
 Environment:
   FERRY_DATABASE_URL (then DATABASE_URL), FERRY_SCHEMA and the FERRY_* variables

@@ -113,6 +113,15 @@ export function parseDuration(value: string): number {
   return ms;
 }
 
+/** A duration as `parseDuration` reads it: the largest unit that divides it exactly (604800000 → 7d). */
+export function formatDuration(ms: number): string {
+  for (const unit of ['d', 'h', 'm', 's'] as const) {
+    const size = DURATION_UNITS_MS[unit];
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}
+
 /** `auto` or an integer from 1 to 1024. */
 export function parseLanesPerInstance(value: string): number | 'auto' {
   if (value.trim() === 'auto') return 'auto';

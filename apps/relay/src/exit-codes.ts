@@ -5,7 +5,7 @@ export const EXIT = {
   failure: 1,
   /** Bad usage: an unknown or invalid option. Nothing was done. */
   usage: 2,
-  /** The database was migrated by a newer Ferry, or a migration failed. */
+  /** The database was migrated by a newer Ferry, a migration failed, or the schema holds tables Ferry did not create. */
   migration: 3,
   /** `ferry relay` forced to stop: a second signal, or draining outlasted --shutdown-timeout-ms. */
   forced: 4,

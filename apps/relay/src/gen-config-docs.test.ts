@@ -21,7 +21,14 @@ test('docs - the configuration reference covers every command with its flags and
   ]) {
     assert.ok(doc.includes(`## \`${heading}\``), `a section for ${heading}`);
   }
-  for (const s of ['`--max-attempts <n>`', '`FERRY_MAX_ATTEMPTS`', '`25`', '`FERRY_NATS_URL`', '`nats://127.0.0.1:4222`', '`7d`']) {
+  for (const s of [
+    '`--max-attempts <n>`',
+    '`FERRY_MAX_ATTEMPTS`',
+    '`25`',
+    '`FERRY_NATS_URL`',
+    '`nats://127.0.0.1:4222`',
+    '`--retention <duration>`',
+  ]) {
     assert.ok(doc.includes(s), `mentions ${s}`);
   }
 });

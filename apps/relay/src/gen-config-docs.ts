@@ -15,7 +15,8 @@ variable. The database URL is read from \`--database-url\`, then
 \`FERRY_LISTEN=true|false\` for \`--listen\`.
 
 Exit codes shared by every command: 0 success, 1 runtime failure, 2 bad usage
-(nothing was done), 3 migration refused or failed, 4 \`ferry relay\` forced to
+(nothing was done), 3 migration refused or failed, or a schema holding tables
+Ferry did not create, 4 \`ferry relay\` forced to
 stop. \`ferry doctor\` exits with the number of problems it found. See each
 command's \`--help\` for its own.
 

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import { prunePublishedSql } from './sql/prune-published.js';
+import { prunePublishedSql, pruneRecognisedIdsSql } from './sql/prune-published.js';
+import { readRetentionSql } from './sql/retention.js';
 import type { Logger } from './types.js';
 
 export const PRUNE_QUEUE = 'ferry-prune';
@@ -13,6 +14,7 @@ export interface JanitorOptions {
   schema: string;
   schemaSql: string;
   applicationName: string;
+  /** Used only when the outbox has no stored retention (a schema before migration 000006). */
   retentionMs: number;
   pruneCron: string;
   pruneBatchSize: number;
@@ -37,11 +39,15 @@ export function bossSchema(schema: string): string {
 export class Janitor {
   readonly #o: JanitorOptions;
   readonly #sql: string;
+  readonly #forgetSql: string;
+  readonly #retentionSql: string;
   #boss: PgBoss | undefined;
 
   constructor(options: JanitorOptions) {
     this.#o = options;
     this.#sql = prunePublishedSql(options.schemaSql);
+    this.#forgetSql = pruneRecognisedIdsSql(options.schemaSql);
+    this.#retentionSql = readRetentionSql(options.schemaSql);
   }
 
   async start(): Promise<void> {
@@ -59,7 +65,9 @@ export class Janitor {
     this.#boss = boss;
     await boss.start();
     await boss.createQueue(PRUNE_QUEUE, { retryLimit: 2, expireInSeconds: 15 * 60 });
-    await boss.schedule(PRUNE_QUEUE, o.pruneCron, { retentionMs: o.retentionMs }, { tz: 'UTC' });
+    // No retention in the job's data: pg-boss keeps the data of the last instance that called
+    // schedule() (an upsert), and the job reads the outbox's own retention when it runs.
+    await boss.schedule(PRUNE_QUEUE, o.pruneCron, {}, { tz: 'UTC' });
     await boss.work(PRUNE_QUEUE, { pollingIntervalSeconds: Math.min(2, o.cronMonitorIntervalSeconds) }, async (jobs) => {
       let deleted = 0;
       for (const job of jobs) {
@@ -71,18 +79,38 @@ export class Janitor {
     });
   }
 
-  /** Deletes published rows older than the retention window, one bounded batch per statement. */
+  /**
+   * Deletes published rows older than the retention window, one bounded batch
+   * per statement, keeping their ids recognisable for another retention; then
+   * forgets the ids pruned longer ago than that.
+   */
   async prune(): Promise<number> {
     const o = this.#o;
+    const retentionMs = await this.retentionMs();
     let total = 0;
     for (let i = 0; i < MAX_BATCHES_PER_RUN; i++) {
-      const res = await o.pool.query(this.#sql, [o.retentionMs, o.pruneBatchSize]);
+      const res = await o.pool.query(this.#sql, [retentionMs, o.pruneBatchSize]);
       const n = (res as { rowCount?: number | null }).rowCount ?? 0;
       total += n;
       if (n < o.pruneBatchSize) break;
     }
-    o.logger.info({ deleted: total, retentionMs: o.retentionMs }, 'pruned published outbox rows');
+    // The ids of rows pruned more than a retention ago: a re-publish of one is no longer recognised.
+    let forgotten = 0;
+    for (let i = 0; i < MAX_BATCHES_PER_RUN; i++) {
+      const res = await o.pool.query(this.#forgetSql, [retentionMs, o.pruneBatchSize]);
+      const n = (res as { rowCount?: number | null }).rowCount ?? 0;
+      forgotten += n;
+      if (n < o.pruneBatchSize) break;
+    }
+    o.logger.info({ deleted: total, forgottenIds: forgotten, retentionMs }, 'pruned published outbox rows');
     return total;
+  }
+
+  /** The outbox's stored retention (one per outbox, whichever instance asks). */
+  async retentionMs(): Promise<number> {
+    const { rows } = await this.#o.pool.query<{ ms: string }>(this.#retentionSql);
+    const stored = rows[0]?.ms;
+    return stored === undefined ? this.#o.retentionMs : Number(stored);
   }
 
   async stop(): Promise<void> {

@@ -1,4 +1,4 @@
-import { quoteIdentifier } from '@ferry/core';
+import { foreignTables, foreignTablesError, quoteIdentifier } from '@ferry/core';
 import { type ConnectionOptions, connect, type NatsConnection } from '@nats-io/transport-node';
 import { type Command, CommanderError, Option } from 'commander';
 import pg from 'pg';
@@ -55,8 +55,10 @@ export function opsPool(flags: OpsFlags, ctx: CommandContext, applicationName: s
   return pool;
 }
 
-/** Fails with the fix when the outbox tables of `schema` are missing. */
+/** Fails with the fix when the outbox tables of `schema` are missing or are not Ferry's. */
 export async function requireOutbox(pool: pg.Pool, schema: string): Promise<void> {
+  const foreign = await foreignTables(pool, schema);
+  if (foreign.length > 0) throw foreignTablesError(schema, foreign); // exit 3, before any query on them
   const { rows } = await pool.query<{ t: string | null }>('SELECT to_regclass($1) AS t', [`${quoteIdentifier(schema)}.outbox`]);
   if (!rows[0]?.t) throw new Error(`no outbox table in schema "${schema}": run ferry migrate --schema ${schema} first`);
 }

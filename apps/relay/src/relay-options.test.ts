@@ -48,8 +48,12 @@ test('relay backoff - full jitter stays within the capped exponential bound', ()
     backoffDelayMs(3, 100, 10_000, () => 0),
     0,
   );
-  // 25 attempts, 500 ms base, 60 s cap: 63.5 s for the doubling steps, then 17 capped waits.
-  assert.equal(retrySpanMs({ maxAttempts: 25, backoffBaseMs: 500, backoffMaxMs: 60_000 }), 1_083_500);
+  // 25 attempts, 500 ms base, 60 s cap: 63.5 s for the doubling steps, then 17 capped waits (1,083.5 s),
+  // plus, before each of the 24 re-sends, a PubAck timeout (10 s) and a poll interval (0.5 s): 1,335.5 s.
+  const defaults = { maxAttempts: 25, backoffBaseMs: 500, backoffMaxMs: 60_000, publishTimeoutMs: 10_000, pollIntervalMs: 500 };
+  assert.equal(retrySpanMs(defaults), 1_335_500);
+  assert.equal(retrySpanMs({ ...defaults, publishTimeoutMs: 0, pollIntervalMs: 0 }), 1_083_500, 'the backoff part alone');
+  assert.equal(retrySpanMs({ ...defaults, maxAttempts: 1 }), 0, 'one attempt: no re-send');
 });
 
 test('relay errors - publish failures are sorted into retryable and permanent', () => {

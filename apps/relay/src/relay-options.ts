@@ -43,15 +43,27 @@ function int(name: string, value: unknown, min: number, max: number): number {
 }
 
 /**
- * The longest a row can keep being retried before it is dead: the sum of the
- * backoff caps of every attempt. `--ensure-stream` uses at least this as the
- * stream's duplicate window, so a re-send after the longest retry is still
- * recognised as a duplicate.
+ * The longest time from a row's first send to its last re-send: the window in
+ * which the stream must still recognise a re-send as a duplicate.
+ * `--ensure-stream` uses at least this as the stream's duplicate window and
+ * `ferry doctor` compares streams with it.
+ *
+ * Before each of the `maxAttempts - 1` re-sends the relay waits, in the worst
+ * case, for the attempt's PubAck until `publishTimeoutMs` (the message may
+ * already be stored when the ack is lost: that is the case the window is for),
+ * then the attempt's backoff cap, then up to one `pollIntervalMs` until the
+ * next claim picks the row up again. Leaving the timeouts out (as before)
+ * understated it by up to 24 x 10 s, about 4 minutes, with the defaults.
  */
-export function retrySpanMs(options: Pick<CompiledRelayOptions, 'maxAttempts' | 'backoffBaseMs' | 'backoffMaxMs'>): number {
+export function retrySpanMs(
+  options: Pick<CompiledRelayOptions, 'maxAttempts' | 'backoffBaseMs' | 'backoffMaxMs' | 'publishTimeoutMs' | 'pollIntervalMs'>,
+): number {
   let total = 0;
   for (let attempt = 1; attempt < options.maxAttempts; attempt++) {
-    total += Math.min(options.backoffMaxMs, options.backoffBaseMs * 2 ** Math.min(attempt - 1, 40));
+    total +=
+      options.publishTimeoutMs +
+      Math.min(options.backoffMaxMs, options.backoffBaseMs * 2 ** Math.min(attempt - 1, 40)) +
+      options.pollIntervalMs;
   }
   return total;
 }
@@ -78,7 +90,9 @@ export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions
     backoffBaseMs: int('backoffBaseMs', options.backoffBaseMs ?? d.backoffBaseMs, 1, 3_600_000),
     backoffMaxMs: int('backoffMaxMs', options.backoffMaxMs ?? d.backoffMaxMs, 1, 86_400_000),
     publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs ?? d.publishTimeoutMs, 100, 600_000),
-    retentionMs: int('retentionMs', options.retentionMs ?? d.retentionMs, 0, 3650 * 86_400_000),
+    // The outbox's retention is stored with it (ferry migrate --retention); a value given here
+    // must match it (checked at start), and 0 is never a retention.
+    retentionMs: options.retentionMs === undefined ? undefined : int('retentionMs', options.retentionMs, 1, 3650 * 86_400_000),
     pruneCron: options.pruneCron ?? d.pruneCron,
     pruneBatchSize: int('pruneBatchSize', options.pruneBatchSize ?? d.pruneBatchSize, 1, 100_000),
     maintenance: options.maintenance ?? d.maintenance,

@@ -1,18 +1,20 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { notifyChannel, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
+import { ConfigError, notifyChannel, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
+import { formatDuration } from './config.js';
 import { Dispatcher } from './dispatcher.js';
 import { NatsUnavailableError } from './errors.js';
 import { Janitor } from './janitor.js';
 import { LaneLeaser } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
 import { Notifier } from './notifier.js';
-import { compileRelayOptions, retrySpanMs } from './relay-options.js';
+import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
+import { readRetentionSql } from './sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
 
 /** Node's TLS certificate verification errors (self-signed, unknown CA, wrong host name, expired). */
@@ -151,6 +153,18 @@ class RelayImpl implements Relay {
         throw err;
       });
     if (!lanes.rows[0]) throw new Error(`schema "${o.schema}" has no lane setting: run ferry migrate --schema ${o.schema} first`);
+    // One retention per outbox: a relay given another one refuses to start rather than
+    // prune by it (one started with --retention 0ms deleted every published row).
+    if (o.retentionMs !== undefined) {
+      const { rows } = await this.#pool.query<{ ms: string }>(readRetentionSql(this.#schemaSql));
+      const stored = rows[0]?.ms;
+      if (stored !== undefined && Number(stored) !== o.retentionMs) {
+        throw new ConfigError(
+          'retentionMs',
+          `this relay was given a retention of ${formatDuration(o.retentionMs)} but the outbox in schema "${o.schema}" keeps published rows ${formatDuration(Number(stored))}, and every instance prunes by that one: leave --retention out, or change it for the outbox with ferry migrate --schema ${o.schema} --retention ${formatDuration(o.retentionMs)}`,
+        );
+      }
+    }
     // noAsyncTraces: nats.js otherwise builds an Error with a stack trace per
     // request to improve async stack traces; profiled at 21% of the relay's
     // CPU, and turning it off drained 1.35-1.75x faster (docs/benchmarks.md).
@@ -188,7 +202,7 @@ class RelayImpl implements Relay {
         schema: o.schema,
         schemaSql: this.#schemaSql,
         applicationName: this.#appName,
-        retentionMs: o.retentionMs,
+        retentionMs: o.retentionMs ?? RELAY_DEFAULTS.retentionMs,
         pruneCron: o.pruneCron,
         pruneBatchSize: o.pruneBatchSize,
         cronMonitorIntervalSeconds: o.cronMonitorIntervalSeconds,
@@ -236,7 +250,8 @@ class RelayImpl implements Relay {
   }
 
   async #ensureStreams(jsm: JetStreamManager): Promise<void> {
-    const windowMs = Math.max(120_000, retrySpanMs(this.#o) + this.#o.publishTimeoutMs * 2);
+    // The retry span already holds every attempt's PubAck timeout; one more covers the last attempt's own.
+    const windowMs = Math.max(120_000, retrySpanMs(this.#o) + this.#o.publishTimeoutMs);
     for (const s of this.#o.ensureStreams) {
       try {
         const info = await jsm.streams.info(s.name);

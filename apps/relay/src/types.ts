@@ -52,7 +52,12 @@ export interface RelayOptions {
   backoffMaxMs?: number;
   /** How long to wait for one PubAck. Default 10000. */
   publishTimeoutMs?: number;
-  /** Published rows older than this are pruned. Default 7 days. */
+  /**
+   * The outbox's retention is stored with it (`ferry migrate --retention`,
+   * default 7 days) and is what the prune job uses, whichever instance runs
+   * it. Given here, it must equal the stored one or `start()` fails with a
+   * `ConfigError`: one retention per outbox. Default: the stored one.
+   */
   retentionMs?: number;
   /** Cron expression of the prune job (pg-boss). Default every 10 minutes. */
   pruneCron?: string;
@@ -75,7 +80,9 @@ export interface RelayOptions {
 }
 
 export type CompiledRelayOptions = Readonly<
-  Required<Omit<RelayOptions, 'logger' | 'nats' | 'lanesPerInstance' | 'ensureStreams'>> & {
+  Required<Omit<RelayOptions, 'logger' | 'nats' | 'lanesPerInstance' | 'ensureStreams' | 'retentionMs'>> & {
+    /** Undefined: the outbox's stored retention, unchecked. */
+    retentionMs: number | undefined;
     nats: ConnectionOptions;
     lanesPerInstance: number | 'auto';
     ensureStreams: readonly EnsureStream[];

@@ -65,6 +65,25 @@ export class ConflictError extends FerryError {
   }
 }
 
+/**
+ * An explicit version that is not above the version already recorded for its
+ * key (a lower one, a repeated one, or one whose event was pruned). Nothing
+ * was written and the caller's transaction is still usable.
+ */
+export class VersionOrderError extends ConflictError {
+  readonly key: string;
+  readonly version: bigint;
+  /** The key's highest version handed out so far. */
+  readonly recorded: bigint;
+  constructor(message: string, options: { eventId: string; key: string; version: bigint; recorded: bigint }) {
+    super(message, { eventId: options.eventId });
+    this.name = 'VersionOrderError';
+    this.key = options.key;
+    this.version = options.version;
+    this.recorded = options.recorded;
+  }
+}
+
 /** The database's Ferry schema cannot be migrated or is newer than this Ferry. */
 export class MigrationError extends FerryError {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -86,6 +105,7 @@ export class ConfigError extends FerryError {
 export const isFerryError = (e: unknown): e is FerryError => e instanceof FerryError;
 export const isValidationError = (e: unknown): e is ValidationError => e instanceof ValidationError;
 export const isConflictError = (e: unknown): e is ConflictError => e instanceof ConflictError;
+export const isVersionOrderError = (e: unknown): e is VersionOrderError => e instanceof VersionOrderError;
 export const isMigrationError = (e: unknown): e is MigrationError => e instanceof MigrationError;
 export const isConfigError = (e: unknown): e is ConfigError => e instanceof ConfigError;
 

@@ -45,7 +45,7 @@ function bossGrants(boss: string, role: string): string[] {
  *
  * - publisher: EXECUTE on the two SECURITY DEFINER publish functions; no table privilege,
  *   so it can append events but neither read nor change outbox rows or key_versions.
- * - relay: read the settings, read/mark/prune outbox rows; DML on `<schema>_boss`.
+ * - relay: read the settings, read/mark/prune outbox rows, keep and forget pruned ids; DML on `<schema>_boss`.
  * - inbox: read/write its version and message tables; DML on its pg-boss schema. The
  *   handlers' own tables are the application's to grant.
  */
@@ -68,6 +68,9 @@ export function grantsSql(options: GrantOptions): string {
     lines.push(
       `GRANT SELECT ON ${s}.settings TO ${role};`,
       `GRANT SELECT, UPDATE, DELETE ON ${s}.outbox TO ${role};`,
+      // The prune job keeps each pruned id here for another retention (outbox migration 000006).
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.published_ids TO ${role};`,
+      `GRANT EXECUTE ON FUNCTION ${s}.event_digest(text, text, text, text, text, bytea, jsonb) TO ${role};`,
       ...bossGrants(boss, role),
     );
   } else {

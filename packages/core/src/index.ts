@@ -5,4 +5,6 @@ export * from './grants.js';
 export * from './identifiers.js';
 export * from './migrate.js';
 export * from './queryable.js';
+export * from './replay-msg-id.js';
+export * from './transaction-guard.js';
 export * from './validate.js';

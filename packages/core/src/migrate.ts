@@ -89,15 +89,30 @@ CREATE TABLE IF NOT EXISTS ${s}.migrations (
 }
 
 /**
- * The whole SQL a DBA can apply by hand: the same statements `migrate` runs,
- * recorded in `<schema>.migrations` so a later `ferry migrate` sees them.
+ * The SQL a DBA can apply by hand: the same statements `migrate` runs for the
+ * migrations after `fromVersion` (default 0: all of them, for a new
+ * database), recorded in `<schema>.migrations` so a later `ferry migrate`
+ * sees them.
  */
-export function migrationSql(options: { schema?: string; set?: MigrationSet; lanes?: number } = {}): string {
+export function migrationSql(options: { schema?: string; set?: MigrationSet; lanes?: number; fromVersion?: number } = {}): string {
   const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
   const set = validateSet(options.set ?? 'outbox');
   const lanes = validateLanes(options.lanes ?? DEFAULT_LANES);
-  const parts = [`-- Ferry ${set} migrations for schema ${schema}`, 'BEGIN;', bookkeepingSql(schema)];
-  for (const m of listMigrations(set)) {
+  const from = options.fromVersion ?? 0;
+  if (!Number.isInteger(from) || from < 0) {
+    throw new ValidationError('fromVersion', `fromVersion must be the version a database is at (0 or more), got ${describeValue(from)}`);
+  }
+  const latest = listMigrations(set).at(-1)?.version ?? 0;
+  if (from > latest) {
+    throw new MigrationError(`${set} version ${from} is newer than this Ferry knows (up to ${latest}): upgrade Ferry`);
+  }
+  const parts = [
+    `-- Ferry ${set} migrations for schema ${schema}, from version ${from} to ${latest}${from === latest ? ': nothing to apply' : ''}`,
+    'BEGIN;',
+    bookkeepingSql(schema),
+  ];
+  // Only what a database at `from` still needs: the earlier ones would fail on it ("relation … already exists").
+  for (const m of listMigrations(set).filter((x) => x.version > from)) {
     parts.push(`-- ${set} ${String(m.version).padStart(6, '0')}_${m.name}`, render(m.template, schema, lanes).trim());
     parts.push(
       `INSERT INTO ${quoteIdentifier(schema)}.migrations (migration_set, version, name) VALUES ('${set}', ${m.version}, '${m.name}') ON CONFLICT DO NOTHING;`,
@@ -125,6 +140,10 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['ferry:migrate', schema]);
+    // Before anything is created or read: another application's migrations/outbox table failed
+    // here on a missing column (exit 1), or on "relation already exists".
+    const foreign = await foreignTables(client, schema);
+    if (foreign.length > 0) throw foreignTablesError(schema, foreign);
     await client.query(bookkeepingSql(schema));
     const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations WHERE migration_set = $1`, [set]);
     const done = new Set(rows.map((r) => r.version));
@@ -172,6 +191,38 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   }
 }
 
+/** Columns that tell Ferry's own tables from same-named ones something else created. */
+const FERRY_COLUMNS: ReadonlyMap<string, readonly string[]> = new Map([
+  ['migrations', ['migration_set', 'version', 'name']],
+  ['outbox', ['seq', 'id', 'key', 'version', 'lane', 'subject', 'published_at', 'dead_at']],
+]);
+
+/**
+ * Tables (or views) named like Ferry's in `schema` that lack Ferry's columns:
+ * another application's `migrations` or `outbox`. Ferry must not touch them
+ * and cannot read them; every command that meets one says so instead of
+ * failing on a missing column.
+ */
+export async function foreignTables(db: Queryable, schema: string): Promise<string[]> {
+  const { rows } = await db.query<{ relname: string; columns: string[] }>(
+    `SELECT c.relname::text AS relname, coalesce(array_agg(a.attname::text) FILTER (WHERE a.attname IS NOT NULL), '{}') AS columns
+       FROM pg_catalog.pg_class c
+       JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+       LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+      WHERE n.nspname = $1 AND c.relname = ANY ($2::text[]) AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+      GROUP BY c.relname ORDER BY c.relname`,
+    [validateIdentifier(schema, 'schema'), [...FERRY_COLUMNS.keys()]],
+  );
+  return rows.filter((r) => !(FERRY_COLUMNS.get(r.relname) ?? []).every((col) => r.columns.includes(col))).map((r) => r.relname);
+}
+
+/** The error for a schema with foreign tables (exit 3 in the CLI). */
+export function foreignTablesError(schema: string, tables: readonly string[]): MigrationError {
+  return new MigrationError(
+    `schema "${schema}" holds tables Ferry did not create (${tables.join(', ')}): Ferry leaves them alone; give Ferry a schema of its own with --schema (e.g. ferry)`,
+  );
+}
+
 /** The set's applied version (0 when never migrated) and the version this Ferry ships. */
 export async function migrationStatus(
   db: Queryable,
@@ -180,6 +231,8 @@ export async function migrationStatus(
   const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
   const set = validateSet(options.set ?? 'outbox');
   const latest = listMigrations(set).at(-1)?.version ?? 0;
+  const foreign = await foreignTables(db, schema);
+  if (foreign.length > 0) throw foreignTablesError(schema, foreign);
   const exists = await db.query<{ t: string | null }>('SELECT to_regclass($1) AS t', [`${quoteIdentifier(schema)}.migrations`]);
   if (!exists.rows[0]?.t) return { current: 0, latest };
   const { rows } = await db.query<{ v: number | null }>(

@@ -1,6 +1,8 @@
 /**
- * The least Ferry needs from a connection: a `pg.PoolClient`, `pg.Client` or
- * `pg.Pool` fits as is; ORMs fit through the publisher's adapters.
+ * The least Ferry needs from a connection: a `pg.PoolClient` or `pg.Client`
+ * fits as is; ORMs fit through the publisher's adapters. The publisher needs
+ * one inside a transaction and refuses a `pg.Pool` (see transaction-guard.ts);
+ * a pool goes to `withTransaction(pool, fn)`.
  */
 export interface Queryable {
   query<R = Record<string, unknown>>(text: string, values?: unknown[]): Promise<{ rows: R[] }>;

@@ -33,6 +33,8 @@ export interface ParkedAdminOptions {
 }
 
 const LIVE_STATES = new Set(['created', 'retry', 'active', 'failed']);
+/** Parked jobs a discard may delete: waiting or failed, not the one the park worker is running. */
+const DISCARDABLE_STATES = new Set(['created', 'retry', 'failed']);
 const PAGE = 1000;
 const MAX_PAGES = 1000;
 const QUEUE = /^ferry\.inbox\.([a-z_][a-z0-9_]{0,62})\.parked$/;
@@ -105,9 +107,15 @@ export async function retryParked(options: ParkedAdminOptions & { ids: string[] 
 }
 
 /**
- * Deletes parked events for good. In `sequential` mode the discarded version
- * counts as skipped, so the key's later events (parked behind it or still to
- * come) can apply. Returns how many were discarded.
+ * Deletes parked events for good. In `sequential` mode the discarded version,
+ * and only it, counts as skipped: the key's later events (parked behind it or
+ * still to come) can apply, and an earlier version still missing applies when
+ * it arrives (it used to be dropped as stale). Returns how many were discarded.
+ *
+ * The key's row lock is taken first: the park worker holds it while it applies
+ * a parked event and completes its job, so the job's state read under it is
+ * final. A completed job is not discarded (its event applied and its parked
+ * count was already taken off); one the worker is running now is refused.
  */
 export async function discardParked(
   options: ParkedAdminOptions & { ids: string[]; pool: ConnectionPool; schema?: string },
@@ -117,16 +125,27 @@ export async function discardParked(
   const queue = parkQueueName(consumer);
   let discarded = 0;
   for (const id of options.ids) {
-    const job = await options.boss.getJobById<ParkedJobData>(queue, id);
-    if (!job) throw new ValidationError('ids', `no parked event ${describeValue(id)} for consumer ${consumer}`);
+    const found = await options.boss.getJobById<ParkedJobData>(queue, id);
+    if (!found) throw new ValidationError('ids', `no parked event ${describeValue(id)} for consumer ${consumer}`);
     await withTransaction(options.pool, async (tx) => {
-      const data = job.data;
-      if (isParkedJobData(data) && data.mode === 'sequential' && data.key !== undefined && data.version !== undefined) {
-        await lockKey(tx, schema, consumer, data.key);
-        await addParked(tx, schema, consumer, data.key, -1);
-        await skipVersion(tx, schema, consumer, data.key, BigInt(data.version));
-      }
       const db: Db = { executeSql: (text, values) => tx.query(text, values) };
+      const data = found.data;
+      const sequential = isParkedJobData(data) && data.mode === 'sequential' && data.key !== undefined && data.version !== undefined;
+      if (sequential) await lockKey(tx, schema, consumer, data.key as string);
+      const job = await options.boss.getJobById<ParkedJobData>(queue, id, { db });
+      if (!job || !DISCARDABLE_STATES.has(job.state)) {
+        if (job?.state === 'active') {
+          throw new ValidationError(
+            'ids',
+            `parked event ${id} is being retried by the park worker right now: discard it again in a moment`,
+          );
+        }
+        return; // applied (completed) or gone meanwhile: nothing to discard, nothing to count
+      }
+      if (sequential) {
+        await addParked(tx, schema, consumer, data.key as string, -1);
+        await skipVersion(tx, schema, consumer, data.key as string, BigInt(data.version as string));
+      }
       const r = await options.boss.deleteJob(queue, id, { db });
       discarded += (r as { affected?: number }).affected ?? 0;
     });

@@ -3,8 +3,10 @@ export {
   type ConnectionPool,
   isConflictError,
   isValidationError,
+  isVersionOrderError,
   type Queryable,
   ValidationError,
+  VersionOrderError,
   withTransaction,
 } from '@ferry/core';
 export { compilePublisherOptions, createPublisher, MAX_BATCH, refusedByPublishFunction } from './outbox-publisher.js';

@@ -5,14 +5,17 @@ import {
   describeValue,
   encodedSize,
   encodeEvent,
-  JSON_CONTENT_TYPE,
   LIMITS,
   notifyChannel,
   type Queryable,
   quoteIdentifier,
+  REPLAY_MSG_ID_EXTRA_BYTES,
+  requireStillInTransaction,
+  requireTransaction,
   SQLSTATE,
   sqlState,
   ValidationError,
+  VersionOrderError,
   validateEventId,
   validateHeaders,
   validateIdentifier,
@@ -23,12 +26,15 @@ import {
   validateVersion,
 } from '@ferry/core';
 import { v7 as uuidv7 } from 'uuid';
+import { encodeData } from './encode-data.js';
 import { insertEventSql, insertEventsSql } from './sql/insert-events.js';
 import type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';
 
 const MIN_PAYLOAD = 1024;
 const MAX_PAYLOAD = 64 * 1024 * 1024;
-const CONTENT_TYPE = /^[a-z0-9][a-z0-9!#$&^_.+-]*\/[a-z0-9][a-z0-9!#$&^_.+-]*(\s*;.*)?$/i;
+/** 0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: the event times both ce-time and PostgreSQL can hold. */
+const MIN_TIME_MS = -62_135_596_800_000;
+const MAX_TIME_MS = 253_402_300_799_999;
 /** Per batch: PostgreSQL accepts at most 65,535 bind values but arrays travel as one value each; this bounds memory. */
 export const MAX_BATCH = 10_000;
 
@@ -77,40 +83,6 @@ interface Prepared {
   time: Date;
 }
 
-function encodeData(data: unknown, contentType: unknown, field: string): { bytes: Buffer; contentType: string } {
-  if (contentType !== undefined && (typeof contentType !== 'string' || !CONTENT_TYPE.test(contentType))) {
-    throw new ValidationError(
-      `${field}.contentType`,
-      `${field}.contentType ${describeValue(contentType)} is not a MIME type such as "application/json"`,
-    );
-  }
-  if (data instanceof Uint8Array) {
-    if (contentType === undefined) {
-      throw new ValidationError(`${field}.contentType`, `${field}.data is bytes: give contentType too, e.g. "application/octet-stream"`);
-    }
-    return { bytes: Buffer.from(data.buffer, data.byteOffset, data.byteLength), contentType: contentType as string };
-  }
-  let text: string | undefined;
-  try {
-    text = JSON.stringify(data);
-  } catch (err) {
-    throw new ValidationError(
-      `${field}.data`,
-      `${field}.data is not JSON-serialisable (${(err as Error).message}); convert it first, e.g. bigint to string`,
-      {
-        cause: err,
-      },
-    );
-  }
-  if (text === undefined) {
-    throw new ValidationError(
-      `${field}.data`,
-      `${field}.data is ${describeValue(data)}, which has no JSON form; pass an object, array, string, number, boolean or null`,
-    );
-  }
-  return { bytes: Buffer.from(text, 'utf8'), contentType: (contentType as string | undefined) ?? JSON_CONTENT_TYPE };
-}
-
 class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   readonly options: Readonly<Required<PublisherOptions>>;
   /** [batch statement, single-event statement], each with its prepared-statement name. */
@@ -154,14 +126,37 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     if (!(time instanceof Date) || Number.isNaN(time.getTime())) {
       throw new ValidationError(`${field}.time`, `${field}.time must be a valid Date, got ${describeValue(input.time)}`);
     }
+    // ce-time is RFC 3339 (four-digit years) and PostgreSQL has no year 0: outside this range
+    // toISOString() gives "-000001-…" or "+010000-…", which reached SQL and aborted the caller's transaction.
+    if (time.getTime() < MIN_TIME_MS || time.getTime() > MAX_TIME_MS) {
+      throw new ValidationError(
+        `${field}.time`,
+        `${field}.time ${time.toISOString()} is outside the years 0001 to 9999 (UTC) that CloudEvents' ce-time and PostgreSQL can both hold; pass a Date in that range or leave time out (now)`,
+      );
+    }
     const { bytes, contentType } = encodeData(input.data, input.contentType, field);
-    const size = encodedSize(
-      encodeEvent({ id, key, version: version ?? 1n, subject, type, source: this.options.source, time, contentType, data: bytes, headers }),
-    );
+    // The wire size of the longest form this event takes: a `ferry replay` copy, whose
+    // Nats-Msg-Id is longer than the event id by REPLAY_MSG_ID_EXTRA_BYTES. Checking the
+    // relay's form only let events within 32 bytes of the limit in that no replay could send.
+    const size =
+      encodedSize(
+        encodeEvent({
+          id,
+          key,
+          version: version ?? 1n,
+          subject,
+          type,
+          source: this.options.source,
+          time,
+          contentType,
+          data: bytes,
+          headers,
+        }),
+      ) + REPLAY_MSG_ID_EXTRA_BYTES;
     if (size > this.options.maxPayloadBytes) {
       throw new ValidationError(
         `${field}.data`,
-        `event ${id} encodes to ${size} bytes, over maxPayloadBytes ${this.options.maxPayloadBytes}: store the payload elsewhere and send a reference, or raise maxPayloadBytes together with the NATS server's max_payload`,
+        `event ${id} encodes to ${size} bytes (as a ferry replay copy, the longest form it takes), over maxPayloadBytes ${this.options.maxPayloadBytes}: store the payload elsewhere and send a reference, or raise maxPayloadBytes together with the NATS server's max_payload`,
       );
     }
     return { id, key, version, subject, type, contentType, data: bytes, headers, time };
@@ -182,6 +177,8 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
         'publish needs the transaction to write in: a pg client inside BEGIN (or fromKysely/fromKnex/fromDrizzle/fromPostgresJs(trx)); use withTransaction(pool, fn) if you have none',
       );
     }
+    // A pool, or a connection with no BEGIN, would commit the event at once: not atomic with the caller's writes.
+    requireTransaction(tx);
     if (!Array.isArray(events)) throw new ValidationError('events', `publishMany needs an array of events, got ${describeValue(events)}`);
     if (events.length === 0) return [];
     if (events.length > MAX_BATCH) {
@@ -190,6 +187,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     const prepared = events.map((e, i) => this.#prepare(e, single ? 'event' : `events[${i}]`));
     const ids = new Set<string>();
     const explicitKeys = new Map<string, boolean>();
+    const lastVersion = new Map<string, bigint>();
     prepared.forEach((p, i) => {
       if (ids.has(p.id))
         throw new ValidationError(`events[${i}].id`, `event id ${p.id} appears twice in one publishMany; give each event its own id`);
@@ -203,6 +201,17 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
         );
       }
       explicitKeys.set(p.key, explicit);
+      if (p.version !== null) {
+        // Stored in array order, so versions that do not increase would be stored out of order.
+        const last = lastVersion.get(p.key);
+        if (last !== undefined && p.version <= last) {
+          throw new ValidationError(
+            `events[${i}].version`,
+            `key ${describeValue(p.key)} has version ${p.version} after version ${last} in one publishMany; give one key's versions in increasing order`,
+          );
+        }
+        lastVersion.set(p.key, p.version);
+      }
     });
 
     const one = prepared.length === 1 ? (prepared[0] as Prepared) : undefined;
@@ -242,9 +251,18 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     } catch (err) {
       throw this.#translate(err, prepared);
     }
+    requireStillInTransaction(tx);
     const byId = new Map<string, PublishResult>();
     for (const r of rows) {
       if (r.id === null) continue; // the notify row
+      if (r.seq === null && !r.existing) {
+        // The functions' version guard (migration 000006): refused, nothing written.
+        const p = prepared.find((x) => x.id === r.id);
+        throw new VersionOrderError(
+          `event ${r.id} has version ${p?.version} but key ${describeValue(p?.key)} has already had version ${r.version}; nothing was written. Publish without a version (the next one is assigned) or with one above ${r.version}`,
+          { eventId: r.id, key: p?.key ?? '', version: p?.version ?? 0n, recorded: BigInt(r.version as string) },
+        );
+      }
       if (!r.same) {
         throw new ConflictError(
           `event id ${r.id} is already in the outbox with other content (key, subject, type, data, headers or version differ); nothing was written. Use a new id for a new event`,

@@ -12,17 +12,27 @@ export type PublishInput<E extends EventMap = EventMap> = {
     key: string;
     /** Event type, e.g. `OrderPlaced`. */
     type: T;
-    /** JSON-serialisable payload, or raw bytes together with `contentType`. */
-    data: E[T] | Uint8Array;
+    /**
+     * JSON-serialisable payload, or raw bytes together with `contentType`: a
+     * Uint8Array/Buffer, any other typed array or DataView (its bytes as laid
+     * out in memory), or an ArrayBuffer. A value JSON would silently change
+     * (a Map, Set, RegExp, Error, nested bytes, NaN, a function) is refused.
+     */
+    data: E[T] | Uint8Array | ArrayBuffer | ArrayBufferView;
     /** MIME type; required for bytes, defaults to `application/json`. */
     contentType?: string;
     /** Event id (UUID). Supply it to make the publish idempotent; default a new UUIDv7. */
     id?: string;
-    /** Explicit per-key version. Default: the next one, assigned in commit order. */
+    /**
+     * Explicit per-key version. Default: the next one, assigned in commit order.
+     * It must be above every version the key has had (also pruned ones), and
+     * increase along one `publishMany`; otherwise `VersionOrderError`
+     * (`FERRY_CONFLICT`) is raised and nothing is written.
+     */
     version?: bigint | number;
     /** Extra headers (not `ce-*`, `Nats-*` or `Content-Type`); `traceparent`/`tracestate` pass through. */
     headers?: Record<string, string>;
-    /** When it happened; default now. */
+    /** When it happened, in the years 0001-9999 UTC (what ce-time and PostgreSQL both hold). Default: now. */
     time?: Date;
   };
 }[keyof E & string];
@@ -42,7 +52,11 @@ export interface PublisherOptions {
   schema?: string;
   /** CloudEvents `source` of every event, e.g. `orders-service`. Required. */
   source: string;
-  /** Largest encoded event (headers + body) accepted. Default 1 MiB, NATS's default `max_payload`. */
+  /**
+   * Largest encoded event (headers + body) accepted, counted in its longest
+   * wire form: a `ferry replay` copy, whose `Nats-Msg-Id` is 32 bytes longer
+   * than the event id. Default 1 MiB, NATS's default `max_payload`.
+   */
   maxPayloadBytes?: number;
   /** NOTIFY the relay at commit (a latency hint). Default false: see docs/benchmarks.md. */
   notify?: boolean;

@@ -1,8 +1,8 @@
-import { createInterface } from 'node:readline/promises';
 import { ConfigError, notifyChannel, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
 import { Command, Option } from 'commander';
 import pg from 'pg';
 import { databaseUrlOption, parseIntIn, resolveDatabaseUrl, schemaOption } from '../config.js';
+import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 
 interface DlqFlags {
@@ -13,6 +13,7 @@ interface DlqFlags {
   key?: string;
   allDead?: boolean;
   yes?: boolean;
+  dryRun?: boolean;
 }
 
 interface DeadRow {
@@ -58,7 +59,17 @@ async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlag
     return;
   }
   const valid = validateIds(ids);
+  // ---- retry/discard confirmation and --dry-run (issue 14): the dead rows among the ids are
+  // shown (--dry-run) or confirmed (a terminal, or --yes) before anything changes.
   const done = await withPool(flags, ctx, async (pool, s) => {
+    const selected = await pool.query<{ id: string }>(
+      `SELECT id::text FROM ${s}.outbox WHERE id = ANY ($1::uuid[]) AND dead_at IS NOT NULL AND published_at IS NULL`,
+      [valid],
+    );
+    if (flags.dryRun) return new Set(selected.rows.map((r) => r.id));
+    if (selected.rows.length > 0 && !flags.yes && !(await confirm(`${action} ${selected.rows.length} dead event(s)`))) {
+      throw new Error('nothing done: not confirmed');
+    }
     const sql =
       action === 'retry'
         ? `UPDATE ${s}.outbox SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'
@@ -71,25 +82,21 @@ async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlag
     return new Set(rows.map((r) => r.id));
   });
   const missing = valid.filter((id) => !done.has(id.toLowerCase()));
-  if (flags.json) ctx.out(JSON.stringify({ [action === 'retry' ? 'retried' : 'discarded']: [...done], notDead: missing }));
-  else {
-    for (const id of done) ctx.out(`${action === 'retry' ? 'retried' : 'discarded'} ${id}`);
+  const verb = flags.dryRun ? `would ${action}` : action === 'retry' ? 'retried' : 'discarded';
+  if (flags.json) {
+    ctx.out(
+      JSON.stringify({
+        [action === 'retry' ? 'retried' : 'discarded']: flags.dryRun ? [] : [...done],
+        notDead: missing,
+        dryRun: Boolean(flags.dryRun),
+        ...(flags.dryRun ? { wouldChange: [...done] } : {}),
+      }),
+    );
+  } else {
+    for (const id of done) ctx.out(`${verb} ${id}`);
     for (const id of missing) ctx.err(`not dead (unknown, already published, or not failed): ${id}`);
   }
   if (missing.length > 0) throw new Error(`${missing.length} of ${valid.length} ids were not dead events`);
-}
-
-/** Asks on the terminal; without one, `--yes` is required. */
-async function confirm(question: string): Promise<boolean> {
-  if (!process.stdin.isTTY || !process.stderr.isTTY) {
-    throw new ConfigError('--yes', `${question}: pass --yes to confirm (there is no terminal to ask on)`);
-  }
-  const rl = createInterface({ input: process.stdin, output: process.stderr });
-  try {
-    return /^y(es)?$/i.test((await rl.question(`${question}? [y/N] `)).trim());
-  } finally {
-    rl.close();
-  }
 }
 
 const SETTLE_SQL = {
@@ -110,6 +117,10 @@ async function settleBulk(action: 'retry' | 'discard', flags: DlqFlags, ctx: Com
     );
     const n = Number(counted.rows[0]?.n ?? 0);
     if (n === 0) return [];
+    if (flags.dryRun) {
+      const { rows } = await pool.query<{ id: string }>(`SELECT id::text FROM ${s}.outbox o WHERE ${where} ORDER BY o.seq`, values);
+      return rows.map((r) => r.id);
+    }
     if (!flags.yes && !(await confirm(`${action} ${n} dead events ${what} (${counted.rows[0]?.keys} keys)`))) {
       throw new Error('nothing done: not confirmed');
     }
@@ -117,9 +128,18 @@ async function settleBulk(action: 'retry' | 'discard', flags: DlqFlags, ctx: Com
     if (rows.length > 0) await pool.query('SELECT pg_notify($1, $2)', [notifyChannel(flags.schema), 'dlq']);
     return rows.map((r) => r.id);
   });
-  const verb = action === 'retry' ? 'retried' : 'discarded';
-  if (flags.json) ctx.out(JSON.stringify({ [verb]: done, notDead: [] }));
-  else if (done.length === 0) ctx.out(`no dead events ${what}`);
+  const verb = flags.dryRun ? `would ${action}` : action === 'retry' ? 'retried' : 'discarded';
+  if (flags.json) {
+    const key = action === 'retry' ? 'retried' : 'discarded';
+    ctx.out(
+      JSON.stringify({
+        [key]: flags.dryRun ? [] : done,
+        notDead: [],
+        dryRun: Boolean(flags.dryRun),
+        ...(flags.dryRun ? { wouldChange: done } : {}),
+      }),
+    );
+  } else if (done.length === 0) ctx.out(`no dead events ${what}`);
   else for (const id of done) ctx.out(`${verb} ${id}`);
 }
 
@@ -230,8 +250,12 @@ export function dlqCommand(ctx: CommandContext): Command {
     common(cmd)
       .addOption(new Option('--key <key>', 'every dead event of this key'))
       .addOption(new Option('--all-dead', 'every dead event'))
-      .addOption(new Option('--yes', 'do not ask for confirmation (--key, --all-dead)'))
-      .addHelpText('after', '\nGive event ids, or --key K, or --all-dead (asks for confirmation on a terminal; elsewhere pass --yes).');
+      .addOption(new Option('--yes', 'do not ask for confirmation'))
+      .addOption(new Option('--dry-run', 'show the dead events it would change, and change nothing'))
+      .addHelpText(
+        'after',
+        '\nGive event ids, or --key K, or --all-dead. It asks for confirmation on a terminal; elsewhere\npass --yes (without it nothing changes, exit 2). --dry-run lists what it would change.',
+      );
   dlq.addCommand(
     bulk(new Command('retry').description('make dead events due again (their keys unblock)'))
       .argument('[ID...]', 'event ids')

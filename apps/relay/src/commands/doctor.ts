@@ -1,8 +1,11 @@
+// ferry doctor: one file because every check shares the findings collector and the flags; past ~400
+// lines, the NATS checks (checkNats, checkConsumer) are the part to move out first.
 import {
   describeValue,
   encodedSize,
   encodeEvent,
   eventFromOutboxRow,
+  foreignTables,
   LIMITS,
   migrationStatus,
   type OutboxEventRow,
@@ -24,6 +27,8 @@ interface DoctorFlags extends OpsNatsFlags {
   maxAttempts: number;
   backoffBaseMs: number;
   backoffMaxMs: number;
+  publishTimeoutMs: number;
+  pollIntervalMs: number;
   maxPayloadBytes: number;
   inboxMaxDeliver: number;
 }
@@ -60,8 +65,10 @@ Checks, each printed with its fix:
   consumer NAME  (--consumer, repeatable) an inbox consumer: pull, explicit ack,
                  max_deliver unlimited (or above the inbox's maxDeliver), ack_wait
 
-Pass the relay's own --max-attempts/--backoff-base-ms/--backoff-max-ms (or the
-same FERRY_* variables) so the retry span is the one your relays use.
+Pass the relay's own --max-attempts/--backoff-base-ms/--backoff-max-ms/
+--publish-timeout-ms/--poll-interval-ms (or the same FERRY_* variables) so the
+retry span is the one your relays use: before each re-send, a PubAck timeout,
+the backoff cap and a poll interval (about 22 minutes with the defaults).
 
 Exit codes:
   0  no problem (warnings do not count)
@@ -98,6 +105,18 @@ export function doctorCommand(ctx: CommandContext): Command {
         .env('FERRY_BACKOFF_MAX_MS')
         .default(d.backoffMaxMs)
         .argParser(parseIntIn(1, 86_400_000)),
+    )
+    .addOption(
+      new Option('--publish-timeout-ms <ms>', "the relay's --publish-timeout-ms")
+        .env('FERRY_PUBLISH_TIMEOUT_MS')
+        .default(d.publishTimeoutMs)
+        .argParser(parseIntIn(100, 600_000)),
+    )
+    .addOption(
+      new Option('--poll-interval-ms <ms>', "the relay's --poll-interval-ms")
+        .env('FERRY_POLL_INTERVAL_MS')
+        .default(d.pollIntervalMs)
+        .argParser(parseIntIn(10, 60_000)),
     )
     .addOption(
       new Option('--max-payload-bytes <n>', "the publisher's maxPayloadBytes")
@@ -193,6 +212,16 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
       'check --database-url / FERRY_DATABASE_URL, the network and the credentials',
     );
     add('migrations', 'skipped', 'PostgreSQL is not reachable');
+    return undefined;
+  }
+  const foreign = await foreignTables(pool, schema);
+  if (foreign.length > 0) {
+    add(
+      'migrations',
+      'problem',
+      `schema "${schema}" holds tables Ferry did not create (${foreign.join(', ')})`,
+      'give Ferry a schema of its own with --schema (e.g. ferry); Ferry leaves those tables alone',
+    );
     return undefined;
   }
   const status = await migrationStatus(pool, { schema, set: 'outbox' });
@@ -292,7 +321,7 @@ async function checkNats(
       add(
         `stream ${name}`,
         'problem',
-        `duplicate window ${fmtMs(windowMs)} is shorter than the relay's retry span ${fmtMs(span)} (--max-attempts ${flags.maxAttempts}, --backoff-base-ms ${flags.backoffBaseMs}, --backoff-max-ms ${flags.backoffMaxMs}): a re-send after a lost PubAck could be stored twice`,
+        `duplicate window ${fmtMs(windowMs)} is shorter than the relay's retry span ${fmtMs(span)} (--max-attempts ${flags.maxAttempts}, --backoff-base-ms ${flags.backoffBaseMs}, --backoff-max-ms ${flags.backoffMaxMs}, --publish-timeout-ms ${flags.publishTimeoutMs}, --poll-interval-ms ${flags.pollIntervalMs}): a re-send after a lost PubAck could be stored twice`,
         `nats stream edit ${name} --dupe-window ${fmtMs(Math.ceil(span / 60_000) * 60_000)} (or lower the relay's --max-attempts)`,
       );
     } else add(`stream ${name}`, 'ok', `duplicate window ${fmtMs(windowMs)} covers the retry span ${fmtMs(span)}`);

@@ -4,6 +4,7 @@ import { Command, Option } from 'commander';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { databaseUrlOption, parseIntIn, parseSchema, resolveDatabaseUrl, schemaOption } from '../config.js';
+import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 
 interface ParkedFlags {
@@ -13,6 +14,8 @@ interface ParkedFlags {
   consumer?: string;
   json?: boolean;
   limit?: number;
+  yes?: boolean;
+  dryRun?: boolean;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -66,6 +69,34 @@ function describeParked(p: ParkedEvent): string[] {
   return lines;
 }
 
+/**
+ * Before `retry` or `discard` changes anything: the named consumer's parked
+ * events among the ids are listed (--dry-run, then nothing changes) or
+ * confirmed (on a terminal; elsewhere --yes is required). Returns false when
+ * the command must stop here.
+ */
+async function confirmParked(
+  action: 'retry' | 'discard',
+  ids: string[],
+  flags: ParkedFlags,
+  ctx: CommandContext,
+  boss: PgBoss,
+): Promise<boolean> {
+  if (flags.consumer === undefined)
+    throw new ValidationError('consumer', 'name the consumer whose parked events to change (--consumer NAME)');
+  if (!flags.dryRun && flags.yes) return true;
+  const wanted = new Set(ids.map((id) => id.toLowerCase()));
+  const found = (await listParked({ boss, consumer: flags.consumer, limit: 100_000 })).filter((p) => wanted.has(p.jobId.toLowerCase()));
+  if (flags.dryRun) {
+    if (flags.json) ctx.out(JSON.stringify({ dryRun: true, [action === 'retry' ? 'wouldRetry' : 'wouldDiscard']: found }));
+    else for (const p of found) for (const line of describeParked(p)) ctx.out(`would ${action} ${line}`);
+    return false;
+  }
+  if (!(await confirm(`${action} ${found.length} parked event(s) of consumer ${flags.consumer}`)))
+    throw new Error('nothing done: not confirmed');
+  return true;
+}
+
 /** `ferry inbox parked list|retry|discard`: the inbox's parked events, in its pg-boss queues. */
 export function inboxCommand(ctx: CommandContext): Command {
   const inbox = new Command('inbox').description('operate inbox consumers: their parked events');
@@ -96,27 +127,41 @@ export function inboxCommand(ctx: CommandContext): Command {
         else for (const r of rows) for (const line of describeParked(r)) ctx.out(line);
       }),
   );
+  const changing = (cmd: Command) =>
+    common(cmd)
+      .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
+      .addOption(new Option('--dry-run', 'list the parked events it would change, and change nothing'));
   parked.addCommand(
-    common(new Command('retry').description('retry parked events now, through the same gate (a failed one unblocks its key)'))
+    changing(new Command('retry').description('retry parked events now, through the same gate (a failed one unblocks its key)'))
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
-        const n = await withBoss(flags, ctx, (boss) =>
-          retryParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid }),
+        const n = await withBoss(flags, ctx, async (boss) =>
+          (await confirmParked('retry', valid, flags, ctx, boss))
+            ? retryParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid })
+            : undefined,
         );
+        if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ retried: n, requested: valid.length }));
         else ctx.out(`retried ${n} of ${valid.length} parked event(s)`);
         if (n < valid.length) throw new Error(`${valid.length - n} of ${valid.length} ids were not failed parked events`);
       }),
   );
   parked.addCommand(
-    common(new Command('discard').description('delete parked events for good; in sequential mode their versions count as skipped'))
+    changing(
+      new Command('discard').description(
+        'delete parked events for good; in sequential mode each discarded version, and only it, counts as skipped (an earlier missing version still applies when it comes)',
+      ),
+    )
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
-        const n = await withBoss(flags, ctx, (boss, pool) =>
-          discardParked({ boss, pool, schema: flags.schema, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid }),
+        const n = await withBoss(flags, ctx, async (boss, pool) =>
+          (await confirmParked('discard', valid, flags, ctx, boss))
+            ? discardParked({ boss, pool, schema: flags.schema, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid })
+            : undefined,
         );
+        if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ discarded: n, requested: valid.length }));
         else ctx.out(`discarded ${n} of ${valid.length} parked event(s)`);
       }),

@@ -3,17 +3,32 @@ import {
   GRANT_TARGETS,
   type GrantTarget,
   grantsSql,
+  listMigrations,
   type MigrationSet,
   migrate,
   migrationSql,
+  migrationStatus,
+  quoteIdentifier,
   validateIdentifier,
 } from '@ferry/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import { databaseUrlOption, parseLanes, parseSchema, redactUrl, resolveDatabaseUrl, schemaOption } from '../config.js';
+import {
+  databaseUrlOption,
+  formatDuration,
+  parseDuration,
+  parseIntIn,
+  parseLanes,
+  parseSchema,
+  redactUrl,
+  resolveDatabaseUrl,
+  schemaOption,
+} from '../config.js';
+import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { bossSchema, PRUNE_QUEUE } from '../janitor.js';
+import { setRetentionSql } from '../sql/retention.js';
 
 function parseRole(value: string): string {
   try {
@@ -56,6 +71,68 @@ interface MigrateFlags {
   for?: GrantTarget;
   boss?: boolean;
   bossSchema?: string;
+  retention?: number;
+  yes?: boolean;
+  fromVersion?: number;
+  dryRun?: boolean;
+}
+
+/** Below this a retention asks for confirmation (or --yes): it deletes recent history at the next prune. */
+const SHORT_RETENTION_MS = 3_600_000;
+
+/** Stores the outbox's one retention, after the checks that keep a slip of the finger from emptying it. */
+async function setRetention(pool: pg.Pool, flags: MigrateFlags, ms: number, ctx: CommandContext): Promise<void> {
+  if (ms === 0) {
+    throw new ConfigError(
+      '--retention',
+      '--retention 0 would make the next prune delete every published row, which ferry replay and idempotent re-publish need: give a duration such as 7d',
+    );
+  }
+  if (ms < SHORT_RETENTION_MS && !flags.yes) {
+    const ok = await confirm(
+      `set the outbox retention of schema "${flags.schema}" to ${formatDuration(ms)}: the next prune deletes every published row older than that`,
+    );
+    if (!ok) throw new Error('nothing done: not confirmed');
+  }
+  await pool.query(setRetentionSql(quoteIdentifier(flags.schema)), [ms]);
+  ctx.err(`outbox retention of schema "${flags.schema}" is now ${formatDuration(ms)} (every relay's prune job uses it)`);
+}
+
+/** `--dry-run`: what `ferry migrate` would do here, changing nothing. */
+async function dryRun(pool: pg.Pool, flags: MigrateFlags, set: MigrationSet, ctx: CommandContext): Promise<void> {
+  const status = await migrationStatus(pool, { schema: flags.schema, set });
+  const pending = listMigrations(set).filter((m) => m.version > status.current);
+  let wouldPrune: number | null = null;
+  if (flags.retention !== undefined && status.current > 0) {
+    const { rows } = await pool.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM ${quoteIdentifier(flags.schema)}.outbox
+        WHERE published_at IS NOT NULL AND published_at < now() - $1::bigint * interval '1 millisecond'`,
+      [flags.retention],
+    );
+    wouldPrune = Number(rows[0]?.n ?? 0);
+  }
+  const report = {
+    dryRun: true,
+    set,
+    schema: flags.schema,
+    current: status.current,
+    wouldApply: pending.map((m) => ({ version: m.version, name: m.name })),
+    ...(flags.retention !== undefined ? { retentionMs: flags.retention, wouldPrune } : {}),
+  };
+  if (flags.json) {
+    ctx.out(JSON.stringify(report));
+    return;
+  }
+  ctx.out(
+    pending.length === 0
+      ? `${set} schema "${flags.schema}" is current (version ${status.current}): nothing to apply`
+      : `would apply ${pending.map((m) => `${m.version} ${m.name}`).join(', ')} to ${set} schema "${flags.schema}"`,
+  );
+  if (flags.retention !== undefined) {
+    ctx.out(
+      `would set the outbox retention to ${formatDuration(flags.retention)}${wouldPrune === null ? '' : `: the next prune would delete ${wouldPrune} published rows`}`,
+    );
+  }
 }
 
 export function migrateCommand(ctx: CommandContext): Command {
@@ -66,7 +143,30 @@ export function migrateCommand(ctx: CommandContext): Command {
     .addOption(new Option('--inbox', 'migrate the consumer side (inbox_versions, inbox_messages) instead of the outbox'))
     .addOption(new Option('--idempotency', 'migrate the request-edge idempotency keys table instead of the outbox'))
     .addOption(new Option('--lanes <n>', 'outbox lanes, fixed by the first migrate (1-1024, default 16)').argParser(parseLanes))
-    .addOption(new Option('--print-sql', 'print the SQL for a DBA to apply by hand, and touch nothing'))
+    .addOption(
+      new Option(
+        '--retention <duration>',
+        "the outbox's retention, one for every relay (e.g. 7d; 0 refused; under 1h asks for confirmation, or --yes)",
+      ).argParser(parseDuration),
+    )
+    .addOption(new Option('--yes', 'do not ask for confirmation (a --retention under 1h)'))
+    .addOption(
+      new Option(
+        '--dry-run',
+        'change nothing: show the migrations the database still needs and, with --retention, how many published rows the next prune would delete',
+      ),
+    )
+    .addOption(
+      new Option(
+        '--print-sql',
+        'print the SQL for a DBA to apply by hand, and touch nothing: what the database (--database-url) still needs, or with --from-version',
+      ),
+    )
+    .addOption(
+      new Option('--from-version <n>', 'with --print-sql: the version the target database is at (0: a new database)').argParser(
+        parseIntIn(0, 1_000_000),
+      ),
+    )
     .addOption(new Option('--json', 'print the result as JSON'))
     .addOption(
       new Option(
@@ -86,7 +186,7 @@ export function migrateCommand(ctx: CommandContext): Command {
     .addOption(new Option('--for <part>', 'the part the role runs (with --print-grants)').choices(GRANT_TARGETS))
     .addHelpText(
       'after',
-      '\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql',
+      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql            (what this database still needs)\n  ferry migrate --print-sql --from-version 0 > new.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql",
     )
     .action(async (flags: MigrateFlags) => {
       const set: MigrationSet = flags.inbox ? 'inbox' : flags.idempotency ? 'idempotency' : 'outbox';
@@ -98,13 +198,38 @@ export function migrateCommand(ctx: CommandContext): Command {
         return;
       }
       if (flags.printSql) {
-        ctx.out(migrationSql({ schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) }));
+        // The versions the target database already has: given, or read from it (printing from the
+        // first migration failed on any migrated database with "relation … already exists").
+        let fromVersion = flags.fromVersion;
+        const hasDatabase = (flags.databaseUrl ?? ctx.env.FERRY_DATABASE_URL ?? ctx.env.DATABASE_URL) !== undefined;
+        if (fromVersion === undefined && !hasDatabase) fromVersion = 0; // no database named: the SQL of a new one
+        if (fromVersion === undefined) {
+          const pool = new pg.Pool({ connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env), max: 1 });
+          try {
+            fromVersion = (await migrationStatus(pool, { schema: flags.schema, set })).current;
+          } catch (err) {
+            throw new Error(
+              `cannot read the migration version of schema "${flags.schema}" (${(err as Error).message}): pass --from-version N (0 for a new database)`,
+              { cause: err },
+            );
+          } finally {
+            await pool.end();
+          }
+        }
+        ctx.out(migrationSql({ schema: flags.schema, set, fromVersion, ...(flags.lanes ? { lanes: flags.lanes } : {}) }));
         return;
       }
       const url = resolveDatabaseUrl(flags.databaseUrl, ctx.env);
       const pool = new pg.Pool({ connectionString: url, max: 1 });
       try {
+        if (flags.retention !== undefined && set !== 'outbox')
+          throw new ConfigError('--retention', "--retention is the outbox's: leave out --inbox/--idempotency");
+        if (flags.dryRun) {
+          await dryRun(pool, flags, set, ctx);
+          return;
+        }
         const result = await migrate({ pool, schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) });
+        if (flags.retention !== undefined) await setRetention(pool, flags, flags.retention, ctx);
         if (flags.boss && set !== 'idempotency') {
           if (set === 'inbox') await installBoss(url, flags.bossSchema ?? INBOX_BOSS_SCHEMA, undefined);
           else await installBoss(url, bossSchema(flags.schema), PRUNE_QUEUE);

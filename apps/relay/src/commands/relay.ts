@@ -40,7 +40,7 @@ export interface RelayFlags extends NatsFlags {
   backoffMaxMs: number;
   publishTimeoutMs: number;
   breakerCooldownMs: number;
-  retention: number;
+  retention?: number;
   pruneCron: string;
   maintenance: boolean;
   httpPort: number;
@@ -131,9 +131,11 @@ export function relayCommand(ctx: CommandContext): Command {
         .argParser(int(10, 600_000)),
     )
     .addOption(
-      new Option('--retention <duration>', 'keep published rows this long, then prune (e.g. 7d, 12h)')
+      new Option(
+        '--retention <duration>',
+        "the outbox's retention (stored with it: ferry migrate --retention, default 7d); given, it must match or the relay does not start",
+      )
         .env('FERRY_RETENTION')
-        .default(d.retentionMs, '7d')
         .argParser(parseDuration),
     )
     .addOption(new Option('--prune-cron <cron>', 'when the prune job runs (cron, UTC)').env('FERRY_PRUNE_CRON').default(d.pruneCron))

@@ -1,10 +1,23 @@
-import { ConfigError, encodeEvent, eventFromOutboxRow, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
+import {
+  ConfigError,
+  encodedSize,
+  encodeEvent,
+  eventFromOutboxRow,
+  type OutboxEventRow,
+  quoteIdentifier,
+  replayMsgIdSuffix,
+} from '@ferry/core';
 import { jetstream } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseIntIn } from '../config.js';
+import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { addDatabaseOptions, addNatsOptions, connectNats, type OpsNatsFlags, opsPool, requireOutbox } from '../ops-options.js';
+import { Progress, type ProgressMode } from './replay-progress.js';
+import { type ReplayFailure, resumeCommands, shellQuote } from './replay-resume.js';
+
+export type { ReplayFailure } from './replay-resume.js';
 
 interface ReplayFlags extends OpsNatsFlags {
   fromSeq?: bigint;
@@ -16,7 +29,9 @@ interface ReplayFlags extends OpsNatsFlags {
   maxInFlight: number;
   publishTimeoutMs: number;
   dryRun?: boolean;
-  progress: 'auto' | 'bar' | 'lines' | 'none';
+  keepGoing?: boolean;
+  yes?: boolean;
+  progress: ProgressMode;
 }
 
 /** The `--json` output of `ferry replay`. */
@@ -31,8 +46,16 @@ export interface ReplayReport {
   msgIdSuffix: string;
   durationMs: number;
   dryRun: boolean;
-  /** The first publish that failed; nothing after it was sent. */
-  failed: { seq: string; id: string; error: string } | null;
+  /** The first publish that failed (lowest seq); none of its key's later events was sent. */
+  failed: ReplayFailure | null;
+  /** Every publish that failed, in seq order (one per key at most). */
+  failures: ReplayFailure[];
+  /** Selected events not sent because of a failure: the failed keys' later events, and all after a stop. */
+  skipped: number;
+  /** Selected events deleted before they were read (pruned after the retention, or discarded). */
+  vanished: number;
+  /** Argument lists (add the connection options) that send exactly the events not sent; empty when none. */
+  resume: string[][];
 }
 
 function parseSeq(value: string): bigint {
@@ -41,10 +64,18 @@ function parseSeq(value: string): bigint {
   return BigInt(value.trim());
 }
 
+/** An ISO 8601 date-time with its zone: Z or an offset. */
+const ZONED_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$/i;
+
 function parseTime(value: string): Date {
-  const d = new Date(value);
-  if (Number.isNaN(d.getTime()) || !/^\d{4}-\d{2}-\d{2}/.test(value.trim())) {
-    throw new InvalidArgumentError(`${JSON.stringify(value)} is not an ISO 8601 time: use e.g. 2026-11-29T21:00:00Z`);
+  const text = value.trim();
+  const d = new Date(text);
+  if (!ZONED_TIME.test(text) || Number.isNaN(d.getTime())) {
+    // Without a zone, JavaScript reads a date-time in the host's local time (and a bare date in
+    // UTC): the same command selected 0 events under TZ=America/New_York and 5 under UTC.
+    throw new InvalidArgumentError(
+      `${JSON.stringify(value)} is not an ISO 8601 time with a zone: use e.g. 2026-11-29T21:00:00Z or 2026-11-29T22:00:00+01:00`,
+    );
   }
   return d;
 }
@@ -53,57 +84,38 @@ const HELP_AFTER = `
 Re-publishes retained (published, not discarded) outbox rows, in seq order, for
 a consumer that lost its data. The filters combine (AND); give at least one.
 --since/--until compare the row's insert time (created_at); --until is exclusive.
+Their times need a zone (2026-11-29T21:00:00Z, or +01:00): one without is
+refused rather than read in the host's local time.
+The run covers the rows selected when it starts (up to the highest seq then).
 
 Each copy carries the original event id in ce-id but a new Nats-Msg-Id
 (<event id>:replay:<run time>), so the stream stores it even inside its
 duplicate window; consumers' inboxes drop the events they already applied.
 Every consumer of the stream sees the copies: scope with --key/--subject-prefix.
-Rows already pruned (older than the relay's --retention) cannot be replayed.
+Rows already pruned (older than the outbox's retention) cannot be replayed.
+
+Keys pipeline (up to --max-in-flight copies), but one key's copies go out one
+at a time: its next copy only after the previous one is acknowledged. When a
+copy fails (over max_payload, rejected, timed out), none of its key's later
+copies is sent and the run stops (with --keep-going: the other keys go on).
+The report then names the failures and prints the exact commands (the same
+filters, narrowed) that send what was not sent, and nothing twice.
+
+It counts the selected events, then asks for confirmation on a terminal;
+elsewhere pass --yes (without it nothing is sent, exit 2). --dry-run only
+counts. An empty --subject-prefix is refused (it would select everything).
 
 Exit codes:
   0  every selected event was replayed (or counted, with --dry-run)
-  1  a publish failed (the report names the first seq not replayed), or a server is unreachable
-  2  bad usage: no filter, an invalid value, --from-seq after --to-seq
+  1  incomplete: a publish failed, or selected rows vanished during the run
+     (pruned or discarded); or a server is unreachable
+  2  bad usage: no filter, an invalid value, --from-seq after --to-seq, no --yes without a terminal
 
 Examples:
-  ferry replay --from-seq 1000 --to-seq 2000
+  ferry replay --from-seq 1000 --to-seq 2000 --dry-run
+  ferry replay --from-seq 1000 --to-seq 2000 --yes
   ferry replay --since 2026-11-29T08:00:00Z --until 2026-11-29T09:00:00Z --subject-prefix orders.
   ferry replay --key order-42 --json`;
-
-/** Progress on a terminal as a redrawn bar, otherwise one plain line per second. */
-class Progress {
-  readonly #mode: 'bar' | 'lines' | 'none';
-  readonly #ctx: CommandContext;
-  readonly #total: number;
-  readonly #started = Date.now();
-  #lastLine = 0;
-
-  constructor(mode: ReplayFlags['progress'], total: number, ctx: CommandContext) {
-    this.#mode = mode === 'auto' ? (process.stderr.isTTY ? 'bar' : 'lines') : mode;
-    this.#total = total;
-    this.#ctx = ctx;
-  }
-
-  update(done: number, final = false): void {
-    if (this.#mode === 'none' || this.#total === 0) return;
-    const now = Date.now();
-    const pct = Math.floor((done / this.#total) * 100);
-    const rate = Math.round(done / Math.max(0.001, (now - this.#started) / 1000));
-    if (this.#mode === 'bar') {
-      if (!final && now - this.#lastLine < 100) return; // redraw at most 10 times a second
-      this.#lastLine = now;
-      const width = 30;
-      const filled = Math.round((done / this.#total) * width);
-      process.stderr.write(`\r[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${pct}% ${done}/${this.#total} ${rate}/s`);
-      if (final) process.stderr.write('\n');
-      return;
-    }
-    if (final || now - this.#lastLine >= 1000) {
-      this.#lastLine = now;
-      this.#ctx.err(`replay: ${done}/${this.#total} (${pct}%) ${rate}/s`);
-    }
-  }
-}
 
 interface Row extends OutboxEventRow {
   seq: string;
@@ -115,8 +127,8 @@ export function replayCommand(ctx: CommandContext): Command {
   )
     .addOption(new Option('--from-seq <seq>', 'first outbox seq (inclusive)').argParser(parseSeq))
     .addOption(new Option('--to-seq <seq>', 'last outbox seq (inclusive)').argParser(parseSeq))
-    .addOption(new Option('--since <time>', 'rows inserted at or after this ISO time').argParser(parseTime))
-    .addOption(new Option('--until <time>', 'rows inserted before this ISO time').argParser(parseTime))
+    .addOption(new Option('--since <time>', 'rows inserted at or after this ISO time, with its zone (Z or +hh:mm)').argParser(parseTime))
+    .addOption(new Option('--until <time>', 'rows inserted before this ISO time, with its zone (Z or +hh:mm)').argParser(parseTime))
     .addOption(new Option('--key <key>', 'only this event key'))
     .addOption(new Option('--subject-prefix <prefix>', 'only subjects starting with this text, e.g. orders.'))
     .addOption(
@@ -128,6 +140,8 @@ export function replayCommand(ctx: CommandContext): Command {
       new Option('--publish-timeout-ms <ms>', 'how long to wait for one PubAck').default(10_000).argParser(parseIntIn(100, 600_000)),
     )
     .addOption(new Option('--dry-run', 'count the selected events and publish nothing'))
+    .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
+    .addOption(new Option('--keep-going', "after a failure, go on with the other keys (the failed key's later events are not sent)"))
     .addOption(
       new Option('--progress <mode>', 'auto: a bar on a terminal, plain lines otherwise (on stderr)')
         .choices(['auto', 'bar', 'lines', 'none'])
@@ -144,6 +158,12 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   }
   if (fromSeq !== undefined && toSeq !== undefined && fromSeq > toSeq) {
     throw new ConfigError('--from-seq', `--from-seq ${fromSeq} is after --to-seq ${toSeq}`);
+  }
+  if (subjectPrefix !== undefined && subjectPrefix.length === 0) {
+    throw new ConfigError(
+      '--subject-prefix',
+      'an empty --subject-prefix selects every subject: give the prefix you mean (e.g. orders.), or --from-seq 1 to replay everything on purpose',
+    );
   }
   if (since && until && since >= until) {
     throw new ConfigError('--since', `--since ${since.toISOString()} is not before --until ${until.toISOString()}`);
@@ -164,16 +184,19 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
 
   const pool = opsPool(flags, ctx, 'ferry-replay');
   const started = Date.now();
-  const stamp = new Date(started).toISOString();
   const report: ReplayReport = {
     matched: 0,
     replayed: 0,
     firstSeq: null,
     lastSeq: null,
-    msgIdSuffix: `:replay:${stamp}`,
+    msgIdSuffix: replayMsgIdSuffix(new Date(started)),
     durationMs: 0,
     dryRun: Boolean(flags.dryRun),
     failed: null,
+    failures: [],
+    skipped: 0,
+    vanished: 0,
+    resume: [],
   };
   try {
     await requireOutbox(pool, flags.schema);
@@ -185,7 +208,12 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
     report.matched = Number(counted.rows[0]?.n ?? 0);
     report.firstSeq = counted.rows[0]?.first ?? null;
     report.lastSeq = counted.rows[0]?.last ?? null;
-    if (!flags.dryRun && report.matched > 0) await publishAll(flags, ctx, pool, `${s}.outbox`, where, values, report);
+    if (!flags.dryRun && report.matched > 0) {
+      // Every consumer of these subjects receives the copies again: asked on a terminal, --yes elsewhere.
+      const question = `replay ${report.matched} events (seq ${report.firstSeq}..${report.lastSeq}) to every consumer of their subjects`;
+      if (!flags.yes && !(await confirm(question))) throw new Error('nothing done: not confirmed');
+      await publishAll(flags, ctx, pool, `${s}.outbox`, where, values, report);
+    }
   } finally {
     await pool.end();
   }
@@ -198,10 +226,23 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
       `replayed ${report.replayed} of ${report.matched} events (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'}) in ${(report.durationMs / 1000).toFixed(1)} s (${rate}/s); Nats-Msg-Id <event id>${report.msgIdSuffix}`,
     );
   }
+  const problems: string[] = [];
   if (report.failed) {
-    throw new Error(
-      `replay stopped at seq ${report.failed.seq} (event ${report.failed.id}): ${report.failed.error}; fix it, then re-run with --from-seq ${report.failed.seq}`,
+    problems.push(
+      `${report.failures.length} publish(es) failed, the first at seq ${report.failed.seq} (event ${report.failed.id}, key ${JSON.stringify(report.failed.key)}): ${report.failed.error}; ${report.skipped} later events were not sent`,
     );
+  }
+  if (report.vanished > 0) {
+    problems.push(
+      `${report.vanished} selected events vanished before they were read (pruned after the retention, or discarded) and were not replayed`,
+    );
+  }
+  if (problems.length > 0) {
+    const hint =
+      report.resume.length > 0
+        ? `; fix it, then send exactly what was not sent with the same connection options: ${report.resume.map((args) => `ferry replay ${args.map(shellQuote).join(' ')}`).join(' ; ')}`
+        : '';
+    throw new Error(`replay incomplete: ${problems.join('; ')}${hint}`);
   }
 }
 
@@ -218,43 +259,93 @@ async function publishAll(
   const js = jetstream(nc, { timeout: flags.publishTimeoutMs });
   const progress = new Progress(flags.progress, report.matched, ctx);
   const inFlight = new Set<Promise<void>>();
-  let failed: ReplayReport['failed'] = null;
+  /** Each key's latest send, settled once its outcome is recorded. */
+  const lastOfKey = new Map<string, Promise<void>>();
+  const failedKeys = new Set<string>();
+  let stop = false;
+  let read = 0;
+  let lastAttempted = 0n;
+  let maxAcked: bigint | null = null;
+  const fail = (row: Row, error: string) => {
+    report.failures.push({ seq: row.seq, id: row.id, key: row.key, error });
+    failedKeys.add(row.key);
+    if (!flags.keepGoing) stop = true;
+  };
+  // The run's upper bound is the last seq counted, so rows published meanwhile do not join it
+  // and every counted row that is not read was deleted during the run (vanished).
+  const upTo = report.lastSeq ?? '0';
   try {
     let cursor = '0';
     const page = 500;
-    pages: while (failed === null) {
+    pages: while (!stop) {
       const { rows } = await pool.query<Row>(
         `SELECT seq::text AS seq, id::text AS id, key, version::text AS version, subject, type, source, content_type, data, headers, occurred_at
-           FROM ${table} o WHERE ${where} AND o.seq > $${values.length + 1}::bigint ORDER BY o.seq LIMIT ${page}`,
-        [...values, cursor],
+           FROM ${table} o WHERE ${where} AND o.seq > $${values.length + 1}::bigint AND o.seq <= $${values.length + 2}::bigint
+          ORDER BY o.seq LIMIT ${page}`,
+        [...values, cursor, upTo],
       );
       for (const row of rows) {
-        if (failed !== null) break pages;
+        read++;
+        // A key's next row goes out only after its previous one is acknowledged: a failure
+        // (refused here, rejected by the server, or timed out) must stop the key's later rows
+        // before they are sent, or they reach the stream ahead of it.
+        const previous = lastOfKey.get(row.key);
+        if (previous) await previous;
+        if (stop) break pages;
+        if (failedKeys.has(row.key)) continue; // --keep-going: this key stopped at its failure
         while (inFlight.size >= flags.maxInFlight) await Promise.race(inFlight);
-        if (failed !== null) break pages;
+        if (stop) break pages;
+        lastAttempted = BigInt(row.seq);
         const event = eventFromOutboxRow(row);
         const encoded = encodeEvent(event, { msgId: `${row.id}${report.msgIdSuffix}` });
+        // Checked here, before sending, on the copy's real wire size (its longer Nats-Msg-Id counted).
+        const size = encodedSize(encoded);
+        const maxPayload = nc.info?.max_payload;
+        if (maxPayload !== undefined && size > maxPayload) {
+          fail(row, `the copy encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`);
+          continue;
+        }
         const h = natsHeaders();
         for (const [name, value] of encoded.headers) h.set(name, value);
         // Sent in seq order on one connection, so the copies reach the stream in seq order.
         const p = js.publish(encoded.subject, encoded.body, { headers: h }).then(
           () => {
             report.replayed++;
+            const seq = BigInt(row.seq);
+            if (maxAcked === null || seq > maxAcked) maxAcked = seq;
             progress.update(report.replayed);
           },
-          (err: Error) => {
-            if (failed === null || BigInt(row.seq) < BigInt(failed.seq)) failed = { seq: row.seq, id: row.id, error: err.message };
-          },
+          (err: Error) => fail(row, err.message),
         );
-        const tracked = p.finally(() => inFlight.delete(tracked));
+        const tracked = p.finally(() => {
+          inFlight.delete(tracked);
+          if (lastOfKey.get(row.key) === tracked) lastOfKey.delete(row.key);
+        });
         inFlight.add(tracked);
+        lastOfKey.set(row.key, tracked);
       }
       if (rows.length < page) break;
       cursor = rows.at(-1)?.seq ?? cursor;
     }
     await Promise.all(inFlight);
     progress.update(report.replayed, true);
-    report.failed = failed;
+    report.failures.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
+    report.failed = report.failures[0] ?? null;
+    if (!stop) report.vanished = Math.max(0, report.matched - read);
+    report.skipped = Math.max(0, report.matched - report.vanished - report.replayed - report.failures.length);
+    report.resume = resumeCommands(
+      {
+        ...(flags.since ? { since: flags.since } : {}),
+        ...(flags.until ? { until: flags.until } : {}),
+        ...(flags.subjectPrefix !== undefined ? { subjectPrefix: flags.subjectPrefix } : {}),
+        ...(flags.key !== undefined ? { key: flags.key } : {}),
+        keepGoing: Boolean(flags.keepGoing),
+        lastSeq: report.lastSeq,
+        failures: report.failures,
+      },
+      lastAttempted,
+      maxAcked,
+    );
   } finally {
     await nc.close();
   }

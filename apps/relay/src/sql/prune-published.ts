@@ -1,10 +1,35 @@
-/** Deletes at most `$2` rows published more than `$1` ms ago, oldest first; one bounded batch. */
+/**
+ * Deletes at most `$2` rows published more than `$1` ms ago, oldest first; one
+ * bounded batch. What recognises each pruned event (id, seq, version, content
+ * digest; not its payload) moves to `published_ids` in the same statement, so
+ * a publish of the same id afterwards is still `existing` (outbox migration
+ * 000006). The row count is the number of rows pruned.
+ */
 export function prunePublishedSql(schema: string): string {
   return `WITH doomed AS (
   SELECT seq FROM ${schema}.outbox
    WHERE published_at IS NOT NULL AND published_at < now() - $1::bigint * interval '1 millisecond'
    ORDER BY published_at
    LIMIT $2
+),
+gone AS (
+  DELETE FROM ${schema}.outbox o USING doomed d WHERE o.seq = d.seq
+  RETURNING o.id, o.seq, o.version,
+            ${schema}.event_digest(o.key, o.subject, o.type, o.source, o.content_type, o.data, o.headers) AS digest
 )
-DELETE FROM ${schema}.outbox o USING doomed d WHERE o.seq = d.seq`;
+INSERT INTO ${schema}.published_ids AS p (id, seq, version, digest)
+SELECT g.id, g.seq, g.version, g.digest FROM gone g
+ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, version = excluded.version, digest = excluded.digest, pruned_at = now()`;
+}
+
+/**
+ * Forgets at most `$2` pruned ids whose rows were pruned more than `$1` ms
+ * ago: an id stays recognised for the retention after its row is gone, so
+ * for at least twice the retention after it was published.
+ */
+export function pruneRecognisedIdsSql(schema: string): string {
+  return `DELETE FROM ${schema}.published_ids p
+ WHERE p.id IN (SELECT t.id FROM ${schema}.published_ids t
+                 WHERE t.pruned_at < now() - $1::bigint * interval '1 millisecond'
+                 ORDER BY t.pruned_at LIMIT $2)`;
 }

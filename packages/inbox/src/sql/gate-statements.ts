@@ -18,6 +18,20 @@ function lastRows<R>(result: unknown): R[] {
 }
 
 /**
+ * `sequential`: record `v`, then move over versions an operator discarded
+ * while an earlier one was missing (inbox migration 000003); the array is
+ * empty for nearly every key, and then this costs one comparison.
+ */
+function advance(schema: string, v: string): string {
+  const t = `${schema}.inbox_versions`;
+  const next = `${schema}.inbox_next_version(${v}, ${t}.skipped)`;
+  return (
+    `version = CASE WHEN ${t}.skipped = '{}' THEN ${v} ELSE ${next} END, ` +
+    `skipped = CASE WHEN ${t}.skipped = '{}' THEN ${t}.skipped ELSE ARRAY(SELECT x FROM unnest(${t}.skipped) AS x WHERE x > ${next}) END`
+  );
+}
+
+/**
  * BEGIN and the version gate as one conditional write, in one round trip: the
  * statement that decides whether the event is new also records its version
  * and takes the row lock, so an applied event writes its version row once and
@@ -61,9 +75,9 @@ export async function beginGate(
   } else if (version === 1n) {
     gate =
       `INSERT INTO ${t} (consumer, key, version) VALUES (${c}, ${k}, 1) ` +
-      `ON CONFLICT (consumer, key) DO UPDATE SET version = 1, applied_at = now() WHERE ${t}.version = 0${parkedOk} RETURNING 1 AS won`;
+      `ON CONFLICT (consumer, key) DO UPDATE SET ${advance(schema, '1')}, applied_at = now() WHERE ${t}.version = 0${parkedOk} RETURNING 1 AS won`;
   } else {
-    gate = `UPDATE ${t} SET version = ${v}, applied_at = now() WHERE ${row} AND version = ${v} - 1${parkedOk} RETURNING 1 AS won`;
+    gate = `UPDATE ${t} SET ${advance(schema, v)}, applied_at = now() WHERE ${row} AND version = ${v} - 1${parkedOk} RETURNING 1 AS won`;
   }
   const result = await tx.query(`BEGIN; ${gate}`);
   return lastRows(result).length > 0;

@@ -9,11 +9,23 @@ export async function addParked(tx: Queryable, schema: string, consumer: string,
   ]);
 }
 
-/** Discarding a parked event in `sequential` mode skips its version, so the key's later events can apply. */
+/**
+ * Discarding a parked event in `sequential` mode skips its version and only
+ * its version: when it is the next one, the recorded version moves to it (and
+ * over versions discarded earlier that follow it); when an earlier version is
+ * still missing, it is remembered in `skipped` and the gate moves over it once
+ * that earlier one applies. The caller holds the row lock.
+ */
 export async function skipVersion(tx: Queryable, schema: string, consumer: string, key: string, version: bigint): Promise<void> {
-  await tx.query(`UPDATE ${schema}.inbox_versions SET version = greatest(version, $3) WHERE consumer = $1 AND key = $2`, [
-    consumer,
-    key,
-    version.toString(),
-  ]);
+  await tx.query(
+    `UPDATE ${schema}.inbox_versions
+        SET version = CASE WHEN version = $3::bigint - 1 THEN ${schema}.inbox_next_version($3::bigint, skipped) ELSE version END,
+            skipped = CASE
+              WHEN version >= $3::bigint THEN skipped
+              WHEN version = $3::bigint - 1 THEN ARRAY(SELECT x FROM unnest(skipped) AS x WHERE x > ${schema}.inbox_next_version($3::bigint, skipped))
+              ELSE ARRAY(SELECT DISTINCT x FROM unnest(skipped || $3::bigint) AS x ORDER BY x)
+            END
+      WHERE consumer = $1 AND key = $2`,
+    [consumer, key, version.toString()],
+  );
 }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { quoteIdentifier } from '@ferry/core';
+import { isValidationError, quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -87,5 +87,30 @@ describe('publisher adapters', () => {
       /abort/,
     );
     assert.deepEqual(await state('dz-2'), { order: 0, events: [] });
+  });
+
+  test('publisher adapters - a Kysely, knex or Drizzle database object (not a transaction) is refused', async () => {
+    const notTx = (err: unknown) => isValidationError(err) && /not inside a transaction/.test(err.message);
+    const kdb = new Kysely<Record<string, { id: string }>>({ dialect: new PostgresDialect({ pool: db.pool }) });
+    assert.throws(() => fromKysely(kdb), notTx);
+    const knex = knexFactory({ client: 'pg', connection: db.url, pool: { min: 0, max: 1 } });
+    try {
+      assert.throws(() => fromKnex(knex), notTx);
+      // A knex transaction that has committed says so: a publish on it is refused.
+      let done: ReturnType<typeof fromKnex> | undefined;
+      await knex.transaction(async (trx) => {
+        done = fromKnex(trx);
+        assert.equal(done.inTransaction?.(), true);
+      });
+      const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+      await assert.rejects(publisher.publish(done as ReturnType<typeof fromKnex>, event('kx-late')), notTx);
+    } finally {
+      await knex.destroy();
+    }
+    assert.throws(() => fromDrizzle(drizzle(db.pool)), notTx);
+    await drizzle(db.pool).transaction(async (tx) => {
+      assert.doesNotThrow(() => fromDrizzle(tx));
+    });
+    assert.deepEqual(await state('kx-late'), { order: 0, events: [] });
   });
 });

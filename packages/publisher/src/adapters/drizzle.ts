@@ -1,4 +1,4 @@
-import { type Queryable, sqlState } from '@ferry/core';
+import { notInTransactionError, type Queryable, sqlState } from '@ferry/core';
 import { type SQL, sql } from 'drizzle-orm';
 import { toArrayLiteral } from './postgres-text.js';
 import { withNodePostgresNames } from './server-error.js';
@@ -6,6 +6,9 @@ import { withNodePostgresNames } from './server-error.js';
 /** The part of a Drizzle transaction Ferry uses. */
 export interface DrizzleLike {
   execute(query: SQL): PromiseLike<unknown>;
+  /** A Drizzle transaction has rollback(); the database object has transaction() but no rollback(). */
+  rollback?: unknown;
+  transaction?: unknown;
 }
 
 /**
@@ -20,6 +23,9 @@ export interface DrizzleLike {
  * });
  */
 export function fromDrizzle(tx: DrizzleLike): Queryable {
+  if (typeof tx.transaction === 'function' && typeof tx.rollback !== 'function') {
+    throw notInTransactionError('fromDrizzle(db): a Drizzle database');
+  }
   return {
     async query<R>(text: string, values: unknown[] = []) {
       // Rebuild the statement from its text and parameters; `sql.param` binds a
