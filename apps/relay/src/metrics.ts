@@ -36,7 +36,7 @@ export class RelayMetrics {
     for (const reason of FAILURE_REASONS) this.failures.inc({ reason }, 0);
     this.batchDuration = new Histogram({
       name: 'ferry_batch_duration_seconds',
-      help: 'From claim to marked, per batch',
+      help: "From claim to marked, per key chain (a key's rows sent one PubAck at a time)",
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers,
     });
