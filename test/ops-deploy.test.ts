@@ -39,6 +39,36 @@ test('deploy - the Grafana dashboard queries only metrics the relay exports, and
   );
 });
 
+const INBOX_METRICS = new Set([...read('packages/inbox/src/metrics.ts').matchAll(/name: '(ferry_inbox_[a-z_]+)'/g)].map((m) => m[1] ?? ''));
+
+test('deploy - the inbox Grafana dashboard queries only metrics the inbox exports, shows every one, and takes the lag gauges with max per consumer', () => {
+  const dash = JSON.parse(read('deploy/grafana/ferry-inbox.json')) as { uid: string; panels: Panel[] };
+  assert.equal(dash.uid, 'ferry-inbox');
+  assert.ok(INBOX_METRICS.size >= 8, 'the inbox metrics were found in metrics.ts');
+  assert.equal(new Set(dash.panels.map((p) => p.id)).size, dash.panels.length, 'panel ids are unique');
+  const used = new Set<string>();
+  for (const p of dash.panels) {
+    assert.ok(p.targets.length > 0, `${p.title} has a query`);
+    for (const t of p.targets) {
+      for (const m of t.expr.matchAll(/ferry_[a-z_]+/g)) {
+        const name = m[0].replace(/_(bucket|sum|count)$/, '');
+        assert.ok(INBOX_METRICS.has(name), `${p.title}: ${m[0]} is not an inbox metric`);
+        used.add(name);
+      }
+      // Every instance of a consumer samples the same JetStream consumer: summing would multiply the lag.
+      for (const gauge of ['ferry_inbox_consumer_pending', 'ferry_inbox_consumer_ack_pending', 'ferry_inbox_consumer_redelivered']) {
+        if (t.expr.includes(gauge)) assert.match(t.expr, new RegExp(`max by \\(consumer\\) \\(${gauge}`), `${p.title}: use max for ${gauge}`);
+      }
+      assert.match(t.expr, /consumer=~"\$consumer"/, `${p.title}: filtered by the consumer variable`);
+    }
+  }
+  assert.deepEqual(
+    [...INBOX_METRICS].filter((m) => !used.has(m)),
+    [],
+    'every inbox metric is on the dashboard',
+  );
+});
+
 test('deploy - the Kubernetes example runs several non-root replicas with /healthz and /readyz probes and the database URL in a Secret', () => {
   const k8s = read('deploy/kubernetes/relay.yaml');
   const docs = k8s.split(/^---$/m);
