@@ -40,7 +40,10 @@ describe('inbox metrics', () => {
     await inbox.start();
     const c = 'consumer="billing"';
     await waitFor(
-      async () => ((await value(registry, `ferry_inbox_consumer_ack_pending{${c}}`)) ?? 0) + ((await value(registry, `ferry_inbox_consumer_pending{${c}}`)) ?? 0) === 20,
+      async () =>
+        ((await value(registry, `ferry_inbox_consumer_ack_pending{${c}}`)) ?? 0) +
+          ((await value(registry, `ferry_inbox_consumer_pending{${c}}`)) ?? 0) ===
+        20,
       { timeoutMs: 10_000, what: 'the lag sample to count the 20 waiting messages' },
     );
     assert.ok(((await value(registry, `ferry_inbox_in_flight{${c}}`)) ?? 0) > 0, 'held messages are in flight');
@@ -57,7 +60,8 @@ describe('inbox metrics', () => {
     });
     await waitFor(
       async () =>
-        (await value(registry, `ferry_inbox_consumer_pending{${c}}`)) === 0 && (await value(registry, `ferry_inbox_consumer_ack_pending{${c}}`)) === 0,
+        (await value(registry, `ferry_inbox_consumer_pending{${c}}`)) === 0 &&
+        (await value(registry, `ferry_inbox_consumer_ack_pending{${c}}`)) === 0,
       { timeoutMs: 10_000, what: 'the lag to fall to zero' },
     );
 
@@ -68,7 +72,11 @@ describe('inbox metrics', () => {
     assert.equal(await value(registry, `ferry_inbox_messages_total{${c},outcome="failed"}`), 0, 'every outcome is exported from the start');
     assert.equal(await value(registry, `ferry_inbox_parked_total{${c},reason="unknown-type"}`), 1);
     assert.equal(await value(registry, `ferry_inbox_parked_total{${c},reason="handler-failed"}`), 0);
-    assert.equal(await value(registry, `ferry_inbox_handler_duration_seconds_count{${c}}`), 20, 'one handler observation per applied message');
+    assert.equal(
+      await value(registry, `ferry_inbox_handler_duration_seconds_count{${c}}`),
+      20,
+      'one handler observation per applied message',
+    );
     assert.equal(await value(registry, `ferry_inbox_gate_to_commit_seconds_count{${c}}`), 20);
     const handlerSum = (await value(registry, `ferry_inbox_handler_duration_seconds_sum{${c}}`)) ?? 0;
     const gateSum = (await value(registry, `ferry_inbox_gate_to_commit_seconds_sum{${c}}`)) ?? 0;

@@ -57,7 +57,8 @@ test('deploy - the inbox Grafana dashboard queries only metrics the inbox export
       }
       // Every instance of a consumer samples the same JetStream consumer: summing would multiply the lag.
       for (const gauge of ['ferry_inbox_consumer_pending', 'ferry_inbox_consumer_ack_pending', 'ferry_inbox_consumer_redelivered']) {
-        if (t.expr.includes(gauge)) assert.match(t.expr, new RegExp(`max by \\(consumer\\) \\(${gauge}`), `${p.title}: use max for ${gauge}`);
+        if (t.expr.includes(gauge))
+          assert.match(t.expr, new RegExp(`max by \\(consumer\\) \\(${gauge}`), `${p.title}: use max for ${gauge}`);
       }
       assert.match(t.expr, /consumer=~"\$consumer"/, `${p.title}: filtered by the consumer variable`);
     }
