@@ -806,6 +806,11 @@ class InboxImpl implements Inbox {
       return false;
     }
     const attempt = next.attempts + 1;
+    return inProcessSpan(event, o.stream, o.consumer, { attempt, via: 'early' }, () => this.#applyEarlyEvent(key, next, event, attempt));
+  }
+
+  async #applyEarlyEvent(key: string, next: ReadyEarly, event: FerryEvent, attempt: number): Promise<boolean> {
+    const o = this.#o;
     const base = { consumer: o.consumer, id: event.id, key: event.key, version: event.version };
     let outcome: GateOutcome;
     try {

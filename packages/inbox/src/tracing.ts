@@ -13,7 +13,7 @@ export interface ProcessSource {
   /** JetStream deliveries of the message (1 for the first), when it came from the stream. */
   deliveries?: number;
   streamSequence?: number;
-  /** `stream`, `park` (the park worker) or `early` (a stored early version). */
+  /** `stream`, `park` (the park worker) or `early` (a stored early version, `sequential` mode). */
   via: 'stream' | 'park' | 'early';
 }
 
