@@ -270,6 +270,32 @@ describe('OpenTelemetry: one trace from the HTTP request to the inbox handler', 
     }
   });
 
+  test('otel - an event published outside any span gets the relay send span as its creation context', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'orders-service' });
+    const client = await db.pool.connect();
+    let id: string;
+    try {
+      await client.query('BEGIN');
+      ({ id } = await publisher.publish(client, {
+        subject: `${stream.prefix}.orders`,
+        key: 'cron-1',
+        type: 'OrderPlaced',
+        data: { id: 1000 },
+      }));
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    const byId = (prefix: string) => named(prefix).filter((x) => x.attributes['messaging.message.id'] === id);
+    await waitFor(() => byId('process ').length === 1, { timeoutMs: 15_000, what: 'the event to be processed' });
+    const send = byId('send ')[0] as ReadableSpan;
+    const process = byId('process ')[0] as ReadableSpan;
+    assert.equal(parentOf(send), undefined, 'the send span starts the trace');
+    assert.equal(process.spanContext().traceId, send.spanContext().traceId);
+    assert.equal(parentOf(process), send.spanContext().spanId, 'process is a child of the send span');
+    assert.equal(process.attributes['ferry.outcome'], 'applied');
+  });
+
   test('otel - a failed send is recorded on its span, with the reason and the attempt', async () => {
     const s = quoteIdentifier(db.schema);
     const publisher = createPublisher({ schema: db.schema, source: 'orders-service' });
