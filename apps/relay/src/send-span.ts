@@ -70,7 +70,7 @@ export class SendSpan {
   /** The row was refused or failed; `failure.reason` is the relay's failure reason (as in `ferry_publish_failures_total`). */
   failed(failure: Classified, err?: unknown): void {
     if (otel) failSpan(otel, this.#span, err ?? new Error(failure.message), failure.reason);
-    this.#span.setAttributes({ [A.outcome]: failure.reason, 'ferry.permanent': failure.permanent });
+    this.#span.setAttributes({ [A.outcome]: failure.reason, [A.permanent]: failure.permanent });
     this.#span.end();
   }
 }

@@ -4,7 +4,7 @@
 // undefined and every caller skips tracing with one comparison. When it is installed but no SDK
 // is registered, the API hands out non-recording spans and Ferry's callers skip the work that only
 // a recording span needs (`span.isRecording()`), so tracing costs nothing measurable either way
-// (bench/publish-overhead.ts, the `otel` rows).
+// (bench/scenarios/otel-overhead.ts).
 //
 // Span names, kinds and attributes follow the OpenTelemetry messaging semantic conventions as
 // published with semantic-conventions v1.30.0 (status Development): operation types `create`
@@ -36,6 +36,10 @@ export const SPAN_ATTRIBUTES = {
   attempt: 'ferry.attempt',
   deliveries: 'ferry.deliveries',
   outcome: 'ferry.outcome',
+  existing: 'ferry.existing',
+  permanent: 'ferry.permanent',
+  via: 'ferry.via',
+  willRetry: 'ferry.will_retry',
   parkReason: 'ferry.park.reason',
 } as const;
 

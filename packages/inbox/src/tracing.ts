@@ -62,7 +62,7 @@ export async function inProcessSpan<T>(
         [A.eventVersion]: event.version.toString(),
         [A.stream]: stream,
         [A.attempt]: source.attempt,
-        'ferry.via': source.via,
+        [A.via]: source.via,
         ...(source.deliveries === undefined ? {} : { [A.deliveries]: source.deliveries }),
         ...(source.streamSequence === undefined ? {} : { [A.streamSequence]: source.streamSequence }),
       },
@@ -93,6 +93,6 @@ export function markOutcome(report: InboxReport): void {
   if (report.kind === 'parked') span.setAttribute(A.parkReason, report.reason);
   if (report.kind === 'failed') {
     failSpan(otel, span, report.error, report.error instanceof Error ? report.error.name : 'Error');
-    span.setAttribute('ferry.will_retry', report.willRetry);
+    span.setAttribute(A.willRetry, report.willRetry);
   }
 }

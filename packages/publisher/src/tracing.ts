@@ -61,7 +61,7 @@ export class CreateSpans {
       const span = this.#spans.get(r.id);
       span?.setAttributes({
         [A.eventVersion]: r.version.toString(),
-        'ferry.existing': r.existing,
+        [A.existing]: r.existing,
         [A.outcome]: r.existing ? 'existing' : 'written',
       });
     }
