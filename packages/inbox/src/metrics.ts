@@ -26,6 +26,13 @@ function shared<T>(registry: Registry, name: string, create: () => T): T {
 }
 
 /**
+ * Per in-flight gauge, how each inbox on it counts its messages: the gauge is
+ * read at scrape time (`collect`), and shared by the registry's inboxes, so it
+ * asks each of them.
+ */
+const inFlightReaders = new WeakMap<Gauge<'consumer'>, Map<string, () => number>>();
+
+/**
  * The inbox's Prometheus metrics in the caller's registry (`createInbox({ metrics })`),
  * named and labelled as the relay's are: `ferry_inbox_*`, a `consumer` label,
  * no label of unbounded values (no key, id or type).
@@ -44,113 +51,58 @@ export class InboxMetrics {
   constructor(registry: Registry, consumer: string, inFlight: () => number) {
     this.#consumer = consumer;
     const registers = [registry];
-    this.#messages = shared(
-      registry,
-      'ferry_inbox_messages_total',
-      () =>
-        new Counter({
-          name: 'ferry_inbox_messages_total',
-          help: 'Messages settled by outcome (applied, stale, duplicate, gap, failed, parked)',
-          labelNames: ['consumer', 'outcome'],
-          registers,
-        }),
+    type Config = { name: string; help: string };
+    const counter = <L extends string>(c: Config, labels: L[]) =>
+      shared(registry, c.name, () => new Counter<L>({ ...c, labelNames: labels, registers }));
+    const histogram = (c: Config) =>
+      shared(registry, c.name, () => new Histogram<'consumer'>({ ...c, labelNames: ['consumer'], buckets: DURATION_BUCKETS, registers }));
+    const gauge = (c: Config) => shared(registry, c.name, () => new Gauge<'consumer'>({ ...c, labelNames: ['consumer'], registers }));
+    this.#messages = counter(
+      { name: 'ferry_inbox_messages_total', help: 'Messages settled by outcome (applied, stale, duplicate, gap, failed, parked)' },
+      ['consumer', 'outcome'],
     );
     for (const outcome of INBOX_OUTCOMES) this.#messages.inc({ consumer, outcome }, 0);
-    this.#parked = shared(
-      registry,
-      'ferry_inbox_parked_total',
-      () =>
-        new Counter({
-          name: 'ferry_inbox_parked_total',
-          help: 'Events sent to the parking lot, by reason',
-          labelNames: ['consumer', 'reason'],
-          registers,
-        }),
-    );
+    this.#parked = counter({ name: 'ferry_inbox_parked_total', help: 'Events sent to the parking lot, by reason' }, ['consumer', 'reason']);
     for (const reason of PARK_REASONS) this.#parked.inc({ consumer, reason }, 0);
-    this.#handler = shared(
-      registry,
-      'ferry_inbox_handler_duration_seconds',
-      () =>
-        new Histogram({
-          name: 'ferry_inbox_handler_duration_seconds',
-          help: "The handler's own run time, per applied message",
-          labelNames: ['consumer'],
-          buckets: DURATION_BUCKETS,
-          registers,
-        }),
-    );
-    this.#gateToCommit = shared(
-      registry,
-      'ferry_inbox_gate_to_commit_seconds',
-      () =>
-        new Histogram({
-          name: 'ferry_inbox_gate_to_commit_seconds',
-          help: 'From BEGIN and the version gate to COMMIT, per applied message (the time the key row lock is held)',
-          labelNames: ['consumer'],
-          buckets: DURATION_BUCKETS,
-          registers,
-        }),
-    );
+    this.#handler = histogram({ name: 'ferry_inbox_handler_duration_seconds', help: "The handler's own run time, per applied message" });
+    this.#gateToCommit = histogram({
+      name: 'ferry_inbox_gate_to_commit_seconds',
+      help: 'From BEGIN and the version gate to COMMIT, per applied message (the time the key row lock is held)',
+    });
     this.#inFlight = shared(
       registry,
       'ferry_inbox_in_flight',
       () =>
-        new Gauge({
+        new Gauge<'consumer'>({
           name: 'ferry_inbox_in_flight',
           help: 'Messages received and not yet settled (queued behind their key or running)',
           labelNames: ['consumer'],
           registers,
+          collect() {
+            for (const [c, read] of inFlightReaders.get(this) ?? []) this.set({ consumer: c }, read());
+          },
         }),
     );
-    this.#pending = shared(
-      registry,
-      'ferry_inbox_consumer_pending',
-      () =>
-        new Gauge({
-          name: 'ferry_inbox_consumer_pending',
-          help: 'JetStream consumer num_pending: stream messages not yet delivered (the lag), sampled',
-          labelNames: ['consumer'],
-          registers,
-        }),
-    );
-    this.#ackPending = shared(
-      registry,
-      'ferry_inbox_consumer_ack_pending',
-      () =>
-        new Gauge({
-          name: 'ferry_inbox_consumer_ack_pending',
-          help: 'JetStream consumer num_ack_pending: delivered, not yet acknowledged, sampled',
-          labelNames: ['consumer'],
-          registers,
-        }),
-    );
-    this.#redelivered = shared(
-      registry,
-      'ferry_inbox_consumer_redelivered',
-      () =>
-        new Gauge({
-          name: 'ferry_inbox_consumer_redelivered',
-          help: 'JetStream consumer num_redelivered: delivered more than once, not yet acknowledged, sampled',
-          labelNames: ['consumer'],
-          registers,
-        }),
-    );
-    this.#inFlightNow = () => this.#inFlight.set({ consumer }, inFlight());
+    const readers = inFlightReaders.get(this.#inFlight) ?? new Map<string, () => number>();
+    inFlightReaders.set(this.#inFlight, readers.set(consumer, inFlight));
+    this.#pending = gauge({
+      name: 'ferry_inbox_consumer_pending',
+      help: 'JetStream consumer num_pending: stream messages not yet delivered (the lag), sampled',
+    });
+    this.#ackPending = gauge({
+      name: 'ferry_inbox_consumer_ack_pending',
+      help: 'JetStream consumer num_ack_pending: delivered, not yet acknowledged, sampled',
+    });
+    this.#redelivered = gauge({
+      name: 'ferry_inbox_consumer_redelivered',
+      help: 'JetStream consumer num_redelivered: delivered more than once, not yet acknowledged, sampled',
+    });
   }
-
-  /**
-   * Sets the in-flight gauge from this inbox's scheduler. Called on every
-   * report and every lag sample: the gauge is shared by the registry's
-   * inboxes, so a scrape-time `collect` could not tell them apart.
-   */
-  readonly #inFlightNow: () => void;
 
   /** Counts a report (called for every `onEvent` report). */
   observe(report: InboxReport): void {
     this.#messages.inc({ consumer: this.#consumer, outcome: report.kind });
     if (report.kind === 'parked') this.#parked.inc({ consumer: this.#consumer, reason: report.reason });
-    this.#inFlightNow();
   }
 
   handler(ms: number): void {
@@ -166,11 +118,11 @@ export class InboxMetrics {
     this.#pending.set(labels, lag.pending);
     this.#ackPending.set(labels, lag.ackPending);
     this.#redelivered.set(labels, lag.redelivered);
-    this.#inFlightNow();
   }
 
-  /** Drops this consumer's sampled series once it stops: a stopped inbox has no lag to report. */
+  /** Drops this consumer's gauges once it stops: a stopped inbox has no lag or in-flight messages to report. */
   remove(): void {
+    inFlightReaders.get(this.#inFlight)?.delete(this.#consumer);
     for (const g of [this.#pending, this.#ackPending, this.#redelivered, this.#inFlight]) g.remove({ consumer: this.#consumer });
   }
 }
