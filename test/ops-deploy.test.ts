@@ -12,9 +12,14 @@ interface Panel {
   targets: Array<{ expr: string }>;
 }
 
-test('deploy - the Grafana dashboard queries only metrics the relay exports, and aggregates the database gauges with max', () => {
-  const dash = JSON.parse(read('deploy/grafana/ferry-relay.json')) as { uid: string; panels: Panel[] };
-  assert.equal(dash.uid, 'ferry-relay');
+/**
+ * Checks a dashboard: its uid, unique panel ids, a query on every panel, only
+ * metrics `metrics` holds (histograms by their _bucket/_sum/_count series),
+ * every one of them shown, and `check` on every query.
+ */
+function checkDashboard(file: string, uid: string, metrics: Set<string>, part: string, check: (title: string, expr: string) => void): void {
+  const dash = JSON.parse(read(file)) as { uid: string; panels: Panel[] };
+  assert.equal(dash.uid, uid);
   assert.ok(dash.panels.length >= 8);
   assert.equal(new Set(dash.panels.map((p) => p.id)).size, dash.panels.length, 'panel ids are unique');
   const used = new Set<string>();
@@ -23,20 +28,38 @@ test('deploy - the Grafana dashboard queries only metrics the relay exports, and
     for (const t of p.targets) {
       for (const m of t.expr.matchAll(/ferry_[a-z_]+/g)) {
         const name = m[0].replace(/_(bucket|sum|count)$/, '');
-        assert.ok(METRICS.has(name), `${p.title}: ${m[0]} is not a relay metric`);
+        assert.ok(metrics.has(name), `${p.title}: ${m[0]} is not a ${part} metric`);
         used.add(name);
       }
-      for (const gauge of ['ferry_outbox_backlog', 'ferry_outbox_oldest_pending_seconds', 'ferry_dead_events']) {
-        if (t.expr.includes(gauge))
-          assert.match(t.expr, new RegExp(`max\\(${gauge}`), `${p.title}: every instance reports ${gauge}; use max`);
-      }
+      check(p.title, t.expr);
     }
   }
   assert.deepEqual(
-    [...METRICS].filter((m) => !used.has(m)),
+    [...metrics].filter((m) => !used.has(m)),
     [],
-    'every relay metric is on the dashboard',
+    `every ${part} metric is on the dashboard`,
   );
+}
+
+test('deploy - the Grafana dashboard queries only metrics the relay exports, and aggregates the database gauges with max', () => {
+  checkDashboard('deploy/grafana/ferry-relay.json', 'ferry-relay', METRICS, 'relay', (title, expr) => {
+    for (const gauge of ['ferry_outbox_backlog', 'ferry_outbox_oldest_pending_seconds', 'ferry_dead_events']) {
+      if (expr.includes(gauge)) assert.match(expr, new RegExp(`max\\(${gauge}`), `${title}: every instance reports ${gauge}; use max`);
+    }
+  });
+});
+
+const INBOX_METRICS = new Set([...read('packages/inbox/src/metrics.ts').matchAll(/name: '(ferry_inbox_[a-z_]+)'/g)].map((m) => m[1] ?? ''));
+
+test('deploy - the inbox Grafana dashboard queries only metrics the inbox exports, shows every one, and takes the lag gauges with max per consumer', () => {
+  assert.ok(INBOX_METRICS.size >= 8, 'the inbox metrics were found in metrics.ts');
+  checkDashboard('deploy/grafana/ferry-inbox.json', 'ferry-inbox', INBOX_METRICS, 'inbox', (title, expr) => {
+    // Every instance of a consumer samples the same JetStream consumer: summing would multiply the lag.
+    for (const gauge of ['ferry_inbox_consumer_pending', 'ferry_inbox_consumer_ack_pending', 'ferry_inbox_consumer_redelivered']) {
+      if (expr.includes(gauge)) assert.match(expr, new RegExp(`max by \\(consumer\\) \\(${gauge}`), `${title}: use max for ${gauge}`);
+    }
+    assert.match(expr, /consumer=~"\$consumer"/, `${title}: filtered by the consumer variable`);
+  });
 });
 
 test('deploy - the Kubernetes example runs several non-root replicas with /healthz and /readyz probes and the database URL in a Secret', () => {

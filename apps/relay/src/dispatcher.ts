@@ -10,6 +10,7 @@ import type { LaneLeaser } from './lane-leaser.js';
 import { Marker } from './marker.js';
 import type { RelayMetrics } from './metrics.js';
 import { backoffDelayMs } from './relay-options.js';
+import { SendSpan } from './send-span.js';
 import { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
 import { claimKeyRowsSql } from './sql/claim-key-rows.js';
 import { markFailedSql } from './sql/mark-failed.js';
@@ -414,25 +415,32 @@ export class Dispatcher {
 
   async #publishOne(row: ClaimedRow): Promise<Outcome> {
     const maxPayload = this.#d.maxPayload();
+    const span = SendSpan.start(row); // tracing: undefined unless an OpenTelemetry SDK records
     try {
-      const encoded = encodeEvent(eventFromOutboxRow(row));
+      const event = eventFromOutboxRow(row);
+      const encoded = encodeEvent(span ? { ...event, headers: span.headers(event.headers) } : event);
       const size = encodedSize(encoded);
       if (maxPayload !== undefined && size > maxPayload) {
-        return {
+        const refused: Outcome = {
           ok: false,
           reason: 'max_payload',
           permanent: true,
           transport: false,
           message: `the event encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`,
         };
+        span?.failed(refused);
+        return refused;
       }
       const h = natsHeaders();
       for (const [name, value] of encoded.headers) h.set(name, value);
       // A PubAck with duplicate: true means JetStream already holds this id: success as well.
-      await this.#d.js.publish(encoded.subject, encoded.body, { headers: h, timeout: this.#d.options.publishTimeoutMs });
+      const ack = await this.#d.js.publish(encoded.subject, encoded.body, { headers: h, timeout: this.#d.options.publishTimeoutMs });
+      span?.acked(ack);
       return { ok: true, ackAt: Date.now() };
     } catch (err) {
-      return { ok: false, ...classifyPublishError(err) };
+      const failure = classifyPublishError(err);
+      span?.failed(failure, err);
+      return { ok: false, ...failure };
     }
   }
 

@@ -35,6 +35,7 @@ import {
 import { type Db, type Job, PgBoss } from 'pg-boss';
 import { ConsumerMismatchError, PoisonMessageError } from './errors.js';
 import { KeyScheduler } from './key-scheduler.js';
+import { InboxMetrics, startLagSampler } from './metrics.js';
 import { type CompiledInboxOptions, compileInboxOptions, parkQueueName, pruneQueueName } from './options.js';
 import { decodeParked, isParkedJobData, type ParkedJobData, parkKey } from './parked-job.js';
 import {
@@ -51,6 +52,7 @@ import { beginAndRecordMessage, beginGate, readKeyRow } from './sql/gate-stateme
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { pruneMessages } from './sql/prune-messages.js';
+import { inProcessSpan, markOutcome } from './tracing.js';
 import type {
   EventMap,
   Handler,
@@ -59,6 +61,7 @@ import type {
   InboxCounts,
   InboxEvent,
   InboxOptions,
+  InboxReport,
   InboxState,
   ParkReason,
   TxBoss,
@@ -112,6 +115,15 @@ function txDb(tx: Queryable): Db {
   return { executeSql: (text, values) => tx.query(text, values) };
 }
 
+/** Every report also counts in the metrics and sets the outcome on its process span (tracing.ts), before the caller's hook. */
+function observed(onEvent: (report: InboxReport) => void, metrics: InboxMetrics | undefined): (report: InboxReport) => void {
+  return (report) => {
+    metrics?.observe(report);
+    markOutcome(report);
+    onEvent(report);
+  };
+}
+
 class InboxImpl implements Inbox {
   readonly #o: CompiledInboxOptions;
   /** The quoted schema, escaped once. */
@@ -135,12 +147,15 @@ class InboxImpl implements Inbox {
   readonly #earlyQueued = new Set<string>();
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<void> | undefined;
+  readonly #metrics: InboxMetrics | undefined;
+  #stopLagSampler: (() => void) | undefined;
 
   constructor(options: CompiledInboxOptions) {
-    this.#o = options;
     this.#s = quoteIdentifier(options.schema);
     this.parkQueue = parkQueueName(options.consumer);
     this.#scheduler = new KeyScheduler(options.concurrency, (err) => this.#o.logger.error({ err }, 'inbox task failed unexpectedly'));
+    this.#metrics = options.metrics ? new InboxMetrics(options.metrics, options.consumer, () => this.#scheduler.size) : undefined;
+    this.#o = Object.freeze({ ...options, onEvent: observed(options.onEvent, this.#metrics) });
   }
 
   get consumer(): string {
@@ -180,6 +195,15 @@ class InboxImpl implements Inbox {
     // about 10 s instead of 30 s; an idle consumer sends one pull per 10 s.
     this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256), expires: 10_000 });
     this.#loop = this.#consumeLoop(this.#messages);
+    if (this.#metrics) {
+      const jsm = await jetstreamManager(o.nc, { checkAPI: false });
+      this.#stopLagSampler = startLagSampler(
+        this.#metrics,
+        () => jsm.consumers.info(o.stream, o.consumer),
+        o.lagSampleIntervalMs,
+        o.logger,
+      );
+    }
     if (o.mode === 'sequential' && o.gapTimeoutMs > 0) {
       // Stored early versions are looked at every quarter of the gap timeout, at least every second.
       const every = Math.min(1_000, Math.max(100, Math.floor(o.gapTimeoutMs / 4)));
@@ -212,6 +236,7 @@ class InboxImpl implements Inbox {
     };
     // Stop intake: the iterator yields what it already buffered (naked below), then ends.
     clearInterval(this.#sweepTimer);
+    this.#stopLagSampler?.();
     await step('stop consuming', () => this.#messages?.stop());
     await step('early-version sweep', () => this.#sweeping);
     await step('consume loop', () => this.#loop);
@@ -398,6 +423,7 @@ class InboxImpl implements Inbox {
   async #gate(event: FerryEvent, attempt: number, fromPark: boolean, more: GateOptions = {}): Promise<GateOutcome> {
     const o = this.#o;
     const { beforeCommit, commitWith, early } = more;
+    const gateStarted = performance.now();
     const client = await o.pool.connect();
     const release = guardConnection(client);
     let broken: Error | undefined;
@@ -468,8 +494,12 @@ class InboxImpl implements Inbox {
       const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
       const ctx: HandlerContext = { tx: client, boss: this.#txBoss(client), consumer: o.consumer, attempt };
       await prepared.handler(inboxEvent, ctx);
+      const handled = performance.now();
       await end('COMMIT');
-      return { kind: 'applied', durationMs: performance.now() - started };
+      const committed = performance.now();
+      this.#metrics?.handler(handled - started);
+      this.#metrics?.gateToCommit(committed - gateStarted);
+      return { kind: 'applied', durationMs: committed - started };
     } catch (err) {
       if (open) {
         try {
@@ -555,6 +585,14 @@ class InboxImpl implements Inbox {
     }
     const tracked = this.#tracked.get(seq);
     const attempt = Math.max(1, m.info.deliveryCount - (tracked?.gapNaks ?? 0));
+    const source = { attempt, deliveries: m.info.deliveryCount, streamSequence: seq, via: 'stream' as const };
+    await inProcessSpan(event, o.stream, o.consumer, source, () => this.#settle(m, event, attempt));
+  }
+
+  /** Gate → handler → COMMIT of a decoded stream message, then its ack, nak or park. */
+  async #settle(m: JsMsg, event: FerryEvent, attempt: number): Promise<void> {
+    const o = this.#o;
+    const seq = m.info.streamSequence;
     let outcome: GateOutcome;
     try {
       const early = o.mode === 'sequential' && o.gapTimeoutMs > 0 ? () => this.#messageData(m, event, 'gap-timeout', '') : undefined;
@@ -768,6 +806,11 @@ class InboxImpl implements Inbox {
       return false;
     }
     const attempt = next.attempts + 1;
+    return inProcessSpan(event, o.stream, o.consumer, { attempt, via: 'early' }, () => this.#applyEarlyEvent(key, next, event, attempt));
+  }
+
+  async #applyEarlyEvent(key: string, next: ReadyEarly, event: FerryEvent, attempt: number): Promise<boolean> {
+    const o = this.#o;
     const base = { consumer: o.consumer, id: event.id, key: event.key, version: event.version };
     let outcome: GateOutcome;
     try {
@@ -867,6 +910,11 @@ class InboxImpl implements Inbox {
     if (!isParkedJobData(job.data)) throw new PoisonMessageError('undecodable-headers', `parked job ${job.id} is not a Ferry parked event`);
     const event = decodeParked(job.data);
     const attempt = job.retryCount + 1;
+    await inProcessSpan(event, o.stream, o.consumer, { attempt, via: 'park' }, () => this.#retryParkedEvent(job, event, attempt, boss));
+  }
+
+  async #retryParkedEvent(job: Job<ParkedJobData>, event: FerryEvent, attempt: number, boss: PgBoss): Promise<void> {
+    const o = this.#o;
     const outcome = await this.#gate(event, attempt, true, {
       beforeCommit: async (tx) => {
         if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, -1);

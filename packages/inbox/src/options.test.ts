@@ -24,6 +24,8 @@ test('inbox options - defaults are applied once into a frozen object with units 
   assert.deepEqual(o.backoffMs, [1_000, 5_000, 30_000]);
   assert.equal(o.schema, 'ferry');
   assert.equal(o.filterSubject, undefined);
+  assert.equal(o.metrics, undefined, 'no metrics unless a registry is given');
+  assert.equal(o.lagSampleIntervalMs, 5_000);
 });
 
 test('inbox options - an invalid option fails at construction naming the option and the accepted range', () => {
@@ -36,6 +38,8 @@ test('inbox options - an invalid option fails at construction naming the option 
     [{ stream: 'a.b' }, 'stream', /stream name/],
     [{ filterSubjects: ['a.>', 'b.>'] }, 'filterSubjects', /one filter subject/],
     [{ handlers: { X: 'nope' } as never }, 'handlers.X', /must be a function/],
+    [{ metrics: { metrics: () => '' } as never }, 'metrics', /prom-client Registry/],
+    [{ lagSampleIntervalMs: 10 }, 'lagSampleIntervalMs', /from 100 to 600000/],
   ];
   for (const [patch, field, message] of cases) {
     assert.throws(

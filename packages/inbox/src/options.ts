@@ -1,6 +1,7 @@
 import { type ConnectionPool, DEFAULT_SCHEMA, describeValue, ValidationError, validateIdentifier } from '@ferry/core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss } from 'pg-boss';
+import type { Registry } from 'prom-client';
 import { type EventMap, type Handler, INBOX_MODES, type InboxMode, type InboxOptions, type InboxReport, type Logger } from './types.js';
 
 /** Every default in one place. */
@@ -18,6 +19,7 @@ export const INBOX_DEFAULTS = {
   parkPollIntervalMs: 2_000,
   parkRetryLimit: 3,
   parkRetryDelayMs: 1_000,
+  lagSampleIntervalMs: 5_000,
 } as const;
 
 export interface CompiledInboxOptions {
@@ -47,6 +49,9 @@ export interface CompiledInboxOptions {
   readonly parkRetryDelayMs: number;
   readonly logger: Logger;
   readonly onEvent: (report: InboxReport) => void;
+  /** The caller's prom-client registry, or `undefined` for no metrics. */
+  readonly metrics: Registry | undefined;
+  readonly lagSampleIntervalMs: number;
 }
 
 const noop = () => {};
@@ -121,6 +126,19 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
   if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
     throw new ValidationError('onEvent', 'onEvent must be a function');
   }
+  const metrics = options.metrics;
+  if (
+    metrics !== undefined &&
+    (typeof metrics !== 'object' ||
+      metrics === null ||
+      typeof metrics.getSingleMetric !== 'function' ||
+      typeof metrics.registerMetric !== 'function')
+  ) {
+    throw new ValidationError(
+      'metrics',
+      `metrics must be a prom-client Registry (new Registry() or register), got ${describeValue(metrics)}`,
+    );
+  }
   const logger = options.logger ?? SILENT_LOGGER;
   const userOnEvent = options.onEvent;
   const concurrency = int(options.concurrency, 'concurrency', 1, 1024, INBOX_DEFAULTS.concurrency);
@@ -150,6 +168,8 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     parkRetryDelayMs: int(options.parkRetryDelayMs, 'parkRetryDelayMs', 1_000, 3_600_000, INBOX_DEFAULTS.parkRetryDelayMs),
     logger,
     onEvent: userOnEvent ? guardOnEvent(userOnEvent, logger) : noop,
+    metrics,
+    lagSampleIntervalMs: int(options.lagSampleIntervalMs, 'lagSampleIntervalMs', 100, 600_000, INBOX_DEFAULTS.lagSampleIntervalMs),
   });
 }
 

@@ -1,6 +1,7 @@
 import type { ConnectionPool, FerryEvent, Queryable } from '@ferry/core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss, SendOptions } from 'pg-boss';
+import type { Registry } from 'prom-client';
 
 /** Event type → payload shape, e.g. `{ OrderPlaced: { id: string; total: number } }`. */
 export type EventMap = Record<string, unknown>;
@@ -132,6 +133,19 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   parkRetryDelayMs?: number;
   logger?: Logger;
   onEvent?: (report: InboxReport) => void;
+  /**
+   * A prom-client registry to export the inbox's metrics in (`ferry_inbox_*`,
+   * labelled by `consumer`; several inboxes may share one registry). Default:
+   * no metrics.
+   *
+   * @example
+   * import { Registry } from 'prom-client';
+   * const registry = new Registry();
+   * createInbox({ ..., metrics: registry }); // serve registry.metrics() on /metrics
+   */
+  metrics?: Registry;
+  /** How often the consumer's pending/ack-pending counts are read from JetStream for the metrics, in ms. Default 5 000. */
+  lagSampleIntervalMs?: number;
 }
 
 export type InboxState = 'idle' | 'starting' | 'running' | 'draining' | 'stopped' | 'failed';

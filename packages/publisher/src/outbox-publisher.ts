@@ -28,6 +28,7 @@ import {
 import { v7 as uuidv7 } from 'uuid';
 import { encodeData } from './encode-data.js';
 import { insertEventSql, insertEventsSql } from './sql/insert-events.js';
+import { type CreateSpans, withCreateSpans } from './tracing.js';
 import type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';
 
 const MIN_PAYLOAD = 1024;
@@ -112,7 +113,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     return tx.query(statement.text, values);
   }
 
-  #prepare(input: PublishInput<E>, field: string): Prepared {
+  #prepare(input: PublishInput<E>, field: string, spans?: CreateSpans): Prepared {
     if (typeof input !== 'object' || input === null) {
       throw new ValidationError(field, `${field} must be an event object with subject, key, type and data, got ${describeValue(input)}`);
     }
@@ -121,7 +122,9 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     const type = validateType(input.type, `${field}.type`);
     const id = input.id === undefined ? uuidv7() : validateEventId(input.id, `${field}.id`);
     const version = input.version === undefined ? null : validateVersion(input.version, `${field}.version`);
-    const headers = validateHeaders(input.headers, `${field}.headers`);
+    let headers = validateHeaders(input.headers, `${field}.headers`);
+    // Tracing: the creation context goes in before the size check, so the check counts it.
+    if (spans) headers = spans.headers(headers, { id, key, subject, type }, input.id !== undefined);
     const time = input.time ?? new Date();
     if (!(time instanceof Date) || Number.isNaN(time.getTime())) {
       throw new ValidationError(`${field}.time`, `${field}.time must be a valid Date, got ${describeValue(input.time)}`);
@@ -163,14 +166,14 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   }
 
   publish(tx: Queryable, event: PublishInput<E>): Promise<PublishResult> {
-    return this.#publish(tx, [event], true).then((r) => r[0] as PublishResult);
+    return withCreateSpans((spans) => this.#publish(tx, [event], true, spans)).then((r) => r[0] as PublishResult);
   }
 
   publishMany(tx: Queryable, events: ReadonlyArray<PublishInput<E>>): Promise<PublishResult[]> {
-    return this.#publish(tx, events, false);
+    return withCreateSpans((spans) => this.#publish(tx, events, false, spans));
   }
 
-  async #publish(tx: Queryable, events: ReadonlyArray<PublishInput<E>>, single: boolean): Promise<PublishResult[]> {
+  async #publish(tx: Queryable, events: ReadonlyArray<PublishInput<E>>, single: boolean, spans?: CreateSpans): Promise<PublishResult[]> {
     if (!tx || typeof (tx as Queryable).query !== 'function') {
       throw new ValidationError(
         'tx',
@@ -184,7 +187,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     if (events.length > MAX_BATCH) {
       throw new ValidationError('events', `publishMany got ${events.length} events; the limit per call is ${MAX_BATCH}: split the array`);
     }
-    const prepared = events.map((e, i) => this.#prepare(e, single ? 'event' : `events[${i}]`));
+    const prepared = events.map((e, i) => this.#prepare(e, single ? 'event' : `events[${i}]`, spans));
     const ids = new Set<string>();
     const explicitKeys = new Map<string, boolean>();
     const lastVersion = new Map<string, bigint>();

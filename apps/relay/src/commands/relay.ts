@@ -25,6 +25,7 @@ import { startHttpServer } from '../http-server.js';
 import { createLogger } from '../logger.js';
 import { createRelay } from '../relay.js';
 import { RELAY_DEFAULTS } from '../relay-options.js';
+import { startTraceExporter, traceExportWanted } from '../trace-exporter.js';
 import type { EnsureStream, RelayOptions } from '../types.js';
 
 export interface RelayFlags extends NatsFlags {
@@ -47,6 +48,7 @@ export interface RelayFlags extends NatsFlags {
   logLevel: string;
   ensureStream?: EnsureStream[];
   shutdownTimeoutMs: number;
+  otel?: boolean;
 }
 
 const d = RELAY_DEFAULTS;
@@ -147,6 +149,7 @@ export function relayCommand(ctx: CommandContext): Command {
         .argParser(int(0, 65_535)),
     )
     .addOption(new Option('--log-level <level>', 'log level').env('FERRY_LOG_LEVEL').default('info').choices(LOG_LEVELS))
+    .addOption(new Option('--otel', 'export OpenTelemetry traces over OTLP/HTTP (or set OTEL_EXPORTER_OTLP_ENDPOINT)'))
     .addOption(
       new Option('--ensure-stream <NAME=SUBJECTS>', 'create this stream when missing (repeatable), e.g. ORDERS=orders.>')
         .env('FERRY_ENSURE_STREAM')
@@ -263,6 +266,7 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     logger,
   };
   if (ctx.env.FERRY_CRON_MONITOR_INTERVAL_SECONDS) options.cronMonitorIntervalSeconds = Number(ctx.env.FERRY_CRON_MONITOR_INTERVAL_SECONDS);
+  const stopTracing = traceExportWanted(flags.otel === true, ctx.env) ? await startTraceExporter(logger) : undefined;
   const relay = createRelay(options);
   // TEST-ONLY fault injection (failure proofs, issue 7): FERRY_TEST_FAULT=exit-after-ack SIGKILLs this process
   // right after JetStream acknowledged a batch and before its rows are marked published. Never set it in production.
@@ -323,11 +327,13 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     logger.error({ err }, 'relay failed to start');
     await relay.stop().catch(() => {});
     server?.close();
+    await stopTracing?.();
     throw err;
   }
   const code = await done;
   server?.close();
   server?.closeAllConnections();
+  if (!forced) await stopTracing?.();
   if (forced) {
     // Nothing more is awaited: a forced stop must not hang on a server that does not answer.
     process.exit(code);
