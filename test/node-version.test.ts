@@ -21,8 +21,12 @@ test('node version - Node 20 stops npm test and npm run demo at once with one li
 });
 
 test('node version - the check runs before the build in npm test and npm run demo, and npm install refuses old engines', () => {
-  const pkg = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as { scripts: Record<string, string>; engines: { node: string } };
-  for (const script of ['test', 'demo']) assert.match(pkg.scripts[script] ?? '', /^node scripts\/check-node\.cjs && tsc --build && /, script);
+  const pkg = JSON.parse(readFileSync(new URL('package.json', ROOT), 'utf8')) as {
+    scripts: Record<string, string>;
+    engines: { node: string };
+  };
+  for (const script of ['test', 'demo'])
+    assert.match(pkg.scripts[script] ?? '', /^node scripts\/check-node\.cjs && tsc --build && /, script);
   assert.equal(pkg.engines.node, '>=22.12.0');
   assert.match(readFileSync(new URL('.npmrc', ROOT), 'utf8'), /^engine-strict=true$/m);
   assert.match(readFileSync(new URL('.nvmrc', ROOT), 'utf8'), /^22\b/);
