@@ -114,8 +114,9 @@ function printStatus(r: StatusReport, out: (line: string) => void): void {
   );
   out(`relay instances alive: ${r.instances.length}`);
   for (const i of r.instances) {
+    const where = i.relayPid === null ? `backend pid=${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`;
     out(
-      `  ${i.instance}  pid=${i.pid} ${i.clientAddr ?? 'local'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
+      `  ${i.instance}  ${where} from ${i.clientAddr ?? 'local socket'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
     );
   }
   const busy = r.lanes.filter((l) => l.pending > 0 || l.dead > 0);
