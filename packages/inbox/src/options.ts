@@ -2,6 +2,7 @@ import { type ConnectionPool, DEFAULT_SCHEMA, describeValue, ValidationError, va
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss } from 'pg-boss';
 import { type EventMap, type Handler, INBOX_MODES, type InboxMode, type InboxOptions, type InboxReport, type Logger } from './types.js';
+import { WARN_LOGGER } from './warn-logger.js';
 
 /** Every default in one place. */
 export const INBOX_DEFAULTS = {
@@ -49,6 +50,7 @@ export interface CompiledInboxOptions {
 }
 
 const noop = () => {};
+/** A logger that drops everything: `createInbox({ …, logger: SILENT_LOGGER })` mutes the default warn lines. */
 export const SILENT_LOGGER: Logger = Object.freeze({ debug: noop, info: noop, warn: noop, error: noop });
 
 function int(value: unknown, option: string, min: number, max: number, fallback: number): number {
@@ -120,7 +122,7 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
   if (options.onEvent !== undefined && typeof options.onEvent !== 'function') {
     throw new ValidationError('onEvent', 'onEvent must be a function');
   }
-  const logger = options.logger ?? SILENT_LOGGER;
+  const logger = options.logger ?? WARN_LOGGER;
   const userOnEvent = options.onEvent;
   const concurrency = int(options.concurrency, 'concurrency', 1, 1024, INBOX_DEFAULTS.concurrency);
   return Object.freeze({

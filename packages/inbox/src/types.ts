@@ -127,6 +127,11 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   parkRetryLimit?: number;
   /** First park retry delay in ms (exponential). Default 1 000. */
   parkRetryDelayMs?: number;
+  /**
+   * Where the inbox logs (pino-compatible, e.g. `pino().child({ component: 'inbox' })`). Default
+   * `WARN_LOGGER`: warnings and errors (a failing handler, a parked event, a consumer that stopped)
+   * as one line each on stderr, nothing else. `SILENT_LOGGER` mutes it.
+   */
   logger?: Logger;
   onEvent?: (report: InboxReport) => void;
 }
