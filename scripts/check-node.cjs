@@ -12,7 +12,10 @@ var minor = Number(parts[1]);
 var ok = major > REQUIRED[0] || (major === REQUIRED[0] && minor >= REQUIRED[1]);
 if (!ok) {
   process.stderr.write(
-    'ferry: Node.js ' + version + ' is too old: Ferry needs Node.js >= ' + REQUIRED.join('.') +
+    'ferry: Node.js ' +
+      version +
+      ' is too old: Ferry needs Node.js >= ' +
+      REQUIRED.join('.') +
       ' (run `nvm install` in this folder, which reads .nvmrc, or get Node 22 LTS from https://nodejs.org)\n',
   );
   process.exit(1);
