@@ -71,7 +71,7 @@ test('ferry status - without a relay: backlog per lane, the dead event and the l
   assert.match(human.out, /pending 29, oldest .*, dead 1, published in the last minute 0/);
   assert.match(human.out, /relay instances alive: 0/);
   assert.match(human.out, /have pending events and no relay/);
-  assert.match(human.out, /1 dead events block their keys: see ferry dlq list/);
+  assert.match(human.out, /1 dead event blocks its key: see ferry dlq list/);
 });
 
 test('ferry status - two relays: each instance with the lanes it leases, and the events published in the last minute', async () => {

@@ -4,6 +4,7 @@ import { Command, Option } from 'commander';
 import pg from 'pg';
 import { databaseUrlOption, parseIntIn, resolveDatabaseUrl, schemaOption } from '../config.js';
 import type { CommandContext } from '../context.js';
+import { count } from '../count.js';
 
 interface DlqFlags {
   databaseUrl?: string;
@@ -110,7 +111,7 @@ async function settleBulk(action: 'retry' | 'discard', flags: DlqFlags, ctx: Com
     );
     const n = Number(counted.rows[0]?.n ?? 0);
     if (n === 0) return [];
-    if (!flags.yes && !(await confirm(`${action} ${n} dead events ${what} (${counted.rows[0]?.keys} keys)`))) {
+    if (!flags.yes && !(await confirm(`${action} ${count(n, 'dead event')} ${what} (${count(counted.rows[0]?.keys ?? 0, 'key')})`))) {
       throw new Error('nothing done: not confirmed');
     }
     const { rows } = await pool.query<{ id: string }>(`UPDATE ${s}.outbox ${SETTLE_SQL[action]} WHERE ${where} RETURNING id::text`, values);
