@@ -262,7 +262,7 @@ test('docs - the quick-start, run as written: empty folder, install, migrate, pu
 
     // The inbox README's consumer, in the same app: its own consumer name, so it applies the event again, once.
     const inboxReadme = await walk('packages/inbox/README.md', shell);
-    const emails = await db.query(`SELECT data FROM pgboss.job WHERE name = 'send-invoice-email'`);
+    const emails = await db.query(`SELECT data FROM ferry_boss.job WHERE name = 'send-invoice-email'`);
     assert.deepEqual(
       emails.rows.map((r) => r.data),
       [{ orderId: 'order-1' }],
