@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, test } from 'node:test';
+import { createRelay } from '@ferry/relay';
 import { createTestDatabase, freePort, NatsServer, type TestDatabase, waitFor } from '@ferry/testkit';
 import { type RelayProcess, spawnRelay } from './relay-helpers.js';
 
@@ -92,4 +93,24 @@ test('relay start - a second relay on a used --http-port exits 2 with one line n
   const last = out.at(-1) ?? '';
   assert.match(last, new RegExp(`^ferry: --http-port ${httpPort} is in use .*own --http-port`));
   assert.doesNotMatch(second.output(), /\n\s+at /, 'no stack trace');
+});
+
+test('relay start - createRelay: stop() while start() still waits for NATS ends both at once', async () => {
+  const relay = createRelay({
+    databaseUrl: db.url,
+    schema: db.schema,
+    nats: { servers: `nats://127.0.0.1:${await freePort()}` },
+    maintenance: false,
+  });
+  const starting = relay.start();
+  starting.catch(() => {}); // observed below
+  await new Promise((r) => setTimeout(r, 1_500)); // past the first refused attempt, inside the wait
+  assert.equal(relay.state, 'starting');
+  assert.equal(relay.ready(), false);
+  const t0 = Date.now();
+  await relay.stop();
+  const ms = Date.now() - t0;
+  assert.ok(ms < 1_000, `stop() took ${ms} ms`);
+  await assert.rejects(starting, /stopped before it finished starting/);
+  assert.equal(relay.state, 'stopped');
 });
