@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { notifyChannel, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
-import { type ConnectionOptions, connect, type NatsConnection } from '@nats-io/transport-node';
+import { type ConnectionOptions, connect, type NatsConnection, errors as natsErrors } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
 import { Dispatcher } from './dispatcher.js';
@@ -32,6 +32,14 @@ function natsServerNames(servers: string | string[] | undefined): string[] {
     }
   });
 }
+
+/** First-connect failures that are the configuration's fault, not the server's absence. */
+const NATS_CONFIG_ERRORS = [
+  natsErrors.AuthorizationError,
+  natsErrors.UserAuthenticationExpiredError,
+  natsErrors.PermissionViolationError,
+  natsErrors.InvalidArgumentError,
+];
 
 /** `stop()` was called while `start()` still waited for NATS. */
 class StartAbandonedError extends Error {
@@ -263,6 +271,8 @@ class RelayImpl implements Relay {
       }
       const err = outcome.err;
       if (isTlsVerificationError(err)) throw new Error(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
+      // Wrong credentials or options: waiting would never cure them, so the start ends with the reason.
+      if (NATS_CONFIG_ERRORS.some((type) => err instanceof type)) throw err;
       if (!waiting) {
         waiting = true;
         this.#log.warn(
