@@ -1,5 +1,7 @@
+// The defaults a new user meets without setting anything (issue 16): where warnings go, where pg-boss lives.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { bossSchemaFor, grantsSql } from '@ferry/core';
 import { compileInboxOptions, SILENT_LOGGER } from './options.js';
 import type { InboxOptions } from './types.js';
 import { createWarnLogger, WARN_LOGGER } from './warn-logger.js';
@@ -43,4 +45,21 @@ test('inbox logger - a throwing onEvent hook is visible by default (a warn line)
   t.mock.restoreAll();
   assert.equal(written.length, 1, written.join(''));
   assert.match(written[0] ?? '', /^ferry inbox warn: .*onEvent.*hook bug/);
+});
+
+test('inbox options - the pg-boss schema follows the one rule of every part, <schema>_boss, unless given', () => {
+  assert.equal(compileInboxOptions(base).bossSchema, 'ferry_boss');
+  assert.equal(compileInboxOptions({ ...base, schema: 'billing' }).bossSchema, 'billing_boss');
+  assert.equal(compileInboxOptions({ ...base, schema: 'billing', bossSchema: 'pgboss' }).bossSchema, 'pgboss');
+  assert.equal(bossSchemaFor('billing'), 'billing_boss');
+  assert.equal(bossSchemaFor('x'.repeat(63)).length, 63, 'still an identifier');
+  // The grants a DBA prints name the same schema the inbox will use.
+  assert.match(
+    grantsSql({ role: 'ferry_inbox', for: 'inbox', schema: 'billing' }),
+    /GRANT USAGE ON SCHEMA "billing_boss" TO "ferry_inbox";/,
+  );
+  assert.match(
+    grantsSql({ role: 'ferry_relay', for: 'relay', schema: 'billing' }),
+    /GRANT USAGE ON SCHEMA "billing_boss" TO "ferry_relay";/,
+  );
 });
