@@ -75,7 +75,7 @@ function userEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('npm_') && !k.startsWith('FERRY_')) env[k] = v;
   env.PATH = (process.env.PATH ?? '')
     .split(delimiter)
-    .filter((p) => !p.startsWith(ROOT))
+    .filter((p) => !(p.startsWith(ROOT) && p.includes('node_modules')))
     .join(delimiter);
   return { ...env, ...extra };
 }
