@@ -114,3 +114,15 @@ test('relay start - createRelay: stop() while start() still waits for NATS ends 
   await assert.rejects(starting, /stopped before it finished starting/);
   assert.equal(relay.state, 'stopped');
 });
+
+test('relay start - an unmigrated schema ends the start with the reason, without a second teardown warning', async () => {
+  const p = spawnRelay(['--database-url', db.url, '--schema', 'ferry_never_migrated', '--no-maintenance', '--http-port', '0']);
+  procs.push(p);
+  const { code } = await p.exited;
+  assert.equal(code, 1);
+  assert.equal(
+    p.output().trim().split('\n').at(-1),
+    'ferry: schema "ferry_never_migrated" has no Ferry outbox tables: run ferry migrate --schema ferry_never_migrated first',
+  );
+  assert.doesNotMatch(p.output(), /more than once|shutdown step failed/);
+});

@@ -70,6 +70,7 @@ class RelayImpl implements Relay {
   #dispatcher: Dispatcher | undefined;
   #notifier: Notifier | undefined;
   #janitor: Janitor | undefined;
+  #tearingDown: Promise<void> | undefined;
   /** Resolves when `stop()` is called, so a start still waiting for NATS gives up at once. */
   #abandon: () => void = () => {};
   readonly #abandonStart = new Promise<'stop'>((resolve) => {
@@ -164,7 +165,7 @@ class RelayImpl implements Relay {
     if (this.#state === 'draining' || this.#state === 'stopped') return Promise.reject(new Error(`relay is ${this.#state}`));
     this.#starting ??= this.#start().catch(async (err) => {
       this.#state = 'failed';
-      if (!(err instanceof StartAbandonedError)) await this.#teardown(); // else stop() tears down, once
+      await this.#teardown();
       throw err;
     });
     return this.#starting;
@@ -355,8 +356,17 @@ class RelayImpl implements Relay {
     this.#log.info({ event: 'stopped' }, 'relay stopped');
   }
 
+  /**
+   * Once: a failed start tears down, and the stop() that follows must not end the pool twice
+   * ("Called end on pool more than once" with a stack trace, after the one-line reason).
+   */
+  #teardown(): Promise<void> {
+    this.#tearingDown ??= this.#runTeardown();
+    return this.#tearingDown;
+  }
+
   /** Every step runs even when an earlier one fails. */
-  async #teardown(): Promise<void> {
+  async #runTeardown(): Promise<void> {
     const steps: Array<[string, () => Promise<unknown> | undefined]> = [
       ['dispatcher', () => this.#dispatcher?.stop()],
       ['notifier', () => this.#notifier?.stop()],
