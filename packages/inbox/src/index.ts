@@ -4,7 +4,9 @@ export {
   FerryError,
   isConfigError,
   isConsumerMismatchError,
+  isMigrationError,
   isValidationError,
+  MigrationError,
   PoisonMessageError,
   ValidationError,
 } from './errors.js';
