@@ -24,7 +24,7 @@ test('docs - every TypeScript sample in the operations docs is a compiled file o
   assert.deepEqual([...used].sort(), [...samples.keys()].sort(), 'every sample file appears in a doc');
 });
 
-test('docs - every relative link in the operations docs points to a file that exists, and every anchor to a heading', () => {
+test('docs - every relative link in the operations docs and the READMEs points to a file that exists, and every anchor to a heading', () => {
   const slug = (h: string) =>
     h
       .toLowerCase()
@@ -32,7 +32,10 @@ test('docs - every relative link in the operations docs points to a file that ex
       .replace(/[^a-z0-9 -]/g, '')
       .trim()
       .replace(/ /g, '-');
-  for (const doc of [...DOCS, 'docs/configuration.md', 'deploy/README.md']) {
+  const gettingStarted = ['README.md', 'docs/quick-start.md', 'apps/relay/README.md'].concat(
+    ['core', 'publisher', 'inbox', 'idempotency'].map((p) => `packages/${p}/README.md`),
+  );
+  for (const doc of [...DOCS, 'docs/configuration.md', 'deploy/README.md', ...gettingStarted]) {
     const base = new URL(doc, ROOT);
     for (const m of read(doc).matchAll(/\]\(([^)\s]+)\)/g)) {
       const target = m[1] ?? '';

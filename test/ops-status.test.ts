@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { hostname } from 'node:os';
 import { after, before, test } from 'node:test';
 import { quoteIdentifier } from '@ferry/core';
 import { createRelay, type Relay } from '@ferry/relay';
@@ -14,7 +15,7 @@ interface StatusReport {
   oldestPendingSeconds: number;
   publishedLastMinute: number;
   lanes: Array<{ lane: number; pending: number; dead: number; oldestPendingSeconds: number; owner: string | null }>;
-  instances: Array<{ instance: string; pid: number; lanes: number[] }>;
+  instances: Array<{ instance: string; pid: number; relayPid: number | null; host: string | null; lanes: number[] }>;
   unownedLanesWithBacklog: number[];
 }
 
@@ -70,7 +71,7 @@ test('ferry status - without a relay: backlog per lane, the dead event and the l
   assert.match(human.out, /pending 29, oldest .*, dead 1, published in the last minute 0/);
   assert.match(human.out, /relay instances alive: 0/);
   assert.match(human.out, /have pending events and no relay/);
-  assert.match(human.out, /1 dead events block their keys: see ferry dlq list/);
+  assert.match(human.out, /1 dead event blocks its key: see ferry dlq list/);
 });
 
 test('ferry status - two relays: each instance with the lanes it leases, and the events published in the last minute', async () => {
@@ -98,12 +99,16 @@ test('ferry status - two relays: each instance with the lanes it leases, and the
     const relay = relays.find((r) => r.instanceId === i.instance);
     assert.deepEqual(i.lanes, [...(relay?.lanes ?? [])], `instance ${i.instance} lanes`);
     assert.ok(i.pid > 0);
+    // The relays run in this test process: status shows its pid and host, not the PostgreSQL backend's pid.
+    assert.equal(i.relayPid, process.pid);
+    assert.equal(i.host, hostname().slice(0, i.host?.length ?? 0));
   }
   assert.deepEqual(s.unownedLanesWithBacklog, []);
   assert.ok(s.lanes.every((l) => l.owner !== null));
   const human = await ferry(args(), { FERRY_SCHEMA: db.schema });
   assert.match(human.out, /relay instances alive: 2/);
   for (const r of relays) assert.ok(human.out.includes(r.instanceId));
+  assert.ok(human.out.includes(`pid ${process.pid} on ${hostname()}`), human.out);
 });
 
 test('ferry status - an unmigrated schema exits 1 with the fix; no database exits 2', async () => {

@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, afterEach, before, describe, test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, freePort, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -218,28 +217,37 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
   });
 
   test('relay - a second signal, or the shutdown timeout, forces exit 4 when draining cannot finish', async () => {
-    // NATS unreachable: the relay waits for it, so a drain cannot complete.
-    const dead = `nats://127.0.0.1:${await freePort()}`;
-    const args = ['--database-url', db.url, '--schema', db.schema, '--nats-url', dead, '--no-maintenance', '--http-port', '0'];
-    const byTimeout = spawnRelay([...args, '--shutdown-timeout-ms', '500']);
-    procs.push(byTimeout);
-    await waitFor(() => byTimeout.output().includes('"event":"starting"'), { timeoutMs: 10_000, what: 'the relay to start' });
-    await sleep(200);
-    byTimeout.proc.kill('SIGTERM');
-    const timedOut = await byTimeout.exited;
-    assert.equal(timedOut.code, 4, `${JSON.stringify(timedOut)} ${byTimeout.output().slice(-1500)}`);
-    assert.match(byTimeout.output(), /forced exit: draining took longer than 500 ms/);
+    // A NATS of the test's own, frozen (SIGSTOP) under a running relay: the connection stays open
+    // but nothing answers, so draining it cannot finish. (A relay still waiting for an unreachable
+    // NATS no longer serves here: it stops at once, see relay-start.test.ts.)
+    const nats = await NatsServer.start();
+    const freeze = (sig: NodeJS.Signals) => process.kill(nats.pid as number, sig);
+    try {
+      const args = ['--database-url', db.url, '--schema', db.schema, '--nats-url', nats.url, '--no-maintenance', '--http-port', '0'];
+      const byTimeout = spawnRelay([...args, '--shutdown-timeout-ms', '500']);
+      procs.push(byTimeout);
+      await running(byTimeout);
+      freeze('SIGSTOP');
+      byTimeout.proc.kill('SIGTERM');
+      const timedOut = await byTimeout.exited;
+      assert.equal(timedOut.code, 4, `${JSON.stringify(timedOut)} ${byTimeout.output().slice(-1500)}`);
+      assert.match(byTimeout.output(), /forced exit: draining took longer than 500 ms/);
+      freeze('SIGCONT');
 
-    const bySignal = spawnRelay(args);
-    procs.push(bySignal);
-    await waitFor(() => bySignal.output().includes('"event":"starting"'), { timeoutMs: 10_000, what: 'the relay to start' });
-    await sleep(200);
-    bySignal.proc.kill('SIGTERM');
-    await waitFor(() => bySignal.output().includes('"event":"signal"'), { timeoutMs: 5000, what: 'the first signal to be seen' });
-    bySignal.proc.kill('SIGINT');
-    const signalled = await bySignal.exited;
-    assert.equal(signalled.code, 4, `${JSON.stringify(signalled)} ${bySignal.output().slice(-1500)}`);
-    assert.match(bySignal.output(), /forced exit: second signal SIGINT/);
+      const bySignal = spawnRelay(args);
+      procs.push(bySignal);
+      await running(bySignal);
+      freeze('SIGSTOP');
+      bySignal.proc.kill('SIGTERM');
+      await waitFor(() => bySignal.output().includes('"event":"signal"'), { timeoutMs: 5000, what: 'the first signal to be seen' });
+      bySignal.proc.kill('SIGINT');
+      const signalled = await bySignal.exited;
+      assert.equal(signalled.code, 4, `${JSON.stringify(signalled)} ${bySignal.output().slice(-1500)}`);
+      assert.match(bySignal.output(), /forced exit: second signal SIGINT/);
+    } finally {
+      freeze('SIGCONT');
+      await nats.stop();
+    }
   });
 
   test('relay - an invalid option value exits 2 with one line naming the option, the value and what is accepted', () => {

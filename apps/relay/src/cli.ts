@@ -45,6 +45,17 @@ export function buildProgram(ctx: CommandContext): Command {
   return program;
 }
 
+/**
+ * A raw socket error says `connect ECONNREFUSED 127.0.0.1:5999` and not which server. nats.js wraps its
+ * own, so a bare one here comes from node-postgres: say so, and where its URL comes from.
+ */
+function describeConnectError(err: unknown): string | undefined {
+  const e = err as NodeJS.ErrnoException & { address?: string; port?: number; hostname?: string };
+  if (e?.syscall !== 'connect' && e?.syscall !== 'getaddrinfo') return undefined;
+  const where = e.address !== undefined ? `${e.address}:${e.port}` : (e.hostname ?? 'its host');
+  return `PostgreSQL at ${where} is unreachable (${e.code}): is it running, and are --database-url / FERRY_DATABASE_URL right?`;
+}
+
 /** Runs the CLI and returns the exit code; never throws. */
 export async function main(
   argv: string[],
@@ -71,7 +82,9 @@ export async function main(
   } catch (err) {
     if (err instanceof CommanderError) {
       if (err.code === 'ferry.exit') return err.exitCode; // a command's own exit code (ops-options.ts exitWith)
-      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.code === 'commander.help') return EXIT.ok;
+      // `ferry dlq` with no subcommand prints help as an error (commander.help, exit code 1): that is bad usage, like `ferry` alone.
+      if (err.code === 'commander.help') return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') return EXIT.ok;
       return EXIT.usage;
     }
     const message = err instanceof Error ? err.message : String(err);
@@ -83,7 +96,7 @@ export async function main(
       safe.err(`ferry: ${message}`);
       return EXIT.migration;
     }
-    safe.err(`ferry: ${message.split('\n')[0]}`);
+    safe.err(`ferry: ${describeConnectError(err) ?? message.split('\n')[0]}`);
     return EXIT.failure;
   }
 }

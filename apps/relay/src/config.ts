@@ -31,12 +31,16 @@ export function parseLanes(value: string): number {
 
 export function parseDatabaseUrl(value: string): string {
   if (!/^postgres(ql)?:\/\//.test(value)) {
-    throw new InvalidArgumentError('is not a PostgreSQL URL: use postgres://user:password@host:5432/database');
+    throw new InvalidArgumentError(
+      'A PostgreSQL URL starts with postgres:// or postgresql://, e.g. postgres://user:password@host:5432/database',
+    );
   }
   try {
     new URL(value);
   } catch {
-    throw new InvalidArgumentError('is not a valid URL: use postgres://user:password@host:5432/database');
+    throw new InvalidArgumentError(
+      'It does not parse as a URL; write it as postgres://user:password@host:5432/database (percent-encode @, : and / in the password)',
+    );
   }
   return value;
 }

@@ -1,4 +1,5 @@
 import { createServer, type Server } from 'node:http';
+import { ConfigError } from '@ferry/core';
 import type { Relay } from './types.js';
 
 /**
@@ -31,9 +32,20 @@ export function startHttpServer(relay: Relay, port: number, host = '0.0.0.0'): P
     }
   });
   return new Promise((resolve, reject) => {
-    server.once('error', reject);
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRINUSE' || err.code === 'EACCES') {
+        const why = err.code === 'EADDRINUSE' ? 'is in use (another relay on this host?)' : 'needs privileges this process lacks';
+        reject(
+          new ConfigError(
+            '--http-port',
+            `--http-port ${port} ${why}: give each relay on a host its own --http-port (FERRY_HTTP_PORT), or 0 to turn /metrics, /healthz and /readyz off`,
+            { cause: err },
+          ),
+        );
+      } else reject(err);
+    });
     server.listen(port, host, () => {
-      server.off('error', reject);
+      server.removeAllListeners('error');
       resolve(server);
     });
   });

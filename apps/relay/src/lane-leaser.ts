@@ -1,7 +1,18 @@
 import { randomInt } from 'node:crypto';
+import { hostname } from 'node:os';
 import pg from 'pg';
 import { LIVE_INSTANCES_SQL, laneCountSql, TRY_LANES_SQL } from './sql/lanes.js';
 import type { Logger } from './types.js';
+
+/**
+ * The lease connection's `application_name`: `<app>:<instance>:lease:<pid>@<host>`. `ferry status`
+ * reads the relay's own pid and host from it (the backend pid in pg_stat_activity is PostgreSQL's
+ * process, not the relay's). PostgreSQL keeps 63 bytes, so the host is cut to fit.
+ */
+export function leaseApplicationName(applicationName: string): string {
+  const base = `${applicationName}:lease:${process.pid}@`;
+  return base + hostname().slice(0, Math.max(0, 63 - Buffer.byteLength(base)));
+}
 
 /** A stable non-negative 31-bit hash (FNV-1a) of a text: advisory lock namespaces per schema. */
 export function lockNamespace(text: string): number {
@@ -76,7 +87,7 @@ export class LaneLeaser {
     this.#connecting ??= (async () => {
       const client = new pg.Client({
         connectionString: this.#o.databaseUrl,
-        application_name: `${this.#o.applicationName}:lease`,
+        application_name: leaseApplicationName(this.#o.applicationName),
         keepAlive: true,
       });
       client.on('error', (err) => this.#dropped(client, err));

@@ -66,8 +66,11 @@ export async function requireOutbox(pool: pg.Pool, schema: string): Promise<void
 export interface RelayInstance {
   /** The relay's instance id (from its lease connection's application_name), or `pid:<backend pid>`. */
   instance: string;
-  /** Backend pid of the lease connection. */
+  /** PostgreSQL backend pid of the lease connection (not the relay's process: see `relayPid`). */
   pid: number;
+  /** The relay process's own pid and host, or null for a relay older than this field. */
+  relayPid: number | null;
+  host: string | null;
   applicationName: string;
   clientAddr: string | null;
   /** When the lease connection was opened. */
@@ -103,10 +106,12 @@ export async function relayInstances(pool: pg.Pool, schema: string): Promise<Rel
   );
   return rows.map((r) => {
     const app = r.application_name ?? '';
-    const m = /^.*:([0-9a-f]+):lease$/.exec(app);
+    const m = /^.*:([0-9a-f]+):lease(?::(\d+)@(.*))?$/.exec(app);
     return {
       instance: m?.[1] ?? `pid:${r.pid}`,
       pid: r.pid,
+      relayPid: m?.[2] ? Number(m[2]) : null,
+      host: m?.[3] || null,
       applicationName: app,
       clientAddr: r.client_addr,
       since: r.backend_start?.toISOString() ?? null,

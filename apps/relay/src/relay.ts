@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { ConfigError, notifyChannel, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { type ConnectionOptions, connect, type NatsConnection, errors as natsErrors } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
 import { formatDuration } from './config.js';
@@ -21,6 +21,34 @@ import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, Re
 function isTlsVerificationError(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|HOSTNAME|ERR_TLS/.test(code);
+}
+
+/** `host:port` of each NATS server, for the log: never the user or password a URL may carry. */
+function natsServerNames(servers: string | string[] | undefined): string[] {
+  const list = servers === undefined ? ['127.0.0.1:4222'] : Array.isArray(servers) ? servers : [servers];
+  return list.map((u) => {
+    try {
+      return new URL(u.includes('://') ? u : `nats://${u}`).host;
+    } catch {
+      return '(invalid URL)';
+    }
+  });
+}
+
+/** First-connect failures that are the configuration's fault, not the server's absence. */
+const NATS_CONFIG_ERRORS = [
+  natsErrors.AuthorizationError,
+  natsErrors.UserAuthenticationExpiredError,
+  natsErrors.PermissionViolationError,
+  natsErrors.InvalidArgumentError,
+];
+
+/** `stop()` was called while `start()` still waited for NATS. */
+class StartAbandonedError extends Error {
+  constructor() {
+    super('relay stopped before it finished starting');
+    this.name = 'StartAbandonedError';
+  }
 }
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
@@ -45,6 +73,11 @@ class RelayImpl implements Relay {
   #dispatcher: Dispatcher | undefined;
   #notifier: Notifier | undefined;
   #janitor: Janitor | undefined;
+  /** Resolves when `stop()` is called, so a start still waiting for NATS gives up at once. */
+  #abandon: () => void = () => {};
+  readonly #abandonStart = new Promise<'stop'>((resolve) => {
+    this.#abandon = () => resolve('stop');
+  });
 
   constructor(options: RelayOptions) {
     this.#o = compileRelayOptions(options);
@@ -171,10 +204,7 @@ class RelayImpl implements Relay {
     const natsOptions = { maxReconnectAttempts: -1, reconnectTimeWait: 1000, noAsyncTraces: true, name: this.#appName, ...o.nats };
     // A server that is down at start is waited for; a TLS verification failure is a misconfiguration
     // that waiting would never cure, so it ends the start with its reason instead of retrying forever.
-    const nc = await connect({ ...natsOptions, waitOnFirstConnect: false }).catch((err) => {
-      if (isTlsVerificationError(err)) throw new Error(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
-      return connect({ ...natsOptions, waitOnFirstConnect: true });
-    });
+    const nc = await this.#connectNats(natsOptions);
     this.#nc = nc;
     this.#natsUp = true;
     this.#metrics.natsConnected.set(1);
@@ -226,6 +256,53 @@ class RelayImpl implements Relay {
     }
     this.#state = 'running';
     this.#log.info({ event: 'started', lanes: this.#leaser.lanes, schema: o.schema }, 'relay running');
+  }
+
+  /**
+   * Connects, retrying every `reconnectTimeWait` while the server is unreachable. Not nats.js's
+   * `waitOnFirstConnect`: its promise cannot be abandoned, so a signal during the wait took the
+   * whole shutdown timeout (30 s, then a forced exit), and it logged nothing while it waited.
+   * The wait is logged once (and its end once); `stop()` ends it at once.
+   */
+  async #connectNats(natsOptions: ConnectionOptions & { reconnectTimeWait: number }): Promise<NatsConnection> {
+    const servers = natsServerNames(this.#o.nats.servers);
+    let waiting = false;
+    for (;;) {
+      const attempt = connect({ ...natsOptions, waitOnFirstConnect: false });
+      const outcome = await Promise.race([
+        attempt.then(
+          (nc) => ({ nc }),
+          (err: unknown) => ({ err }),
+        ),
+        this.#abandonStart,
+      ]);
+      if (outcome === 'stop') {
+        attempt.then((nc) => nc.close()).catch(() => {}); // a late connection must not keep the process alive
+        throw new StartAbandonedError();
+      }
+      if ('nc' in outcome) {
+        if (waiting) this.#log.info({ event: 'nats-available', servers }, 'NATS is reachable again: starting');
+        return outcome.nc;
+      }
+      const err = outcome.err;
+      if (isTlsVerificationError(err)) throw new Error(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
+      // Wrong credentials or options: waiting would never cure them, so the start ends with the reason.
+      if (NATS_CONFIG_ERRORS.some((type) => err instanceof type)) throw err;
+      if (!waiting) {
+        waiting = true;
+        this.#log.warn(
+          { event: 'nats-waiting', servers, reason: (err as Error)?.message },
+          `waiting for NATS at ${servers.join(', ')} (${(err as Error)?.message}): /readyz reports not ready until it answers`,
+        );
+      }
+      let timer: NodeJS.Timeout | undefined;
+      const pause = new Promise<'again'>((resolve) => {
+        timer = setTimeout(() => resolve('again'), natsOptions.reconnectTimeWait);
+      });
+      const next = await Promise.race([pause, this.#abandonStart]);
+      clearTimeout(timer);
+      if (next === 'stop') throw new StartAbandonedError();
+    }
   }
 
   #watchNats(nc: NatsConnection): void {
@@ -280,6 +357,7 @@ class RelayImpl implements Relay {
   }
 
   async #stop(): Promise<void> {
+    this.#abandon();
     if (this.#starting) await this.#starting.catch(() => {});
     if (this.#state === 'failed' || this.#state === 'idle') {
       this.#state = 'stopped';

@@ -19,6 +19,8 @@ export const SQLSTATE = {
   serializationFailure: '40001',
   deadlockDetected: '40P01',
   undefinedTable: '42P01',
+  undefinedFunction: '42883',
+  invalidSchemaName: '3F000',
   insufficientPrivilege: '42501',
   adminShutdown: '57P01',
   crashShutdown: '57P02',

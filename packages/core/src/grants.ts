@@ -1,5 +1,5 @@
 import { ValidationError } from './errors.js';
-import { quoteIdentifier, validateIdentifier } from './identifiers.js';
+import { bossSchemaFor, quoteIdentifier, validateIdentifier } from './identifiers.js';
 
 /** The Ferry parts a least-privileged role can be granted for. */
 export const GRANT_TARGETS = ['publisher', 'relay', 'inbox'] as const;
@@ -14,7 +14,7 @@ export interface GrantOptions {
   schema?: string;
   /**
    * The pg-boss schema the part uses: the relay's `<schema>_boss` (prune job), the
-   * inbox's `bossSchema` (parking lot, default `pgboss`). Ignored for the publisher.
+   * inbox's `bossSchema` (parking lot, also default `<schema>_boss`). Ignored for the publisher.
    */
   bossSchema?: string;
 }
@@ -64,7 +64,7 @@ export function grantsSql(options: GrantOptions): string {
       `GRANT EXECUTE ON FUNCTION ${s}.publish_events(${PUBLISH_EVENTS_ARGS}) TO ${role};`,
     );
   } else if (target === 'relay') {
-    const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? `${schemaName}_boss`.slice(0, 63), 'bossSchema'));
+    const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? bossSchemaFor(schemaName), 'bossSchema'));
     lines.push(
       `GRANT SELECT ON ${s}.settings TO ${role};`,
       `GRANT SELECT, UPDATE, DELETE ON ${s}.outbox TO ${role};`,
@@ -74,7 +74,7 @@ export function grantsSql(options: GrantOptions): string {
       ...bossGrants(boss, role),
     );
   } else {
-    const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? 'pgboss', 'bossSchema'));
+    const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? bossSchemaFor(schemaName), 'bossSchema'));
     lines.push(
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.inbox_versions, ${s}.inbox_messages, ${s}.inbox_early TO ${role};`,
       ...bossGrants(boss, role),

@@ -32,3 +32,12 @@ export function schemaIdentifier(schema: unknown): string {
 export function notifyChannel(schema: string): string {
   return `ferry_${validateIdentifier(schema, 'schema')}`;
 }
+
+/**
+ * The pg-boss schema of a Ferry schema: `<schema>_boss`, one rule for every part (the relay's
+ * prune job, the inbox's parking lot, the idempotency janitor). The inbox used `pgboss` before
+ * (issue 16); pass `bossSchema: 'pgboss'` to keep parked events that live there.
+ */
+export function bossSchemaFor(schema: string): string {
+  return `${schema}_boss`.slice(0, 63);
+}

@@ -1,4 +1,12 @@
-import { type ConnectionPool, DEFAULT_SCHEMA, describeValue, quoteIdentifier, ValidationError, validateIdentifier } from '@ferry/core';
+import {
+  bossSchemaFor,
+  type ConnectionPool,
+  DEFAULT_SCHEMA,
+  describeValue,
+  quoteIdentifier,
+  ValidationError,
+  validateIdentifier,
+} from '@ferry/core';
 import { PgBoss } from 'pg-boss';
 import { silentLogger } from './options.js';
 import { pruneExpiredSql } from './sql/prune-expired.js';
@@ -91,7 +99,7 @@ class Janitor implements IdempotencyJanitor {
           'createIdempotencyJanitor needs a pg-boss: pass `boss`, or `connectionString` for one of its own',
         );
       }
-      const bossSchema = validateIdentifier(o.bossSchema ?? `${schema}_boss`, 'bossSchema');
+      const bossSchema = validateIdentifier(o.bossSchema ?? bossSchemaFor(schema), 'bossSchema');
       this.#boss = new PgBoss({ connectionString: o.connectionString, schema: bossSchema, max: 2 });
       this.#ownsBoss = true;
     }

@@ -4,7 +4,9 @@ export {
   ConfigError,
   FerryError,
   isConfigError,
+  isMigrationError,
   isValidationError,
+  MigrationError,
   ValidationError,
 } from '@ferry/core';
 

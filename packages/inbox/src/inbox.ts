@@ -10,6 +10,7 @@ import {
   type FerryEvent,
   guardConnection,
   type MigrateResult,
+  MigrationError,
   migrate,
   type PooledConnection,
   type Queryable,
@@ -49,6 +50,7 @@ import {
   readyEarlyRun,
 } from './sql/early-statements.js';
 import { beginAndRecordMessage, beginGate, readKeyRow } from './sql/gate-statements.js';
+import { inboxTablesExist } from './sql/inbox-tables.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { pruneMessages } from './sql/prune-messages.js';
@@ -186,6 +188,11 @@ class InboxImpl implements Inbox {
   async #start(): Promise<void> {
     this.#state = 'starting';
     const o = this.#o;
+    if (!(await inboxTablesExist(o.pool, o.schema))) {
+      throw new MigrationError(
+        `schema "${o.schema}" has no inbox tables: run \`ferry migrate --inbox --schema ${o.schema}\` (or migrateInbox({ pool, schema: '${o.schema}' })) on the consumer's database, or pass createInbox({ schema }) the schema you migrated`,
+      );
+    }
     await this.#ensureConsumer();
     await this.#startBoss();
     const js = jetstream(o.nc);

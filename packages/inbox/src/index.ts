@@ -4,12 +4,14 @@ export {
   FerryError,
   isConfigError,
   isConsumerMismatchError,
+  isMigrationError,
   isValidationError,
+  MigrationError,
   PoisonMessageError,
   ValidationError,
 } from './errors.js';
 export { createInbox, migrateInbox, pruneInboxMessages } from './inbox.js';
-export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName } from './options.js';
+export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
 export { discardParked, listParked, type ParkedAdminOptions, type ParkedEvent, retryParked } from './parked.js';
 export type { ParkedJobData } from './parked-job.js';
 export {
@@ -31,3 +33,4 @@ export {
   type ParkReason,
   type TxBoss,
 } from './types.js';
+export { createWarnLogger, WARN_LOGGER } from './warn-logger.js';

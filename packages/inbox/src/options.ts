@@ -1,8 +1,9 @@
-import { type ConnectionPool, DEFAULT_SCHEMA, describeValue, ValidationError, validateIdentifier } from '@ferry/core';
+import { bossSchemaFor, type ConnectionPool, DEFAULT_SCHEMA, describeValue, ValidationError, validateIdentifier } from '@ferry/core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss } from 'pg-boss';
 import type { Registry } from 'prom-client';
 import { type EventMap, type Handler, INBOX_MODES, type InboxMode, type InboxOptions, type InboxReport, type Logger } from './types.js';
+import { WARN_LOGGER } from './warn-logger.js';
 
 /** Every default in one place. */
 export const INBOX_DEFAULTS = {
@@ -15,7 +16,6 @@ export const INBOX_DEFAULTS = {
   gapRetryMs: 100,
   dedupeRetentionMs: 7 * 24 * 3_600_000,
   manageConsumer: true,
-  bossSchema: 'pgboss',
   parkPollIntervalMs: 2_000,
   parkRetryLimit: 3,
   parkRetryDelayMs: 1_000,
@@ -55,6 +55,7 @@ export interface CompiledInboxOptions {
 }
 
 const noop = () => {};
+/** A logger that drops everything: `createInbox({ …, logger: SILENT_LOGGER })` mutes the default warn lines. */
 export const SILENT_LOGGER: Logger = Object.freeze({ debug: noop, info: noop, warn: noop, error: noop });
 
 function int(value: unknown, option: string, min: number, max: number, fallback: number): number {
@@ -139,8 +140,9 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
       `metrics must be a prom-client Registry (new Registry() or register), got ${describeValue(metrics)}`,
     );
   }
-  const logger = options.logger ?? SILENT_LOGGER;
+  const logger = options.logger ?? WARN_LOGGER;
   const userOnEvent = options.onEvent;
+  const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
   const concurrency = int(options.concurrency, 'concurrency', 1, 1024, INBOX_DEFAULTS.concurrency);
   return Object.freeze({
     pool,
@@ -159,10 +161,11 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     dedupeRetentionMs: int(options.dedupeRetentionMs, 'dedupeRetentionMs', 60_000, 365 * 86_400_000, INBOX_DEFAULTS.dedupeRetentionMs),
     // Own enumerable entries only: inherited members (`toString`, `constructor`, `__proto__`) are never handlers.
     handlers: new Map(Object.entries(handlers as unknown as Record<string, Handler<string, unknown>>)),
-    schema: validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema'),
+    schema,
     manageConsumer: options.manageConsumer ?? INBOX_DEFAULTS.manageConsumer,
     boss: options.boss,
-    bossSchema: validateIdentifier(options.bossSchema ?? INBOX_DEFAULTS.bossSchema, 'bossSchema'),
+    // Not in INBOX_DEFAULTS: it follows `schema` (core's bossSchemaFor, the rule of every part).
+    bossSchema: validateIdentifier(options.bossSchema ?? bossSchemaFor(schema), 'bossSchema'),
     parkPollIntervalMs: int(options.parkPollIntervalMs, 'parkPollIntervalMs', 500, 600_000, INBOX_DEFAULTS.parkPollIntervalMs),
     parkRetryLimit: int(options.parkRetryLimit, 'parkRetryLimit', 0, 100, INBOX_DEFAULTS.parkRetryLimit),
     parkRetryDelayMs: int(options.parkRetryDelayMs, 'parkRetryDelayMs', 1_000, 3_600_000, INBOX_DEFAULTS.parkRetryDelayMs),

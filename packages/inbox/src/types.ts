@@ -123,7 +123,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   manageConsumer?: boolean;
   /** A started pg-boss of the caller's; by default the inbox runs its own on `pool`. */
   boss?: PgBoss;
-  /** Schema of the inbox's own pg-boss. Default `pgboss`. */
+  /** Schema of the inbox's own pg-boss. Default `<schema>_boss` (`ferry_boss`), as for every part; earlier versions used `pgboss`. */
   bossSchema?: string;
   /** How often the park worker polls, in ms (≥ 500). Default 2 000. */
   parkPollIntervalMs?: number;
@@ -131,6 +131,11 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   parkRetryLimit?: number;
   /** First park retry delay in ms (exponential). Default 1 000. */
   parkRetryDelayMs?: number;
+  /**
+   * Where the inbox logs (pino-compatible, e.g. `pino().child({ component: 'inbox' })`). Default
+   * `WARN_LOGGER`: warnings and errors (a failing handler, a parked event, a consumer that stopped)
+   * as one line each on stderr, nothing else. `SILENT_LOGGER` mutes it.
+   */
   logger?: Logger;
   onEvent?: (report: InboxReport) => void;
   /**

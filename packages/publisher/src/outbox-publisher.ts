@@ -6,6 +6,7 @@ import {
   encodedSize,
   encodeEvent,
   LIMITS,
+  MigrationError,
   notifyChannel,
   type Queryable,
   quoteIdentifier,
@@ -285,7 +286,16 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   #translate(err: unknown, prepared: Prepared[]): unknown {
     const refused = refusedByPublishFunction(err);
     if (refused) return refused;
-    if (sqlState(err) !== SQLSTATE.uniqueViolation) return err;
+    const state = sqlState(err);
+    // No schema, or one without the publish functions: PostgreSQL's own words do not say what to run.
+    if (state === SQLSTATE.invalidSchemaName || state === SQLSTATE.undefinedFunction || state === SQLSTATE.undefinedTable) {
+      const s = this.options.schema;
+      return new MigrationError(
+        `schema "${s}" has no Ferry outbox (${(err as Error).message}): run \`ferry migrate --schema ${s}\` (or migrate({ pool, schema: '${s}' })) against this database, or pass createPublisher({ schema }) the schema you migrated; this transaction is aborted: roll it back`,
+        { cause: err },
+      );
+    }
+    if (state !== SQLSTATE.uniqueViolation) return err;
     const constraint = (err as { constraint?: string }).constraint;
     if (constraint === 'outbox_id_key') {
       return new ConflictError(

@@ -48,7 +48,11 @@ export interface PublishResult {
 }
 
 export interface PublisherOptions {
-  /** Schema of the outbox tables. Default `ferry`. */
+  /**
+   * Schema of the outbox tables: the one given to `ferry migrate --schema` (or `FERRY_SCHEMA`).
+   * Default `ferry`. Libraries never read `FERRY_SCHEMA`: pass the schema here when it is not
+   * `ferry`. A schema that is not migrated makes `publish` throw a `MigrationError` naming the fix.
+   */
   schema?: string;
   /** CloudEvents `source` of every event, e.g. `orders-service`. Required. */
   source: string;

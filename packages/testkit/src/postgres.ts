@@ -1,4 +1,4 @@
-import { type MigrationSet, migrate, quoteIdentifier } from '@ferry/core';
+import { bossSchemaFor, type MigrationSet, migrate, quoteIdentifier } from '@ferry/core';
 import pg from 'pg';
 import { uniqueName } from './wait.js';
 
@@ -39,6 +39,8 @@ export async function createTestDatabase(
       closed = true;
       try {
         await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(schema)} CASCADE`);
+        // Where the relay's, the inbox's and the janitor's pg-boss go by default (core's bossSchemaFor).
+        await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(bossSchemaFor(schema))} CASCADE`);
       } finally {
         await pool.end();
       }

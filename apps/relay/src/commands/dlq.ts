@@ -4,6 +4,7 @@ import pg from 'pg';
 import { databaseUrlOption, parseIntIn, resolveDatabaseUrl, schemaOption } from '../config.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
+import { count } from '../count.js';
 
 interface DlqFlags {
   databaseUrl?: string;
@@ -121,7 +122,7 @@ async function settleBulk(action: 'retry' | 'discard', flags: DlqFlags, ctx: Com
       const { rows } = await pool.query<{ id: string }>(`SELECT id::text FROM ${s}.outbox o WHERE ${where} ORDER BY o.seq`, values);
       return rows.map((r) => r.id);
     }
-    if (!flags.yes && !(await confirm(`${action} ${n} dead events ${what} (${counted.rows[0]?.keys} keys)`))) {
+    if (!flags.yes && !(await confirm(`${action} ${count(n, 'dead event')} ${what} (${count(counted.rows[0]?.keys ?? 0, 'key')})`))) {
       throw new Error('nothing done: not confirmed');
     }
     const { rows } = await pool.query<{ id: string }>(`UPDATE ${s}.outbox ${SETTLE_SQL[action]} WHERE ${where} RETURNING id::text`, values);

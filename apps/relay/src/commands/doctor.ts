@@ -18,6 +18,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import type pg from 'pg';
 import { parseIntIn } from '../config.js';
 import type { CommandContext } from '../context.js';
+import { count } from '../count.js';
 import { addDatabaseOptions, addNatsOptions, connectNats, exitWith, type OpsNatsFlags, opsPool, relayInstances } from '../ops-options.js';
 import { RELAY_DEFAULTS, retrySpanMs } from '../relay-options.js';
 
@@ -138,7 +139,7 @@ export function doctorCommand(ctx: CommandContext): Command {
           ctx.out(`${tag[f.status]}  ${f.check}: ${f.message}`);
           if (f.fix) ctx.out(`         fix: ${f.fix}`);
         }
-        ctx.out(`${report.problems} problems, ${report.warnings} warnings`);
+        ctx.out(`${count(report.problems, 'problem')}, ${count(report.warnings, 'warning')}`);
       }
       if (report.problems > 0) exitWith(Math.min(100, report.problems));
     });
@@ -251,7 +252,7 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
   ]);
   if (instances.length === 0)
     add('relays', 'warning', `no relay instance is running for schema "${schema}"`, `ferry relay --schema ${schema}`);
-  else add('relays', 'ok', `${instances.length} relay instances alive (${instances.map((i) => i.instance).join(', ')})`);
+  else add('relays', 'ok', `${count(instances.length, 'relay instance')} alive (${instances.map((i) => i.instance).join(', ')})`);
   const deadCount = Number(dead.rows[0]?.n ?? 0);
   if (deadCount > 0)
     add('relays', 'warning', `${deadCount} dead events block their keys`, 'ferry dlq list, then ferry dlq retry or discard');
@@ -290,7 +291,7 @@ async function checkNats(
       try {
         streams.add(await jsm.streams.find(subject));
       } catch {
-        missing.push(`${subject} (${n} events)`);
+        missing.push(`${subject} (${count(n, 'event')})`);
       }
     }
     if (missing.length > 0) {

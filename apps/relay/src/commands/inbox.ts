@@ -1,4 +1,4 @@
-import { ConfigError, ValidationError } from '@ferry/core';
+import { bossSchemaFor, ConfigError, ValidationError } from '@ferry/core';
 import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import pg from 'pg';
@@ -10,7 +10,8 @@ import type { CommandContext } from '../context.js';
 interface ParkedFlags {
   databaseUrl?: string;
   schema: string;
-  bossSchema: string;
+  /** Default `<schema>_boss`, the inbox's own default. */
+  bossSchema?: string;
   consumer?: string;
   json?: boolean;
   limit?: number;
@@ -31,10 +32,11 @@ function validateJobIds(ids: string[]): string[] {
 
 async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: PgBoss, pool: pg.Pool) => Promise<T>): Promise<T> {
   const url = resolveDatabaseUrl(flags.databaseUrl, ctx.env);
+  const bossSchema = flags.bossSchema ?? bossSchemaFor(flags.schema);
   const pool = new pg.Pool({ connectionString: url, max: 2, application_name: 'ferry-inbox' });
   const boss = new PgBoss({
     db: { executeSql: (text, values) => pool.query(text, values) },
-    schema: flags.bossSchema,
+    schema: bossSchema,
     supervise: false,
     schedule: false,
     migrate: false,
@@ -48,7 +50,7 @@ async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: P
       if (/not installed/i.test(String(err))) {
         throw new ConfigError(
           '--boss-schema',
-          `no pg-boss in schema "${flags.bossSchema}" on this database: no inbox has run with bossSchema "${flags.bossSchema}" here; pass the inbox's --boss-schema`,
+          `no pg-boss in schema "${bossSchema}" on this database: no inbox has run with bossSchema "${bossSchema}" here; pass the inbox's --boss-schema (default <schema>_boss; earlier inboxes used pgboss)`,
           { cause: err },
         );
       }
@@ -108,9 +110,8 @@ export function inboxCommand(ctx: CommandContext): Command {
       .addOption(databaseUrlOption())
       .addOption(schemaOption())
       .addOption(
-        new Option('--boss-schema <name>', 'schema of the inbox pg-boss (its bossSchema option)')
+        new Option('--boss-schema <name>', 'schema of the inbox pg-boss (its bossSchema option; default <schema>_boss)')
           .env('FERRY_BOSS_SCHEMA')
-          .default('pgboss')
           .argParser(parseSchema),
       )
       .addOption(new Option('--consumer <name>', 'the inbox consumer (durable name)').env('FERRY_INBOX_CONSUMER').argParser(parseSchema))

@@ -38,9 +38,6 @@ function parseRole(value: string): string {
   }
 }
 
-/** The inbox's default pg-boss schema (INBOX_DEFAULTS.bossSchema). */
-const INBOX_BOSS_SCHEMA = 'pgboss';
-
 /**
  * Installs (or upgrades) pg-boss in its schema as the migrating role, and for
  * the relay creates the prune queue, so relays and inboxes running as roles
@@ -175,7 +172,7 @@ export function migrateCommand(ctx: CommandContext): Command {
       ),
     )
     .addOption(
-      new Option('--boss-schema <name>', "the inbox's pg-boss schema (with --inbox; default pgboss)")
+      new Option('--boss-schema <name>', "the inbox's pg-boss schema (with --inbox; default <schema>_boss)")
         .env('FERRY_BOSS_SCHEMA')
         .argParser(parseSchema),
     )
@@ -193,7 +190,7 @@ export function migrateCommand(ctx: CommandContext): Command {
       if (flags.printGrants) {
         if (!flags.role || !flags.for)
           throw new ConfigError('--print-grants', '--print-grants needs --role ROLE and --for publisher|relay|inbox');
-        const boss = flags.for === 'inbox' ? (flags.bossSchema ?? INBOX_BOSS_SCHEMA) : bossSchema(flags.schema);
+        const boss = flags.for === 'inbox' ? (flags.bossSchema ?? bossSchema(flags.schema)) : bossSchema(flags.schema);
         ctx.out(grantsSql({ role: flags.role, for: flags.for, schema: flags.schema, bossSchema: boss }).trimEnd());
         return;
       }
@@ -231,7 +228,7 @@ export function migrateCommand(ctx: CommandContext): Command {
         const result = await migrate({ pool, schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) });
         if (flags.retention !== undefined) await setRetention(pool, flags, flags.retention, ctx);
         if (flags.boss && set !== 'idempotency') {
-          if (set === 'inbox') await installBoss(url, flags.bossSchema ?? INBOX_BOSS_SCHEMA, undefined);
+          if (set === 'inbox') await installBoss(url, flags.bossSchema ?? bossSchema(flags.schema), undefined);
           else await installBoss(url, bossSchema(flags.schema), PRUNE_QUEUE);
         }
         if (flags.json) ctx.out(JSON.stringify(result));

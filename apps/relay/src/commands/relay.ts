@@ -319,10 +319,11 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     process.on('SIGINT', onSignal);
   });
 
-  let server: Server | undefined;
+  // Before the try: a port in use is a one-line usage error (ConfigError naming --http-port), not a logged stack trace.
+  const server: Server | undefined = flags.httpPort > 0 ? await startHttpServer(relay, flags.httpPort) : undefined;
   try {
-    if (flags.httpPort > 0) server = await startHttpServer(relay, flags.httpPort);
-    await Promise.race([relay.start(), done]);
+    // A signal while the start still waits for NATS abandons the start: that is a clean stop, not a failure.
+    await Promise.race([relay.start().catch((err) => (stopping ? undefined : Promise.reject(err))), done]);
   } catch (err) {
     logger.error({ err }, 'relay failed to start');
     await relay.stop().catch(() => {});

@@ -13,6 +13,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { parseIntIn } from '../config.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
+import { count } from '../count.js';
 import { addDatabaseOptions, addNatsOptions, connectNats, type OpsNatsFlags, opsPool, requireOutbox } from '../ops-options.js';
 import { Progress, type ProgressMode } from './replay-progress.js';
 import { type ReplayFailure, resumeCommands, shellQuote } from './replay-resume.js';
@@ -219,11 +220,12 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   }
   report.durationMs = Date.now() - started;
   if (flags.json) ctx.out(JSON.stringify(report));
-  else if (flags.dryRun) ctx.out(`would replay ${report.matched} events (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'})`);
+  else if (flags.dryRun)
+    ctx.out(`would replay ${count(report.matched, 'event')} (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'})`);
   else {
     const rate = Math.round(report.replayed / Math.max(0.001, report.durationMs / 1000));
     ctx.out(
-      `replayed ${report.replayed} of ${report.matched} events (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'}) in ${(report.durationMs / 1000).toFixed(1)} s (${rate}/s); Nats-Msg-Id <event id>${report.msgIdSuffix}`,
+      `replayed ${report.replayed} of ${count(report.matched, 'event')} (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'}) in ${(report.durationMs / 1000).toFixed(1)} s (${rate}/s); Nats-Msg-Id <event id>${report.msgIdSuffix}`,
     );
   }
   const problems: string[] = [];

@@ -1,6 +1,7 @@
 import { quoteIdentifier } from '@ferry/core';
 import { Command } from 'commander';
 import type { CommandContext } from '../context.js';
+import { count } from '../count.js';
 import { addDatabaseOptions, type OpsFlags, opsPool, type RelayInstance, relayInstances, requireOutbox } from '../ops-options.js';
 import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 
@@ -108,14 +109,15 @@ export function formatAge(seconds: number): string {
 }
 
 function printStatus(r: StatusReport, out: (line: string) => void): void {
-  out(`schema ${r.schema}: ${r.laneCount} lanes`);
+  out(`schema ${r.schema}: ${count(r.laneCount, 'lane')}`);
   out(
     `pending ${r.pending}, oldest ${formatAge(r.oldestPendingSeconds)}, dead ${r.dead}, published in the last minute ${r.publishedLastMinute}`,
   );
   out(`relay instances alive: ${r.instances.length}`);
   for (const i of r.instances) {
+    const where = i.relayPid === null ? `backend pid=${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`;
     out(
-      `  ${i.instance}  pid=${i.pid} ${i.clientAddr ?? 'local'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
+      `  ${i.instance}  ${where} from ${i.clientAddr ?? 'local socket'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
     );
   }
   const busy = r.lanes.filter((l) => l.pending > 0 || l.dead > 0);
@@ -135,8 +137,8 @@ function printStatus(r: StatusReport, out: (line: string) => void): void {
     const waiting = `${b.waiting} ${b.waiting === 1 ? 'event waits' : 'events wait'} behind it`;
     out(`blocked key ${b.key}: version ${b.version} (${b.id}) ${state}; ${waiting}; ${b.reason ?? ''}`);
   }
-  if (r.blockedKeys > r.blocked.length) out(`… and ${r.blockedKeys - r.blocked.length} more blocked keys (ferry status --json)`);
-  if (r.dead > 0) out(`warning: ${r.dead} dead events block their keys: see ferry dlq list`);
+  if (r.blockedKeys > r.blocked.length) out(`… and ${count(r.blockedKeys - r.blocked.length, 'more blocked key')} (ferry status --json)`);
+  if (r.dead > 0) out(`warning: ${count(r.dead, 'dead event blocks its key', 'dead events block their keys')}: see ferry dlq list`);
 }
 
 export function statusCommand(ctx: CommandContext): Command {

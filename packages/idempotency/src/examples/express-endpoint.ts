@@ -3,7 +3,7 @@ import { createPublisher } from '@ferry/publisher';
 import express, { type Request } from 'express';
 import pg from 'pg';
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+const pool = new pg.Pool({ connectionString: process.env.FERRY_DATABASE_URL });
 const keys = createIdempotency({ scope: 'orders-api', retention: '24h' });
 const publisher = createPublisher({ source: 'orders-api' });
 const placeOrder = expressIdempotency<Request>(keys, {
