@@ -100,7 +100,11 @@ describe('inbox parking', () => {
       what: 'a/1 completed from the park',
       timeoutMs: 15_000,
     });
-    assert.ok(f.reports.some((r) => r.kind === 'stale' && r.version === 1n && r.recorded === 2n));
+    // The job leaves the park in the worker's transaction; the report follows its COMMIT.
+    await waitFor(() => f.reports.some((r) => r.kind === 'stale' && r.version === 1n && r.recorded === 2n), {
+      what: 'a/1 reported stale from the park',
+      timeoutMs: 5_000,
+    });
     assert.deepEqual(await f.effects(), [{ key: 'a', version: '2' }]);
   });
 

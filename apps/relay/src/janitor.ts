@@ -1,3 +1,4 @@
+import { startPgBoss } from '@ferry/core';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { prunePublishedSql, pruneRecognisedIdsSql } from './sql/prune-published.js';
@@ -63,7 +64,7 @@ export class Janitor {
     });
     boss.on('error', (err) => o.logger.warn({ err }, 'pg-boss error'));
     this.#boss = boss;
-    await boss.start();
+    await startPgBoss(() => boss.start());
     await boss.createQueue(PRUNE_QUEUE, { retryLimit: 2, expireInSeconds: 15 * 60 });
     // No retention in the job's data: pg-boss keeps the data of the last instance that called
     // schedule() (an upsert), and the job reads the outbox's own retention when it runs.

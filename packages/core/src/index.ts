@@ -1,3 +1,4 @@
+export * from './boss-start.js';
 export * from './codec.js';
 export * from './envelope.js';
 export * from './errors.js';

@@ -4,6 +4,7 @@ import {
   DEFAULT_SCHEMA,
   describeValue,
   quoteIdentifier,
+  startPgBoss,
   ValidationError,
   validateIdentifier,
 } from '@ferry/core';
@@ -122,7 +123,7 @@ class Janitor implements IdempotencyJanitor {
     try {
       if (this.#ownsBoss) {
         this.#boss.on('error', (err) => this.#logger.error({ event: 'idempotency:janitor:error', err }, 'pg-boss error'));
-        await this.#boss.start();
+        await startPgBoss(() => this.#boss.start());
       }
       await this.#boss.createQueue(this.queue, { policy: 'singleton' });
       await this.#boss.schedule(this.queue, this.#cron, null, { tz: 'UTC' });

@@ -16,6 +16,7 @@ import {
   type Queryable,
   quoteIdentifier,
   schemaIdentifier,
+  startPgBoss,
   validateIdentifier,
   validateKey,
   WIRE_HEADERS,
@@ -354,14 +355,15 @@ class InboxImpl implements Inbox {
     const o = this.#o;
     let boss = o.boss;
     if (!boss) {
-      boss = new PgBoss({
+      const own = new PgBoss({
         db: { executeSql: (text, values) => o.pool.query(text, values) },
         schema: o.bossSchema,
         schedule: o.mode === 'dedupe',
         supervise: true,
       });
-      boss.on('error', (err) => o.logger.error({ err }, 'inbox pg-boss error'));
-      await boss.start();
+      own.on('error', (err) => o.logger.error({ err }, 'inbox pg-boss error'));
+      await startPgBoss(() => own.start());
+      boss = own;
       this.#ownBoss = true;
     }
     this.#boss = boss;

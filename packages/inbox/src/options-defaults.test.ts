@@ -29,7 +29,7 @@ test('inbox logger - by default warnings and errors reach stderr, one line each;
   assert.equal(compileInboxOptions({ ...base, logger: SILENT_LOGGER }).logger, SILENT_LOGGER, 'muted on request');
 });
 
-test('inbox logger - a throwing onEvent hook is visible by default (a warn line), and never breaks the inbox', (t) => {
+test('inbox logger - a throwing onEvent hook is visible by default (one error line), and never breaks the inbox', (t) => {
   const written: string[] = [];
   t.mock.method(process.stderr, 'write', (chunk: string) => {
     written.push(String(chunk));
@@ -44,7 +44,7 @@ test('inbox logger - a throwing onEvent hook is visible by default (a warn line)
   o.onEvent({ kind: 'duplicate', consumer: 'billing', id: 'e-1', key: 'k', version: 1n, type: 'OrderPlaced' } as never);
   t.mock.restoreAll();
   assert.equal(written.length, 1, written.join(''));
-  assert.match(written[0] ?? '', /^ferry inbox warn: .*onEvent.*hook bug/);
+  assert.match(written[0] ?? '', /^ferry inbox error: .*onEvent.*hook bug/);
 });
 
 test('inbox options - the pg-boss schema follows the one rule of every part, <schema>_boss, unless given', () => {

@@ -1,4 +1,4 @@
-import { bossSchemaFor, ConfigError, ValidationError } from '@ferry/core';
+import { bossSchemaFor, ConfigError, startPgBoss, ValidationError } from '@ferry/core';
 import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import pg from 'pg';
@@ -45,7 +45,7 @@ async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: P
   boss.on('error', () => {});
   try {
     try {
-      await boss.start();
+      await startPgBoss(() => boss.start());
     } catch (err) {
       if (/not installed/i.test(String(err))) {
         throw new ConfigError(

@@ -9,6 +9,7 @@ import {
   migrationSql,
   migrationStatus,
   quoteIdentifier,
+  startPgBoss,
   validateIdentifier,
 } from '@ferry/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -47,7 +48,7 @@ function parseRole(value: string): string {
 async function installBoss(url: string, schema: string, queue: string | undefined): Promise<void> {
   const boss = new PgBoss({ connectionString: url, schema, max: 1, supervise: false, schedule: false, registerInstance: false });
   boss.on('error', () => {});
-  await boss.start();
+  await startPgBoss(() => boss.start());
   try {
     if (queue) await boss.createQueue(queue, { retryLimit: 2, expireInSeconds: 15 * 60 });
   } finally {

@@ -1,0 +1,25 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { SQLSTATE, sqlState } from './errors.js';
+
+/**
+ * Starts a pg-boss instance (`() => boss.start()`), again when it lost the
+ * race to create its schema: two processes creating `<schema>_boss` at once
+ * can fail with a unique violation on `pg_namespace` (or `already exists`),
+ * which pg-boss 12 retries only in one of its forms. pg-boss documents a
+ * second `start()` after a failure as safe on the same instance; by then the
+ * winner's schema exists. Found by two inboxes starting together on a fresh
+ * database (test/inbox-gate.test.ts, the racing-deliveries test).
+ */
+export async function startPgBoss(start: () => Promise<unknown>, attempts = 5): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await start();
+      return;
+    } catch (err) {
+      const lostCreateRace =
+        sqlState(err) === SQLSTATE.uniqueViolation || /already exists|pg_namespace_nspname_index/.test(String((err as Error)?.message));
+      if (!lostCreateRace || attempt >= attempts) throw err;
+      await sleep(50 * attempt + Math.floor(Math.random() * 100));
+    }
+  }
+}
