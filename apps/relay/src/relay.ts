@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { ConfigError, notifyChannel, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
+import { ConfigError, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { type ConnectionOptions, connect, type NatsConnection, errors as natsErrors } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
@@ -94,6 +94,7 @@ class RelayImpl implements Relay {
     });
     // An idle client killed by the server must not crash the process; the pool replaces it.
     this.#pool.on('error', (err) => this.#log.debug({ err }, 'idle PostgreSQL connection lost'));
+    protectPool(this.#pool);
     this.#metrics = new RelayMetrics(() => this.#readBacklog());
     this.#breaker = circuitBreaker(
       handleWhen((err) => err instanceof NatsUnavailableError),

@@ -4,6 +4,7 @@ import {
   describeValue,
   guardConnection,
   type PooledConnection,
+  protectPool,
   quoteIdentifier,
   SQLSTATE,
   sqlState,
@@ -99,6 +100,7 @@ class IdempotencyKeys implements Idempotency {
   }
 
   async run(pool: ConnectionPool, request: IdempotentRequest, operation: IdempotentOperation): Promise<IdempotentResult> {
+    protectPool(pool);
     if (typeof operation !== 'function')
       throw new ValidationError('operation', 'run() needs the operation as its third argument: async (tx) => ({ status, body })');
     if (typeof request !== 'object' || request === null) {

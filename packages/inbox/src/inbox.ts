@@ -13,6 +13,7 @@ import {
   MigrationError,
   migrate,
   type PooledConnection,
+  protectPool,
   type Queryable,
   quoteIdentifier,
   schemaIdentifier,
@@ -189,6 +190,7 @@ class InboxImpl implements Inbox {
   async #start(): Promise<void> {
     this.#state = 'starting';
     const o = this.#o;
+    protectPool(o.pool);
     if (!(await inboxTablesExist(o.pool, o.schema))) {
       throw new MigrationError(
         `schema "${o.schema}" has no inbox tables: run \`ferry migrate --inbox --schema ${o.schema}\` (or migrateInbox({ pool, schema: '${o.schema}' })) on the consumer's database, or pass createInbox({ schema }) the schema you migrated`,
