@@ -326,7 +326,15 @@ export class Dispatcher {
     let segment = first;
     while (segment.length > 0) {
       const next = this.#running && segment.length >= CONTINUE_AT ? this.#nextRows(segment) : undefined;
-      const outcomes = await this.#send(segment);
+      let outcomes: Map<ClaimedRow, Outcome>;
+      try {
+        outcomes = await this.#send(segment);
+      } catch (err) {
+        // Nothing else is expected to throw here; the rows stop counting as in flight either way.
+        this.#release(segment);
+        if (next) this.#release(await next);
+        throw err;
+      }
       const acked: string[] = [];
       for (const row of segment) {
         const x = outcomes.get(row);
