@@ -1,5 +1,6 @@
--- Guards in front of the publish functions (issue 14). Each function keeps
--- its signature, 000005's input checks first, then a marked preamble, then
+-- The publish functions with 000005's input checks and issue 14's guards
+-- (000005 only creates the checks, so the functions are redefined once). Each
+-- function keeps its signature: the checks first, then a marked preamble, then
 -- its 000003 statement unchanged, word for word. :SCHEMA is replaced by the
 -- quoted schema name.
 --

@@ -1,8 +1,9 @@
 /**
  * The publisher's statements call the SECURITY DEFINER functions of outbox
- * migration 000003 (`publish_event`, `publish_events`; 000005 adds their
+ * migration 000003 (`publish_event`, `publish_events`; 000005 holds their
  * checks of reserved headers, subjects and control characters, raised as
- * SQLSTATE 22023 and turned into a ValidationError), which hold the SQL:
+ * SQLSTATE 22023 and turned into a ValidationError, and 000006 redefines them
+ * with those checks and the version and pruned-id guards), which hold the SQL:
  * a publishing role needs EXECUTE on them and no table privilege, and
  * PL/pgSQL caches their plans per connection whatever client calls them.
  * $1 ids, $2 keys, $3 versions (or null), $4 subjects, $5 types, $6 sources,
