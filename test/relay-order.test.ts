@@ -235,4 +235,30 @@ describe('relay per-key order in the stream under poison', () => {
       [[ids[0], 11]],
     );
   });
+  test('relay order - keys that array literals, collations and cursors could trip on go out in order, each once', async () => {
+    // batchSize 2: many claims, so the lane cursor moves across these keys and the in-flight key list holds them.
+    const { db, start } = await setup('order_oddkeys', { batchSize: 2 });
+    const publisher = createPublisher({ schema: db.schema, source: 'order-test' });
+    const keys = ['NULL', 'a,b', '{x}', 'q"uote', 'back\\slash', 'ünï-キー', 'mid space', 'Z', 'a', `long-${'k'.repeat(250)}`];
+    const ids: string[] = [];
+    for (let v = 1; v <= 3; v++) {
+      for (const key of keys) {
+        const r = await withTransaction(db.pool, (tx) =>
+          publisher.publish(tx, { subject: `${stream.prefix}.odd`, key, type: 'Odd', data: { v } }),
+        );
+        ids.push(r.id);
+      }
+    }
+    await start();
+    await waitPublished(db, ids, 'every odd key');
+    const events = (await readStream(stream.nc, stream.name)).filter((e) => ids.includes(e.id));
+    assert.equal(events.length, ids.length, 'each event once');
+    for (const key of keys) {
+      assert.deepEqual(
+        events.filter((e) => e.key === key).map((e) => e.version),
+        [1n, 2n, 3n],
+        `key ${JSON.stringify(key)} in order`,
+      );
+    }
+  });
 });
