@@ -1,3 +1,4 @@
+import { type ErrorCode, FerryError } from '@ferry/core';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors as natsErrors } from '@nats-io/transport-node';
 import type { FailureReason } from './types.js';
@@ -72,10 +73,78 @@ export function classifyPublishError(err: unknown): Classified {
   return { reason: 'other', permanent: false, transport: false, message };
 }
 
+/**
+ * Codes of the relay's and the CLI's own errors, beside core's `ERROR_CODES`.
+ * The CLI's exit code follows the class: these all exit 1 (a runtime failure);
+ * a `ConfigError` or `ValidationError` exits 2, a `MigrationError` 3.
+ */
+export const RELAY_ERROR_CODES = {
+  /** NATS cannot be reached or used (down, TLS refused, a whole batch failed for NATS reasons). */
+  unavailable: 'FERRY_UNAVAILABLE',
+  /** The schema has no (or an incomplete) Ferry outbox: `ferry migrate` first. */
+  notMigrated: 'FERRY_NOT_MIGRATED',
+  /** A command ran and did not do all it was asked (the message says what is left). */
+  failed: 'FERRY_FAILED',
+  /** A destructive command was not confirmed on the terminal: nothing was done. */
+  notConfirmed: 'FERRY_NOT_CONFIRMED',
+  /** `stop()` was called while `start()` still waited for NATS. */
+  abandoned: 'FERRY_ABANDONED',
+} as const;
+export type RelayErrorCode = (typeof RELAY_ERROR_CODES)[keyof typeof RELAY_ERROR_CODES];
+
+/** The base of the relay's own errors: a `FerryError` with one of `RELAY_ERROR_CODES`. */
+export class RelayError extends FerryError {
+  constructor(code: RelayErrorCode, message: string, options?: { cause?: unknown }) {
+    // core's ErrorCode union does not list the relay's codes; the value is one of RELAY_ERROR_CODES.
+    super(code as string as ErrorCode, message, options);
+    this.name = 'RelayError';
+  }
+}
+
 /** Thrown inside the circuit breaker when a whole batch failed for NATS reasons. */
-export class NatsUnavailableError extends Error {
+export class NatsUnavailableError extends RelayError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+    super(RELAY_ERROR_CODES.unavailable, message, options);
     this.name = 'NatsUnavailableError';
+  }
+}
+
+/** NATS refused a connection: not reachable (an operator command), or its TLS certificate failed verification. */
+export class NatsConnectError extends RelayError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(RELAY_ERROR_CODES.unavailable, message, options);
+    this.name = 'NatsConnectError';
+  }
+}
+
+/** The schema has no Ferry outbox tables, or no lane setting: run `ferry migrate` first. */
+export class NotMigratedError extends RelayError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(RELAY_ERROR_CODES.notMigrated, message, options);
+    this.name = 'NotMigratedError';
+  }
+}
+
+/** A command did not do all it was asked: ids that were not dead, a replay left incomplete, a canary lost. */
+export class CommandFailedError extends RelayError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(RELAY_ERROR_CODES.failed, message, options);
+    this.name = 'CommandFailedError';
+  }
+}
+
+/** The operator answered no: nothing was done. */
+export class NotConfirmedError extends RelayError {
+  constructor() {
+    super(RELAY_ERROR_CODES.notConfirmed, 'nothing done: not confirmed');
+    this.name = 'NotConfirmedError';
+  }
+}
+
+/** `stop()` was called while `start()` still waited for NATS. */
+export class StartAbandonedError extends RelayError {
+  constructor() {
+    super(RELAY_ERROR_CODES.abandoned, 'relay stopped before it finished starting');
+    this.name = 'StartAbandonedError';
   }
 }

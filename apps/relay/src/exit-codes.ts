@@ -1,3 +1,5 @@
+import { CommanderError } from 'commander';
+
 /** Exit codes of every `ferry` command (documented in docs/operations.md and `ferry --help`). */
 export const EXIT = {
   ok: 0,
@@ -10,3 +12,8 @@ export const EXIT = {
   /** `ferry relay` forced to stop: a second signal, or draining outlasted --shutdown-timeout-ms. */
   forced: 4,
 } as const;
+
+/** Ends the command with this exit code (after its output), e.g. `ferry doctor` with the number of problems. */
+export function exitWith(code: number, message = ''): never {
+  throw new CommanderError(code, 'ferry.exit', message);
+}

@@ -1,6 +1,7 @@
 import { randomInt } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
+import { NotMigratedError } from './errors.js';
 import { LIVE_INSTANCES_SQL, laneCountSql, TRY_LANES_SQL } from './sql/lanes.js';
 import type { Logger } from './types.js';
 
@@ -70,10 +71,6 @@ export class LaneLeaser {
     return this.#lanes;
   }
 
-  get laneCount(): number {
-    return this.#laneCount;
-  }
-
   get liveInstances(): number {
     return this.#live;
   }
@@ -96,7 +93,8 @@ export class LaneLeaser {
         await client.connect();
         const { rows } = await client.query<{ value: string }>(laneCountSql(this.#o.schemaSql));
         const n = Number(rows[0]?.value);
-        if (!Number.isInteger(n) || n < 1) throw new Error(`no lane count in ${this.#o.schemaSql}.settings: run ferry migrate first`);
+        if (!Number.isInteger(n) || n < 1)
+          throw new NotMigratedError(`no lane count in ${this.#o.schemaSql}.settings: run ferry migrate first`);
         this.#laneCount = n;
         await client.query('SELECT pg_advisory_lock($1::int, $2::int)', [this.#instanceNs, this.#instanceKey]);
       } catch (err) {

@@ -29,10 +29,6 @@ export class Notifier {
     this.#o = options;
   }
 
-  get connected(): boolean {
-    return this.#client !== undefined;
-  }
-
   start(): void {
     if (this.#running) return;
     this.#running = true;

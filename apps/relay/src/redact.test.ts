@@ -4,8 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { main } from './cli.js';
-import { natsUrlPasswords, redactNatsUrls, redactUrl } from './config.js';
-import { secretsOf, textRedactor } from './redact.js';
+import { redactNatsUrls, redactUrl, secretsOf, textRedactor, urlPasswords } from './redact.js';
 
 const SECRET = 'S3cretPw-9d1e';
 
@@ -63,7 +62,7 @@ test('redact - the starting line and doctor print a NATS token URL as nats://***
     'nats://u:***@h:1',
     'nats://h:2',
   ]);
-  assert.deepEqual(natsUrlPasswords([`nats://${SECRET}@host:4222`]), [SECRET]);
+  assert.deepEqual(urlPasswords([`nats://${SECRET}@host:4222`]), [SECRET]);
   assert.equal(redactUrl(`postgres://u:${SECRET}@h:5432/db`), 'postgres://u:***@h:5432/db');
 });
 

@@ -108,3 +108,39 @@ export function textRedactor(secrets: ReadonlyArray<string | undefined>): (text:
     return pattern ? masked.replace(pattern, '***') : masked;
   };
 }
+
+/** A connection string with its password (or NATS token) replaced, safe to print. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    // nats://TOKEN@host: a NATS URL's user alone is a token.
+    else if (u.username && TOKEN_SCHEMES.test(u.protocol.slice(0, -1))) u.username = '***';
+    for (const k of ['password', 'sslpassword', 'token']) if (u.searchParams.has(k)) u.searchParams.set(k, '***');
+    return u.toString();
+  } catch {
+    return '<unparseable url>';
+  }
+}
+
+/** NATS URLs safe to print: a password inside one (nats://user:password@host) becomes ***. */
+export function redactNatsUrls(urls: readonly string[]): string[] {
+  return urls.map((u) => (u.includes('@') ? redactUrl(u) : u));
+}
+
+/**
+ * The passwords inside URLs, percent-decoded, for the log's secret filter: a
+ * URL's password (postgres://user:password@host, nats://user:password@host),
+ * or a NATS URL's user alone, which is a token (nats://token@host).
+ */
+export function urlPasswords(urls: readonly string[]): string[] {
+  return urls.flatMap((u) => {
+    try {
+      const url = new URL(u);
+      const secret = url.password || (TOKEN_SCHEMES.test(url.protocol.slice(0, -1)) ? url.username : '');
+      return secret ? [decodeURIComponent(secret)] : [];
+    } catch {
+      return [];
+    }
+  });
+}

@@ -35,7 +35,30 @@ export const silentLogger: Logger = {
   fatal: noop,
 };
 
-function int(name: string, value: unknown, min: number, max: number): number {
+/**
+ * The accepted range `[min, max]` of every integer option; `ferry relay`'s and
+ * `ferry doctor`'s flags take the same ranges from here.
+ */
+export const RELAY_LIMITS = Object.freeze({
+  lanesPerInstance: [1, 1024],
+  batchSize: [1, 10_000],
+  maxInFlight: [1, 100_000],
+  pollIntervalMs: [10, 60_000],
+  maxAttempts: [1, 1000],
+  backoffBaseMs: [1, 3_600_000],
+  backoffMaxMs: [1, 86_400_000],
+  publishTimeoutMs: [100, 600_000],
+  retentionMs: [1, 3650 * 86_400_000],
+  pruneBatchSize: [1, 100_000],
+  breakerThreshold: [1, 1000],
+  breakerCooldownMs: [10, 600_000],
+  cronMonitorIntervalSeconds: [1, 45],
+} as const satisfies Record<string, readonly [number, number]>);
+
+type Limited = keyof typeof RELAY_LIMITS;
+
+function int(name: Limited, value: unknown): number {
+  const [min, max] = RELAY_LIMITS[name];
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
     throw new ValidationError(name, `${name} must be an integer from ${min} to ${max}, got ${describeValue(value)}`);
   }
@@ -81,31 +104,26 @@ export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions
     databaseUrl: options.databaseUrl,
     nats: options.nats ?? {},
     schema: validateIdentifier(options.schema ?? d.schema, 'schema'),
-    lanesPerInstance: lanes === 'auto' ? 'auto' : int('lanesPerInstance', lanes, 1, 1024),
-    batchSize: int('batchSize', options.batchSize ?? d.batchSize, 1, 10_000),
-    maxInFlight: int('maxInFlight', options.maxInFlight ?? d.maxInFlight, 1, 100_000),
-    pollIntervalMs: int('pollIntervalMs', options.pollIntervalMs ?? d.pollIntervalMs, 10, 60_000),
+    lanesPerInstance: lanes === 'auto' ? 'auto' : int('lanesPerInstance', lanes),
+    batchSize: int('batchSize', options.batchSize ?? d.batchSize),
+    maxInFlight: int('maxInFlight', options.maxInFlight ?? d.maxInFlight),
+    pollIntervalMs: int('pollIntervalMs', options.pollIntervalMs ?? d.pollIntervalMs),
     listen: options.listen ?? d.listen,
-    maxAttempts: int('maxAttempts', options.maxAttempts ?? d.maxAttempts, 1, 1000),
-    backoffBaseMs: int('backoffBaseMs', options.backoffBaseMs ?? d.backoffBaseMs, 1, 3_600_000),
-    backoffMaxMs: int('backoffMaxMs', options.backoffMaxMs ?? d.backoffMaxMs, 1, 86_400_000),
-    publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs ?? d.publishTimeoutMs, 100, 600_000),
+    maxAttempts: int('maxAttempts', options.maxAttempts ?? d.maxAttempts),
+    backoffBaseMs: int('backoffBaseMs', options.backoffBaseMs ?? d.backoffBaseMs),
+    backoffMaxMs: int('backoffMaxMs', options.backoffMaxMs ?? d.backoffMaxMs),
+    publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs ?? d.publishTimeoutMs),
     // The outbox's retention is stored with it (ferry migrate --retention); a value given here
     // must match it (checked at start), and 0 is never a retention.
-    retentionMs: options.retentionMs === undefined ? undefined : int('retentionMs', options.retentionMs, 1, 3650 * 86_400_000),
+    retentionMs: options.retentionMs === undefined ? undefined : int('retentionMs', options.retentionMs),
     pruneCron: options.pruneCron ?? d.pruneCron,
-    pruneBatchSize: int('pruneBatchSize', options.pruneBatchSize ?? d.pruneBatchSize, 1, 100_000),
+    pruneBatchSize: int('pruneBatchSize', options.pruneBatchSize ?? d.pruneBatchSize),
     maintenance: options.maintenance ?? d.maintenance,
-    breakerThreshold: int('breakerThreshold', options.breakerThreshold ?? d.breakerThreshold, 1, 1000),
-    breakerCooldownMs: int('breakerCooldownMs', options.breakerCooldownMs ?? d.breakerCooldownMs, 10, 600_000),
+    breakerThreshold: int('breakerThreshold', options.breakerThreshold ?? d.breakerThreshold),
+    breakerCooldownMs: int('breakerCooldownMs', options.breakerCooldownMs ?? d.breakerCooldownMs),
     ensureStreams: options.ensureStreams ?? [],
     applicationName: options.applicationName ?? d.applicationName,
-    cronMonitorIntervalSeconds: int(
-      'cronMonitorIntervalSeconds',
-      options.cronMonitorIntervalSeconds ?? d.cronMonitorIntervalSeconds,
-      1,
-      45,
-    ),
+    cronMonitorIntervalSeconds: int('cronMonitorIntervalSeconds', options.cronMonitorIntervalSeconds ?? d.cronMonitorIntervalSeconds),
     logger: options.logger ?? silentLogger,
   };
   if (compiled.backoffMaxMs < compiled.backoffBaseMs) {

@@ -5,15 +5,16 @@ import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManage
 import { type ConnectionOptions, connect, type NatsConnection, errors as natsErrors } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
-import { formatDuration } from './config.js';
 import { Dispatcher } from './dispatcher.js';
-import { NatsUnavailableError } from './errors.js';
+import { formatDuration } from './duration.js';
+import { NatsConnectError, NatsUnavailableError, NotMigratedError, StartAbandonedError } from './errors.js';
 import { Janitor } from './janitor.js';
 import { LaneLeaser } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
 import { Notifier } from './notifier.js';
 import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
+import { laneCountSql } from './sql/lanes.js';
 import { readRetentionSql } from './sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
 
@@ -42,14 +43,6 @@ const NATS_CONFIG_ERRORS = [
   natsErrors.PermissionViolationError,
   natsErrors.InvalidArgumentError,
 ];
-
-/** `stop()` was called while `start()` still waited for NATS. */
-class StartAbandonedError extends Error {
-  constructor() {
-    super('relay stopped before it finished starting');
-    this.name = 'StartAbandonedError';
-  }
-}
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
 
@@ -165,7 +158,10 @@ class RelayImpl implements Relay {
   }
 
   start(): Promise<void> {
-    if (this.#state === 'draining' || this.#state === 'stopped') return Promise.reject(new Error(`relay is ${this.#state}`));
+    if (this.#state === 'draining' || this.#state === 'stopped')
+      return Promise.reject(
+        new ConfigError('start', `relay is ${this.#state}: a stopped relay does not start again; create a new one with createRelay()`),
+      );
     this.#starting ??= this.#start().catch(async (err) => {
       this.#state = 'failed';
       await this.#teardown();
@@ -178,15 +174,16 @@ class RelayImpl implements Relay {
     const o = this.#o;
     this.#state = 'starting';
     // Fails fast on a wrong URL, a missing schema or an unmigrated database.
-    const lanes = await this.#pool
-      .query<{ value: string }>(`SELECT value FROM ${this.#schemaSql}.settings WHERE name = 'lanes'`)
-      .catch((err) => {
-        if (sqlState(err) === SQLSTATE.undefinedTable) {
-          throw new Error(`schema "${o.schema}" has no Ferry outbox tables: run ferry migrate --schema ${o.schema} first`, { cause: err });
-        }
-        throw err;
-      });
-    if (!lanes.rows[0]) throw new Error(`schema "${o.schema}" has no lane setting: run ferry migrate --schema ${o.schema} first`);
+    const lanes = await this.#pool.query<{ value: string }>(laneCountSql(this.#schemaSql)).catch((err) => {
+      if (sqlState(err) === SQLSTATE.undefinedTable) {
+        throw new NotMigratedError(`schema "${o.schema}" has no Ferry outbox tables: run ferry migrate --schema ${o.schema} first`, {
+          cause: err,
+        });
+      }
+      throw err;
+    });
+    if (!lanes.rows[0])
+      throw new NotMigratedError(`schema "${o.schema}" has no lane setting: run ferry migrate --schema ${o.schema} first`);
     // One retention per outbox: a relay given another one refuses to start rather than
     // prune by it (one started with --retention 0ms deleted every published row).
     if (o.retentionMs !== undefined) {
@@ -286,7 +283,8 @@ class RelayImpl implements Relay {
         return outcome.nc;
       }
       const err = outcome.err;
-      if (isTlsVerificationError(err)) throw new Error(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
+      if (isTlsVerificationError(err))
+        throw new NatsConnectError(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
       // Wrong credentials or options: waiting would never cure them, so the start ends with the reason.
       if (NATS_CONFIG_ERRORS.some((type) => err instanceof type)) throw err;
       if (!waiting) {
@@ -415,7 +413,8 @@ class RelayImpl implements Relay {
   }
 
   async prune(): Promise<number> {
-    if (!this.#janitor) throw new Error('maintenance is off for this relay');
+    if (!this.#janitor)
+      throw new ConfigError('maintenance', 'maintenance is off for this relay: prune() needs a relay created with maintenance: true');
     return this.#janitor.prune();
   }
 }

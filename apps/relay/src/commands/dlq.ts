@@ -1,10 +1,21 @@
 import { ConfigError, notifyChannel, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
 import { Command, Option } from 'commander';
-import pg from 'pg';
-import { databaseUrlOption, parseIntIn, resolveDatabaseUrl, schemaOption } from '../config.js';
+import type pg from 'pg';
+import { commandPool } from '../cli/database.js';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { parseIntIn } from '../cli/flag-parsers.js';
+import { addDatabaseOptions } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
+import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { countDeadSql } from '../sql/count-dead.js';
+import type { DeadSelector } from '../sql/dead-events.js';
+import { listDeadSql } from '../sql/list-dead.js';
+import { NOTIFY_RELAYS_SQL } from '../sql/notify-relays.js';
+import { selectDeadIdsSql } from '../sql/select-dead.js';
+import { settleDeadSql } from '../sql/settle-dead.js';
+import { showEventSql } from '../sql/show-event.js';
 
 interface DlqFlags {
   databaseUrl?: string;
@@ -36,8 +47,8 @@ function validateIds(ids: string[]): string[] {
   return ids.map((id, i) => validateEventId(id, `ID ${i + 1}`));
 }
 
-async function withPool<T>(flags: DlqFlags, ctx: CommandContext, fn: (pool: pg.Pool, s: string) => Promise<T>): Promise<T> {
-  const pool = new pg.Pool({ connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env), max: 1, application_name: 'ferry-dlq' });
+async function withPool<T>(flags: DlqFlags, ctx: CommandContext, fn: (pool: pg.Pool, schemaSql: string) => Promise<T>): Promise<T> {
+  const pool = commandPool(flags, ctx, 'ferry-dlq');
   try {
     return await fn(pool, quoteIdentifier(flags.schema));
   } finally {
@@ -46,102 +57,56 @@ async function withPool<T>(flags: DlqFlags, ctx: CommandContext, fn: (pool: pg.P
 }
 
 /**
- * `retry`: clears dead_at, attempts and next_attempt_at, so the row is due at
- * once and its key unblocks; the relays are woken by a NOTIFY.
- * `discard`: the row stays for audit but is marked published (published_at =
- * now(), dead_at kept, last_error prefixed with "discarded"), so it no longer
- * blocks its key; it is pruned with the published rows after the retention.
+ * `retry` makes dead events due again, `discard` gives up on them (see
+ * sql/settle-dead.ts); either way their keys unblock and the relays are woken
+ * by a NOTIFY. Given ids, the ones that are not dead are reported (exit 1);
+ * given `--key K` or `--all-dead`, every dead row selected is settled. The
+ * selection is shown (`--dry-run`) or confirmed (a terminal, or `--yes`)
+ * before anything changes.
  */
 async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlags, ctx: CommandContext): Promise<void> {
   const selectors = [ids.length > 0, flags.key !== undefined, Boolean(flags.allDead)].filter(Boolean).length;
   if (selectors > 1) throw new ConfigError('--key', 'give event ids, --key or --all-dead, not several');
-  if (selectors === 1 && ids.length === 0) {
-    await settleBulk(action, flags, ctx);
-    return;
-  }
-  const valid = validateIds(ids);
-  // ---- retry/discard confirmation and --dry-run (issue 14): the dead rows among the ids are
-  // shown (--dry-run) or confirmed (a terminal, or --yes) before anything changes.
-  const done = await withPool(flags, ctx, async (pool, s) => {
-    const selected = await pool.query<{ id: string }>(
-      `SELECT id::text FROM ${s}.outbox WHERE id = ANY ($1::uuid[]) AND dead_at IS NOT NULL AND published_at IS NULL`,
-      [valid],
-    );
-    if (flags.dryRun) return new Set(selected.rows.map((r) => r.id));
-    if (selected.rows.length > 0 && !flags.yes && !(await confirm(`${action} ${selected.rows.length} dead event(s)`))) {
-      throw new Error('nothing done: not confirmed');
+  const selector: DeadSelector = selectors === 1 && ids.length === 0 ? (flags.key !== undefined ? 'key' : 'all') : 'ids';
+  const valid = selector === 'ids' ? validateIds(ids) : [];
+  const values = selector === 'ids' ? [valid] : selector === 'key' ? [flags.key] : [];
+  const what = selector === 'key' ? `of key ${JSON.stringify(flags.key)}` : 'of every key';
+  const done = await withPool(flags, ctx, async (pool, schemaSql) => {
+    let question: string | undefined;
+    if (selector === 'ids') {
+      const selected = await pool.query<{ id: string }>(selectDeadIdsSql(schemaSql, selector), values);
+      if (flags.dryRun) return selected.rows.map((r) => r.id);
+      if (selected.rows.length > 0) question = `${action} ${selected.rows.length} dead event(s)`;
+    } else {
+      const counted = await pool.query<{ n: string; keys: string }>(countDeadSql(schemaSql, selector), values);
+      const n = Number(counted.rows[0]?.n ?? 0);
+      if (n === 0) return [];
+      if (flags.dryRun) return (await pool.query<{ id: string }>(selectDeadIdsSql(schemaSql, selector), values)).rows.map((r) => r.id);
+      question = `${action} ${count(n, 'dead event')} ${what} (${count(counted.rows[0]?.keys ?? 0, 'key')})`;
     }
-    const sql =
-      action === 'retry'
-        ? `UPDATE ${s}.outbox SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'
-            WHERE id = ANY ($1::uuid[]) AND dead_at IS NOT NULL AND published_at IS NULL RETURNING id::text`
-        : `UPDATE ${s}.outbox SET published_at = now(),
-                  last_error = 'discarded by ferry dlq discard at ' || now()::text || coalesce(': ' || last_error, '')
-            WHERE id = ANY ($1::uuid[]) AND dead_at IS NOT NULL AND published_at IS NULL RETURNING id::text`;
-    const { rows } = await pool.query<{ id: string }>(sql, [valid]);
-    if (rows.length > 0) await pool.query('SELECT pg_notify($1, $2)', [notifyChannel(flags.schema), 'dlq']);
-    return new Set(rows.map((r) => r.id));
-  });
-  const missing = valid.filter((id) => !done.has(id.toLowerCase()));
-  const verb = flags.dryRun ? `would ${action}` : action === 'retry' ? 'retried' : 'discarded';
-  if (flags.json) {
-    ctx.out(
-      JSON.stringify({
-        [action === 'retry' ? 'retried' : 'discarded']: flags.dryRun ? [] : [...done],
-        notDead: missing,
-        dryRun: Boolean(flags.dryRun),
-        ...(flags.dryRun ? { wouldChange: [...done] } : {}),
-      }),
-    );
-  } else {
-    for (const id of done) ctx.out(`${verb} ${id}`);
-    for (const id of missing) ctx.err(`not dead (unknown, already published, or not failed): ${id}`);
-  }
-  if (missing.length > 0) throw new Error(`${missing.length} of ${valid.length} ids were not dead events`);
-}
-
-const SETTLE_SQL = {
-  retry: `SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'`,
-  discard: `SET published_at = now(),
-                  last_error = 'discarded by ferry dlq discard at ' || now()::text || coalesce(': ' || last_error, '')`,
-} as const;
-
-/** `--key K` or `--all-dead`: counts, confirms unless --yes, then settles every dead row selected. */
-async function settleBulk(action: 'retry' | 'discard', flags: DlqFlags, ctx: CommandContext): Promise<void> {
-  const where = `dead_at IS NOT NULL AND published_at IS NULL${flags.key !== undefined ? ' AND key = $1' : ''}`;
-  const values = flags.key !== undefined ? [flags.key] : [];
-  const what = flags.key !== undefined ? `of key ${JSON.stringify(flags.key)}` : 'of every key';
-  const done = await withPool(flags, ctx, async (pool, s) => {
-    const counted = await pool.query<{ n: string; keys: string }>(
-      `SELECT count(*)::text AS n, count(DISTINCT key)::text AS keys FROM ${s}.outbox WHERE ${where}`,
-      values,
-    );
-    const n = Number(counted.rows[0]?.n ?? 0);
-    if (n === 0) return [];
-    if (flags.dryRun) {
-      const { rows } = await pool.query<{ id: string }>(`SELECT id::text FROM ${s}.outbox o WHERE ${where} ORDER BY o.seq`, values);
-      return rows.map((r) => r.id);
-    }
-    if (!flags.yes && !(await confirm(`${action} ${count(n, 'dead event')} ${what} (${count(counted.rows[0]?.keys ?? 0, 'key')})`))) {
-      throw new Error('nothing done: not confirmed');
-    }
-    const { rows } = await pool.query<{ id: string }>(`UPDATE ${s}.outbox ${SETTLE_SQL[action]} WHERE ${where} RETURNING id::text`, values);
-    if (rows.length > 0) await pool.query('SELECT pg_notify($1, $2)', [notifyChannel(flags.schema), 'dlq']);
+    if (question !== undefined && !flags.yes && !(await confirm(question))) throw new NotConfirmedError();
+    const { rows } = await pool.query<{ id: string }>(settleDeadSql(schemaSql, action, selector), values);
+    if (rows.length > 0) await pool.query(NOTIFY_RELAYS_SQL, [notifyChannel(flags.schema), 'dlq']);
     return rows.map((r) => r.id);
   });
+  const changed = new Set(done);
+  const missing = valid.filter((id) => !changed.has(id.toLowerCase()));
   const verb = flags.dryRun ? `would ${action}` : action === 'retry' ? 'retried' : 'discarded';
   if (flags.json) {
-    const key = action === 'retry' ? 'retried' : 'discarded';
     ctx.out(
       JSON.stringify({
-        [key]: flags.dryRun ? [] : done,
-        notDead: [],
+        [action === 'retry' ? 'retried' : 'discarded']: flags.dryRun ? [] : done,
+        notDead: missing,
         dryRun: Boolean(flags.dryRun),
         ...(flags.dryRun ? { wouldChange: done } : {}),
       }),
     );
-  } else if (done.length === 0) ctx.out(`no dead events ${what}`);
-  else for (const id of done) ctx.out(`${verb} ${id}`);
+  } else if (selector !== 'ids' && done.length === 0) ctx.out(`no dead events ${what}`);
+  else {
+    for (const id of done) ctx.out(`${verb} ${id}`);
+    for (const id of missing) ctx.err(`not dead (unknown, already published, or not failed): ${id}`);
+  }
+  if (missing.length > 0) throw new CommandFailedError(`${missing.length} of ${valid.length} ids were not dead events`);
 }
 
 interface ShownRow extends DeadRow {
@@ -160,18 +125,11 @@ interface ShownRow extends DeadRow {
 /** `ferry dlq show ID`: one dead event in full, its payload, and how many later events of its key wait behind it. */
 async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<void> {
   const [valid] = validateIds([id]);
-  const row = await withPool(flags, ctx, async (pool, s) => {
-    const { rows } = await pool.query<ShownRow>(
-      `SELECT o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.lane, o.subject, o.type, o.source, o.content_type,
-              o.data, o.headers, o.occurred_at, o.created_at, o.attempts, o.next_attempt_at, o.dead_at, o.published_at, o.last_error,
-              (SELECT count(*) FROM ${s}.outbox b
-                WHERE b.lane = o.lane AND b.key COLLATE "C" = o.key AND b.published_at IS NULL AND b.seq > o.seq)::text AS blocked
-         FROM ${s}.outbox o WHERE o.id = $1::uuid`,
-      [valid],
-    );
+  const row = await withPool(flags, ctx, async (pool, schemaSql) => {
+    const { rows } = await pool.query<ShownRow>(showEventSql(schemaSql), [valid]);
     return rows[0];
   });
-  if (!row) throw new Error(`no outbox event ${valid} (pruned after the retention, or never committed)`);
+  if (!row) throw new CommandFailedError(`no outbox event ${valid} (pruned after the retention, or never committed)`);
   const text = /json|^text\//i.test(row.content_type);
   const shown = {
     seq: row.seq,
@@ -210,20 +168,13 @@ async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<v
 
 export function dlqCommand(ctx: CommandContext): Command {
   const dlq = new Command('dlq').description('dead outbox events: list and show them, retry them, or discard them to unblock their keys');
-  const common = (cmd: Command) =>
-    cmd.addOption(databaseUrlOption()).addOption(schemaOption()).addOption(new Option('--json', 'print JSON'));
+  const common = addDatabaseOptions;
   dlq.addCommand(
     common(new Command('list').description('list dead events, oldest first, with how many later events of each key wait behind it'))
-      .addOption(new Option('--limit <n>', 'at most this many').default(100).argParser(parseIntIn(1, 100_000)))
+      .addOption(new Option('--limit <n>', 'at most this many').default(CLI_DEFAULTS.dlqListLimit).argParser(parseIntIn(1, 100_000)))
       .action(async (flags: DlqFlags) => {
-        const rows = await withPool(flags, ctx, async (pool, s) => {
-          const r = await pool.query<DeadRow>(
-            `SELECT seq::text, id::text, key, version::text, subject, type, attempts, dead_at, last_error,
-                    (SELECT count(*) FROM ${s}.outbox b
-                      WHERE b.lane = o.lane AND b.key COLLATE "C" = o.key AND b.published_at IS NULL AND b.seq > o.seq)::int AS waiting
-               FROM ${s}.outbox o WHERE dead_at IS NOT NULL AND published_at IS NULL ORDER BY o.seq LIMIT $1`,
-            [flags.limit ?? 100],
-          );
+        const rows = await withPool(flags, ctx, async (pool, schemaSql) => {
+          const r = await pool.query<DeadRow>(listDeadSql(schemaSql), [flags.limit ?? CLI_DEFAULTS.dlqListLimit]);
           return r.rows;
         });
         if (flags.json) {

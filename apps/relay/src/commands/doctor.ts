@@ -6,30 +6,40 @@ import {
   encodeEvent,
   eventFromOutboxRow,
   foreignTables,
-  LIMITS,
   migrationStatus,
   type OutboxEventRow,
   quoteIdentifier,
 } from '@ferry/core';
-import { INBOX_DEFAULTS } from '@ferry/inbox';
 import { AckPolicy, type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type pg from 'pg';
-import { parseIntIn } from '../config.js';
+import { commandPool } from '../cli/database.js';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { parseIntIn } from '../cli/flag-parsers.js';
+import { connectNats } from '../cli/nats-connection.js';
+import { relayInstances } from '../cli/relay-instances.js';
+import {
+  addDatabaseOptions,
+  addNatsOptions,
+  addRetrySpanOptions,
+  type DatabaseFlags,
+  type NatsFlags,
+  type RetrySpanFlags,
+} from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
-import { addDatabaseOptions, addNatsOptions, connectNats, exitWith, type OpsNatsFlags, opsPool, relayInstances } from '../ops-options.js';
-import { RELAY_DEFAULTS, retrySpanMs } from '../relay-options.js';
+import { formatDuration } from '../duration.js';
+import { exitWith } from '../exit-codes.js';
+import { retrySpanMs } from '../relay-options.js';
+import { countDeadSql } from '../sql/count-dead.js';
+import { largestEventSql } from '../sql/largest-event.js';
+import { outboxSubjectsSql } from '../sql/outbox-subjects.js';
+import { SERVER_SETTINGS_SQL } from '../sql/server-settings.js';
 
-interface DoctorFlags extends OpsNatsFlags {
+interface DoctorFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
   stream?: string[];
   consumer?: string[];
-  maxAttempts: number;
-  backoffBaseMs: number;
-  backoffMaxMs: number;
-  publishTimeoutMs: number;
-  pollIntervalMs: number;
   maxPayloadBytes: number;
   inboxMaxDeliver: number;
 }
@@ -81,52 +91,23 @@ Examples:
   ferry doctor --stream ORDERS --consumer billing --json`;
 
 export function doctorCommand(ctx: CommandContext): Command {
-  const d = RELAY_DEFAULTS;
-  return addNatsOptions(
-    addDatabaseOptions(
-      new Command('doctor').description('check the database, NATS, streams and consumers; print each finding with its fix'),
+  return addRetrySpanOptions(
+    addNatsOptions(
+      addDatabaseOptions(
+        new Command('doctor').description('check the database, NATS, streams and consumers; print each finding with its fix'),
+      ),
     ),
   )
     .addOption(new Option('--stream <name>', 'also check this stream (repeatable)').argParser(collect))
     .addOption(new Option('--consumer <name>', 'check this inbox consumer on the stream(s) (repeatable)').argParser(collect))
     .addOption(
-      new Option('--max-attempts <n>', "the relay's --max-attempts")
-        .env('FERRY_MAX_ATTEMPTS')
-        .default(d.maxAttempts)
-        .argParser(parseIntIn(1, 1000)),
-    )
-    .addOption(
-      new Option('--backoff-base-ms <ms>', "the relay's --backoff-base-ms")
-        .env('FERRY_BACKOFF_BASE_MS')
-        .default(d.backoffBaseMs)
-        .argParser(parseIntIn(1, 3_600_000)),
-    )
-    .addOption(
-      new Option('--backoff-max-ms <ms>', "the relay's --backoff-max-ms")
-        .env('FERRY_BACKOFF_MAX_MS')
-        .default(d.backoffMaxMs)
-        .argParser(parseIntIn(1, 86_400_000)),
-    )
-    .addOption(
-      new Option('--publish-timeout-ms <ms>', "the relay's --publish-timeout-ms")
-        .env('FERRY_PUBLISH_TIMEOUT_MS')
-        .default(d.publishTimeoutMs)
-        .argParser(parseIntIn(100, 600_000)),
-    )
-    .addOption(
-      new Option('--poll-interval-ms <ms>', "the relay's --poll-interval-ms")
-        .env('FERRY_POLL_INTERVAL_MS')
-        .default(d.pollIntervalMs)
-        .argParser(parseIntIn(10, 60_000)),
-    )
-    .addOption(
       new Option('--max-payload-bytes <n>', "the publisher's maxPayloadBytes")
-        .default(LIMITS.defaultMaxPayloadBytes)
+        .default(CLI_DEFAULTS.maxPayloadBytes)
         .argParser(parseIntIn(1, 64 * 1024 * 1024)),
     )
     .addOption(
       new Option('--inbox-max-deliver <n>', "the inbox's maxDeliver (attempts before parking)")
-        .default(INBOX_DEFAULTS.maxDeliver)
+        .default(CLI_DEFAULTS.inboxMaxDeliver)
         .argParser(parseIntIn(1, 10_000)),
     )
     .addHelpText('after', HELP_AFTER)
@@ -155,13 +136,13 @@ function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
-const fmtMs = (ms: number) => (ms >= 60_000 ? `${Math.round(ms / 60_000)}m` : ms >= 1000 ? `${Math.round(ms / 1000)}s` : `${ms}ms`);
+const fmtMs = (ms: number) => formatDuration(ms, true);
 
 export async function runDoctor(flags: DoctorFlags, ctx: CommandContext): Promise<DoctorReport> {
   const findings: Finding[] = [];
   const add = (check: string, status: FindingStatus, message: string, fix?: string) =>
     findings.push({ check, status, message, ...(fix ? { fix } : {}) });
-  const pool = opsPool(flags, ctx, 'ferry-doctor');
+  const pool = commandPool(flags, ctx, 'ferry-doctor');
   let nc: NatsConnection | undefined;
   try {
     const subjects = await checkDatabase(pool, flags, add);
@@ -193,9 +174,7 @@ type Add = (check: string, status: FindingStatus, message: string, fix?: string)
 async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise<Map<string, number> | undefined> {
   const schema = flags.schema;
   try {
-    const { rows } = await pool.query<{ v: string; idle: string }>(
-      `SELECT current_setting('server_version') AS v, current_setting('idle_in_transaction_session_timeout') AS idle`,
-    );
+    const { rows } = await pool.query<{ v: string; idle: string }>(SERVER_SETTINGS_SQL);
     add('postgres', 'ok', `reachable (PostgreSQL ${rows[0]?.v})`);
     if (rows[0]?.idle === '0') {
       add(
@@ -245,20 +224,15 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
       'upgrade this ferry CLI to the version the relays run',
     );
   } else add('migrations', 'ok', `outbox schema "${schema}" is current (version ${status.current})`);
-  const s = quoteIdentifier(schema);
-  const [instances, dead] = await Promise.all([
-    relayInstances(pool, schema),
-    pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL`),
-  ]);
+  const schemaSql = quoteIdentifier(schema);
+  const [instances, dead] = await Promise.all([relayInstances(pool, schema), pool.query<{ n: string }>(countDeadSql(schemaSql, 'all'))]);
   if (instances.length === 0)
     add('relays', 'warning', `no relay instance is running for schema "${schema}"`, `ferry relay --schema ${schema}`);
   else add('relays', 'ok', `${count(instances.length, 'relay instance')} alive (${instances.map((i) => i.instance).join(', ')})`);
   const deadCount = Number(dead.rows[0]?.n ?? 0);
   if (deadCount > 0)
     add('relays', 'warning', `${deadCount} dead events block their keys`, 'ferry dlq list, then ferry dlq retry or discard');
-  const subjects = await pool.query<{ subject: string; n: string }>(
-    `SELECT subject, count(*)::text AS n FROM ${s}.outbox GROUP BY subject ORDER BY subject LIMIT 10000`,
-  );
+  const subjects = await pool.query<{ subject: string; n: string }>(outboxSubjectsSql(schemaSql));
   return new Map(subjects.rows.map((r) => [r.subject, Number(r.n)]));
 }
 
@@ -410,11 +384,7 @@ async function checkPayload(nc: NatsConnection, pool: pg.Pool, outboxReadable: b
     );
   } else add('max_payload', 'ok', `maxPayloadBytes ${flags.maxPayloadBytes} <= the server's max_payload ${max}`);
   if (!outboxReadable) return;
-  const s = quoteIdentifier(flags.schema);
-  const { rows } = await pool.query<OutboxEventRow>(
-    `SELECT id::text AS id, key, version::text AS version, subject, type, source, content_type, data, headers, occurred_at
-       FROM ${s}.outbox o ORDER BY octet_length(o.data) DESC LIMIT 1`,
-  );
+  const { rows } = await pool.query<OutboxEventRow>(largestEventSql(quoteIdentifier(flags.schema)));
   const row = rows[0];
   if (!row) return;
   const size = encodedSize(encodeEvent(eventFromOutboxRow(row)));

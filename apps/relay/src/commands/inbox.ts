@@ -3,9 +3,13 @@ import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry
 import { Command, Option } from 'commander';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import { databaseUrlOption, parseIntIn, parseSchema, resolveDatabaseUrl, schemaOption } from '../config.js';
+import { resolveDatabaseUrl } from '../cli/database.js';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
+import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
+import { CommandFailedError, NotConfirmedError } from '../errors.js';
 
 interface ParkedFlags {
   databaseUrl?: string;
@@ -94,8 +98,7 @@ async function confirmParked(
     else for (const p of found) for (const line of describeParked(p)) ctx.out(`would ${action} ${line}`);
     return false;
   }
-  if (!(await confirm(`${action} ${found.length} parked event(s) of consumer ${flags.consumer}`)))
-    throw new Error('nothing done: not confirmed');
+  if (!(await confirm(`${action} ${found.length} parked event(s) of consumer ${flags.consumer}`))) throw new NotConfirmedError();
   return true;
 }
 
@@ -118,10 +121,12 @@ export function inboxCommand(ctx: CommandContext): Command {
       .addOption(new Option('--json', 'print JSON'));
   parked.addCommand(
     common(new Command('list').description('parked events not yet applied or discarded, oldest first; all consumers unless --consumer'))
-      .addOption(new Option('--limit <n>', 'at most this many per consumer').default(1000).argParser(parseIntIn(1, 100_000)))
+      .addOption(
+        new Option('--limit <n>', 'at most this many per consumer').default(CLI_DEFAULTS.parkedListLimit).argParser(parseIntIn(1, 100_000)),
+      )
       .action(async (flags: ParkedFlags) => {
         const rows = await withBoss(flags, ctx, (boss) =>
-          listParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), limit: flags.limit ?? 1000 }),
+          listParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), limit: flags.limit ?? CLI_DEFAULTS.parkedListLimit }),
         );
         if (flags.json) ctx.out(JSON.stringify(rows));
         else if (rows.length === 0) ctx.out('no parked events');
@@ -145,7 +150,7 @@ export function inboxCommand(ctx: CommandContext): Command {
         if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ retried: n, requested: valid.length }));
         else ctx.out(`retried ${n} of ${valid.length} parked event(s)`);
-        if (n < valid.length) throw new Error(`${valid.length - n} of ${valid.length} ids were not failed parked events`);
+        if (n < valid.length) throw new CommandFailedError(`${valid.length - n} of ${valid.length} ids were not failed parked events`);
       }),
   );
   parked.addCommand(

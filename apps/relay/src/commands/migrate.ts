@@ -1,4 +1,5 @@
 import {
+  bossSchemaFor,
   ConfigError,
   GRANT_TARGETS,
   type GrantTarget,
@@ -15,20 +16,16 @@ import {
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import {
-  databaseUrlOption,
-  formatDuration,
-  parseDuration,
-  parseIntIn,
-  parseLanes,
-  parseSchema,
-  redactUrl,
-  resolveDatabaseUrl,
-  schemaOption,
-} from '../config.js';
+import { resolveDatabaseUrl } from '../cli/database.js';
+import { parseIntIn, parseLanes, parseSchema } from '../cli/flag-parsers.js';
+import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
-import { bossSchema, PRUNE_QUEUE } from '../janitor.js';
+import { formatDuration, parseDuration } from '../duration.js';
+import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { PRUNE_QUEUE } from '../janitor.js';
+import { redactUrl } from '../redact.js';
+import { countPrunableSql } from '../sql/count-prunable.js';
 import { setRetentionSql } from '../sql/retention.js';
 
 function parseRole(value: string): string {
@@ -90,7 +87,7 @@ async function setRetention(pool: pg.Pool, flags: MigrateFlags, ms: number, ctx:
     const ok = await confirm(
       `set the outbox retention of schema "${flags.schema}" to ${formatDuration(ms)}: the next prune deletes every published row older than that`,
     );
-    if (!ok) throw new Error('nothing done: not confirmed');
+    if (!ok) throw new NotConfirmedError();
   }
   await pool.query(setRetentionSql(quoteIdentifier(flags.schema)), [ms]);
   ctx.err(`outbox retention of schema "${flags.schema}" is now ${formatDuration(ms)} (every relay's prune job uses it)`);
@@ -102,11 +99,7 @@ async function dryRun(pool: pg.Pool, flags: MigrateFlags, set: MigrationSet, ctx
   const pending = listMigrations(set).filter((m) => m.version > status.current);
   let wouldPrune: number | null = null;
   if (flags.retention !== undefined && status.current > 0) {
-    const { rows } = await pool.query<{ n: string }>(
-      `SELECT count(*)::text AS n FROM ${quoteIdentifier(flags.schema)}.outbox
-        WHERE published_at IS NOT NULL AND published_at < now() - $1::bigint * interval '1 millisecond'`,
-      [flags.retention],
-    );
+    const { rows } = await pool.query<{ n: string }>(countPrunableSql(quoteIdentifier(flags.schema)), [flags.retention]);
     wouldPrune = Number(rows[0]?.n ?? 0);
   }
   const report = {
@@ -191,7 +184,7 @@ export function migrateCommand(ctx: CommandContext): Command {
       if (flags.printGrants) {
         if (!flags.role || !flags.for)
           throw new ConfigError('--print-grants', '--print-grants needs --role ROLE and --for publisher|relay|inbox');
-        const boss = flags.for === 'inbox' ? (flags.bossSchema ?? bossSchema(flags.schema)) : bossSchema(flags.schema);
+        const boss = flags.for === 'inbox' ? (flags.bossSchema ?? bossSchemaFor(flags.schema)) : bossSchemaFor(flags.schema);
         ctx.out(grantsSql({ role: flags.role, for: flags.for, schema: flags.schema, bossSchema: boss }).trimEnd());
         return;
       }
@@ -206,7 +199,7 @@ export function migrateCommand(ctx: CommandContext): Command {
           try {
             fromVersion = (await migrationStatus(pool, { schema: flags.schema, set })).current;
           } catch (err) {
-            throw new Error(
+            throw new CommandFailedError(
               `cannot read the migration version of schema "${flags.schema}" (${(err as Error).message}): pass --from-version N (0 for a new database)`,
               { cause: err },
             );
@@ -229,8 +222,8 @@ export function migrateCommand(ctx: CommandContext): Command {
         const result = await migrate({ pool, schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) });
         if (flags.retention !== undefined) await setRetention(pool, flags, flags.retention, ctx);
         if (flags.boss && set !== 'idempotency') {
-          if (set === 'inbox') await installBoss(url, flags.bossSchema ?? bossSchema(flags.schema), undefined);
-          else await installBoss(url, bossSchema(flags.schema), PRUNE_QUEUE);
+          if (set === 'inbox') await installBoss(url, flags.bossSchema ?? bossSchemaFor(flags.schema), undefined);
+          else await installBoss(url, bossSchemaFor(flags.schema), PRUNE_QUEUE);
         }
         if (flags.json) ctx.out(JSON.stringify(result));
         else if (result.applied.length === 0)

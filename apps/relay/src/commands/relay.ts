@@ -1,45 +1,37 @@
-import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { ConfigError } from '@ferry/core';
-import { type Authenticator, type ConnectionOptions, credsAuthenticator, nkeyAuthenticator } from '@nats-io/transport-node';
 import { Command, Option } from 'commander';
+import { resolveDatabaseUrl } from '../cli/database.js';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { LOG_LEVELS, parseBoolean, parseEnsureStream, parseIntIn, parseLanesPerInstance } from '../cli/flag-parsers.js';
+import { natsConnectOptions } from '../cli/nats-connection.js';
 import {
   addNatsOptions,
+  addRetrySpanOptions,
   databaseUrlOption,
-  LOG_LEVELS,
   type NatsFlags,
-  natsUrlPasswords,
-  parseBoolean,
-  parseDuration,
-  parseEnsureStream,
-  parseIntIn,
-  parseLanesPerInstance,
-  redactNatsUrls,
-  redactUrl,
-  resolveDatabaseUrl,
+  type RetrySpanFlags,
   schemaOption,
-} from '../config.js';
+} from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
+import { parseDuration } from '../duration.js';
+import { CommandFailedError } from '../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { startHttpServer } from '../http-server.js';
 import { createLogger } from '../logger.js';
+import { redactNatsUrls, redactUrl, urlPasswords } from '../redact.js';
 import { createRelay } from '../relay.js';
-import { RELAY_DEFAULTS } from '../relay-options.js';
+import { RELAY_DEFAULTS, RELAY_LIMITS } from '../relay-options.js';
 import { startTraceExporter, traceExportWanted } from '../trace-exporter.js';
 import type { EnsureStream, RelayOptions } from '../types.js';
 
-export interface RelayFlags extends NatsFlags {
+export interface RelayFlags extends NatsFlags, RetrySpanFlags {
   databaseUrl?: string;
   schema: string;
   lanesPerInstance: number | 'auto';
   batchSize: number;
   maxInFlight: number;
-  pollIntervalMs: number;
   listen: boolean;
-  maxAttempts: number;
-  backoffBaseMs: number;
-  backoffMaxMs: number;
-  publishTimeoutMs: number;
   breakerCooldownMs: number;
   retention?: number;
   pruneCron: string;
@@ -69,12 +61,14 @@ Examples:
   FERRY_DATABASE_URL=postgres://relay@db/app ferry relay --ensure-stream ORDERS='orders.>' --http-port 9464`;
 
 export function relayCommand(ctx: CommandContext): Command {
-  const int = (min: number, max: number) => parseIntIn(min, max);
-  return addNatsOptions(
-    new Command('relay')
-      .description('run the relay daemon: publish outbox rows to NATS JetStream, at-least-once, in per-key order')
-      .addOption(databaseUrlOption())
-      .addOption(schemaOption()),
+  const int = (name: keyof typeof RELAY_LIMITS) => parseIntIn(RELAY_LIMITS[name][0], RELAY_LIMITS[name][1]);
+  return addRetrySpanOptions(
+    addNatsOptions(
+      new Command('relay')
+        .description('run the relay daemon: publish outbox rows to NATS JetStream, at-least-once, in per-key order')
+        .addOption(databaseUrlOption())
+        .addOption(schemaOption()),
+    ),
   )
     .addOption(
       new Option('--lanes-per-instance <n>', '"auto" (a fair share of the live instances) or a fixed maximum')
@@ -86,51 +80,21 @@ export function relayCommand(ctx: CommandContext): Command {
       new Option('--batch-size <n>', 'keys claimed per batch, each with its rows in a chain (1-10000)')
         .env('FERRY_BATCH_SIZE')
         .default(d.batchSize)
-        .argParser(int(1, 10_000)),
+        .argParser(int('batchSize')),
     )
     .addOption(
       new Option('--max-in-flight <n>', 'claimed, not yet acknowledged rows at most, shared among the keys of a claim (1-100000)')
         .env('FERRY_MAX_IN_FLIGHT')
         .default(d.maxInFlight)
-        .argParser(int(1, 100_000)),
-    )
-    .addOption(
-      new Option('--poll-interval-ms <ms>', 'longest wait between polls when idle; also the lane lease check interval (10-60000)')
-        .env('FERRY_POLL_INTERVAL_MS')
-        .default(d.pollIntervalMs)
-        .argParser(int(10, 60_000)),
+        .argParser(int('maxInFlight')),
     )
     .addOption(new Option('--listen', 'LISTEN for the publisher NOTIFY as a wake-up hint (env FERRY_LISTEN=true|false)').default(d.listen))
     .addOption(new Option('--no-listen', 'poll only'))
     .addOption(
-      new Option('--max-attempts <n>', 'failed attempts after which a row is dead (1-1000)')
-        .env('FERRY_MAX_ATTEMPTS')
-        .default(d.maxAttempts)
-        .argParser(int(1, 1000)),
-    )
-    .addOption(
-      new Option('--backoff-base-ms <ms>', 'retry delay cap of the first retry; doubles per attempt, full jitter')
-        .env('FERRY_BACKOFF_BASE_MS')
-        .default(d.backoffBaseMs)
-        .argParser(int(1, 3_600_000)),
-    )
-    .addOption(
-      new Option('--backoff-max-ms <ms>', 'largest retry delay cap')
-        .env('FERRY_BACKOFF_MAX_MS')
-        .default(d.backoffMaxMs)
-        .argParser(int(1, 86_400_000)),
-    )
-    .addOption(
-      new Option('--publish-timeout-ms <ms>', 'how long to wait for one PubAck')
-        .env('FERRY_PUBLISH_TIMEOUT_MS')
-        .default(d.publishTimeoutMs)
-        .argParser(int(100, 600_000)),
-    )
-    .addOption(
       new Option('--breaker-cooldown-ms <ms>', 'how long the NATS circuit stays open before a probe')
         .env('FERRY_BREAKER_COOLDOWN_MS')
         .default(d.breakerCooldownMs)
-        .argParser(int(10, 600_000)),
+        .argParser(int('breakerCooldownMs')),
     )
     .addOption(
       new Option(
@@ -145,10 +109,10 @@ export function relayCommand(ctx: CommandContext): Command {
     .addOption(
       new Option('--http-port <port>', 'port of /metrics, /healthz and /readyz (0: off)')
         .env('FERRY_HTTP_PORT')
-        .default(9464)
-        .argParser(int(0, 65_535)),
+        .default(CLI_DEFAULTS.httpPort)
+        .argParser(parseIntIn(0, 65_535)),
     )
-    .addOption(new Option('--log-level <level>', 'log level').env('FERRY_LOG_LEVEL').default('info').choices(LOG_LEVELS))
+    .addOption(new Option('--log-level <level>', 'log level').env('FERRY_LOG_LEVEL').default(CLI_DEFAULTS.logLevel).choices(LOG_LEVELS))
     .addOption(new Option('--otel', 'export OpenTelemetry traces over OTLP/HTTP (or set OTEL_EXPORTER_OTLP_ENDPOINT)'))
     .addOption(
       new Option('--ensure-stream <NAME=SUBJECTS>', 'create this stream when missing (repeatable), e.g. ORDERS=orders.>')
@@ -158,8 +122,8 @@ export function relayCommand(ctx: CommandContext): Command {
     .addOption(
       new Option('--shutdown-timeout-ms <ms>', 'force exit when draining takes longer')
         .env('FERRY_SHUTDOWN_TIMEOUT_MS')
-        .default(30_000)
-        .argParser(int(100, 3_600_000)),
+        .default(CLI_DEFAULTS.shutdownTimeoutMs)
+        .argParser(parseIntIn(100, 3_600_000)),
     )
     .addHelpText('after', HELP_AFTER)
     .action(async (flags: RelayFlags, cmd: Command) => {
@@ -171,62 +135,8 @@ export function relayCommand(ctx: CommandContext): Command {
         }
       }
       const code = await runRelay(flags, ctx);
-      if (code !== EXIT.ok) throw new Error('the relay stopped with a failure (see the log)');
+      if (code !== EXIT.ok) throw new CommandFailedError('the relay stopped with a failure (see the log)');
     });
-}
-
-function readFile(option: string, path: string | undefined): string | undefined {
-  if (path === undefined) return undefined;
-  try {
-    return readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new ConfigError(
-      option,
-      `${option} ${JSON.stringify(path)} cannot be read (${(err as NodeJS.ErrnoException).code}): give a readable file`,
-    );
-  }
-}
-
-/** Flags → `connect()` options of @nats-io/transport-node. */
-export function natsConnectOptions(flags: RelayFlags): ConnectionOptions {
-  const options: ConnectionOptions = { servers: flags.natsUrl };
-  if (flags.natsPassword !== undefined && flags.natsUser === undefined) {
-    throw new ConfigError('--nats-password', '--nats-password needs --nats-user');
-  }
-  if (flags.natsUser !== undefined) {
-    options.user = flags.natsUser;
-    if (flags.natsPassword !== undefined) options.pass = flags.natsPassword;
-  }
-  if (flags.natsToken !== undefined) options.token = flags.natsToken;
-  const authenticators: Authenticator[] = [];
-  if (flags.natsNkeySeed !== undefined) {
-    if (!/^SU[A-Z2-7]{50,}$/.test(flags.natsNkeySeed.trim())) {
-      throw new ConfigError('--nats-nkey-seed', '--nats-nkey-seed is not a user nkey seed: it starts with SU (value hidden)');
-    }
-    authenticators.push(nkeyAuthenticator(new TextEncoder().encode(flags.natsNkeySeed.trim())));
-  }
-  const creds = readFile('--nats-creds', flags.natsCreds);
-  if (creds !== undefined) authenticators.push(credsAuthenticator(new TextEncoder().encode(creds)));
-  if (authenticators.length > 0) options.authenticator = authenticators.length === 1 ? authenticators[0] : authenticators;
-  if (flags.natsTlsCa || flags.natsTlsCert || flags.natsTlsKey) {
-    if (Boolean(flags.natsTlsCert) !== Boolean(flags.natsTlsKey)) {
-      throw new ConfigError('--nats-tls-cert', '--nats-tls-cert and --nats-tls-key go together');
-    }
-    const ca = readFile('--nats-tls-ca', flags.natsTlsCa);
-    const cert = readFile('--nats-tls-cert', flags.natsTlsCert);
-    const key = readFile('--nats-tls-key', flags.natsTlsKey);
-    options.tls = { ...(ca ? { ca } : {}), ...(cert ? { cert } : {}), ...(key ? { key } : {}) };
-  }
-  return options;
-}
-
-function passwordOf(url: string): string | undefined {
-  try {
-    const p = new URL(url).password;
-    return p ? decodeURIComponent(p) : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number> {
@@ -239,11 +149,10 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
   }
   const nats = natsConnectOptions(flags);
   const logger = createLogger(flags.logLevel, [
-    passwordOf(databaseUrl),
+    ...urlPasswords([databaseUrl, ...flags.natsUrl]),
     flags.natsPassword,
     flags.natsToken,
     flags.natsNkeySeed,
-    ...natsUrlPasswords(flags.natsUrl),
   ]);
   const options: RelayOptions = {
     databaseUrl,

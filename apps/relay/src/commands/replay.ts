@@ -10,17 +10,22 @@ import {
 import { jetstream } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { parseIntIn } from '../config.js';
+import { commandPool, requireOutbox } from '../cli/database.js';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { parseIntIn } from '../cli/flag-parsers.js';
+import { connectNats } from '../cli/nats-connection.js';
+import { addDatabaseOptions, addNatsOptions, type DatabaseFlags, type NatsFlags } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
-import { addDatabaseOptions, addNatsOptions, connectNats, type OpsNatsFlags, opsPool, requireOutbox } from '../ops-options.js';
+import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { countReplaySql, replayPageSql } from '../sql/replay-rows.js';
 import { Progress, type ProgressMode } from './replay-progress.js';
 import { type ReplayFailure, resumeCommands, shellQuote } from './replay-resume.js';
 
 export type { ReplayFailure } from './replay-resume.js';
 
-interface ReplayFlags extends OpsNatsFlags {
+interface ReplayFlags extends DatabaseFlags, NatsFlags {
   fromSeq?: bigint;
   toSeq?: bigint;
   since?: Date;
@@ -134,11 +139,13 @@ export function replayCommand(ctx: CommandContext): Command {
     .addOption(new Option('--subject-prefix <prefix>', 'only subjects starting with this text, e.g. orders.'))
     .addOption(
       new Option('--max-in-flight <n>', 'published, not yet acknowledged copies at most (1-10000)')
-        .default(256)
+        .default(CLI_DEFAULTS.replayMaxInFlight)
         .argParser(parseIntIn(1, 10_000)),
     )
     .addOption(
-      new Option('--publish-timeout-ms <ms>', 'how long to wait for one PubAck').default(10_000).argParser(parseIntIn(100, 600_000)),
+      new Option('--publish-timeout-ms <ms>', 'how long to wait for one PubAck')
+        .default(CLI_DEFAULTS.replayPublishTimeoutMs)
+        .argParser(parseIntIn(100, 600_000)),
     )
     .addOption(new Option('--dry-run', 'count the selected events and publish nothing'))
     .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
@@ -183,7 +190,7 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   if (subjectPrefix !== undefined) add('starts_with(subject, ?)', subjectPrefix);
   const where = conditions.join(' AND ');
 
-  const pool = opsPool(flags, ctx, 'ferry-replay');
+  const pool = commandPool(flags, ctx, 'ferry-replay');
   const started = Date.now();
   const report: ReplayReport = {
     matched: 0,
@@ -201,19 +208,16 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   };
   try {
     await requireOutbox(pool, flags.schema);
-    const s = quoteIdentifier(flags.schema);
-    const counted = await pool.query<{ n: string; first: string | null; last: string | null }>(
-      `SELECT count(*)::text AS n, min(seq)::text AS first, max(seq)::text AS last FROM ${s}.outbox WHERE ${where}`,
-      values,
-    );
+    const schemaSql = quoteIdentifier(flags.schema);
+    const counted = await pool.query<{ n: string; first: string | null; last: string | null }>(countReplaySql(schemaSql, where), values);
     report.matched = Number(counted.rows[0]?.n ?? 0);
     report.firstSeq = counted.rows[0]?.first ?? null;
     report.lastSeq = counted.rows[0]?.last ?? null;
     if (!flags.dryRun && report.matched > 0) {
       // Every consumer of these subjects receives the copies again: asked on a terminal, --yes elsewhere.
       const question = `replay ${report.matched} events (seq ${report.firstSeq}..${report.lastSeq}) to every consumer of their subjects`;
-      if (!flags.yes && !(await confirm(question))) throw new Error('nothing done: not confirmed');
-      await publishAll(flags, ctx, pool, `${s}.outbox`, where, values, report);
+      if (!flags.yes && !(await confirm(question))) throw new NotConfirmedError();
+      await publishAll(flags, ctx, pool, schemaSql, where, values, report);
     }
   } finally {
     await pool.end();
@@ -244,7 +248,7 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
       report.resume.length > 0
         ? `; fix it, then send exactly what was not sent with the same connection options: ${report.resume.map((args) => `ferry replay ${args.map(shellQuote).join(' ')}`).join(' ; ')}`
         : '';
-    throw new Error(`replay incomplete: ${problems.join('; ')}${hint}`);
+    throw new CommandFailedError(`replay incomplete: ${problems.join('; ')}${hint}`);
   }
 }
 
@@ -252,7 +256,7 @@ async function publishAll(
   flags: ReplayFlags,
   ctx: CommandContext,
   pool: import('pg').Pool,
-  table: string,
+  schemaSql: string,
   where: string,
   values: unknown[],
   report: ReplayReport,
@@ -280,12 +284,7 @@ async function publishAll(
     let cursor = '0';
     const page = 500;
     pages: while (!stop) {
-      const { rows } = await pool.query<Row>(
-        `SELECT seq::text AS seq, id::text AS id, key, version::text AS version, subject, type, source, content_type, data, headers, occurred_at
-           FROM ${table} o WHERE ${where} AND o.seq > $${values.length + 1}::bigint AND o.seq <= $${values.length + 2}::bigint
-          ORDER BY o.seq LIMIT ${page}`,
-        [...values, cursor, upTo],
-      );
+      const { rows } = await pool.query<Row>(replayPageSql(schemaSql, where, values.length, page), [...values, cursor, upTo]);
       for (const row of rows) {
         read++;
         // A key's next row goes out only after its previous one is acknowledged: a failure

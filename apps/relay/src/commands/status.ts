@@ -1,9 +1,15 @@
 import { quoteIdentifier } from '@ferry/core';
 import { Command } from 'commander';
+import { commandPool, requireOutbox } from '../cli/database.js';
+import { type RelayInstance, relayInstances } from '../cli/relay-instances.js';
+import { addDatabaseOptions, type DatabaseFlags } from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
-import { addDatabaseOptions, type OpsFlags, opsPool, type RelayInstance, relayInstances, requireOutbox } from '../ops-options.js';
 import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
+import { countBlockedKeysSql } from '../sql/count-blocked-keys.js';
+import { laneBacklogSql } from '../sql/lane-backlog.js';
+import { laneCountSql } from '../sql/lanes.js';
+import { publishedRecentlySql } from '../sql/published-recently.js';
 
 export interface LaneStatus {
   lane: number;
@@ -53,21 +59,14 @@ Examples:
 
 export async function readStatus(pool: import('pg').Pool, schema: string): Promise<StatusReport> {
   await requireOutbox(pool, schema);
-  const s = quoteIdentifier(schema);
+  const schemaSql = quoteIdentifier(schema);
   const [settings, perLane, recent, instances, blocked, blockedCount] = await Promise.all([
-    pool.query<{ value: string }>(`SELECT value FROM ${s}.settings WHERE name = 'lanes'`),
-    pool.query<{ lane: number; pending: string; dead: string; oldest: number }>(
-      `SELECT lane, count(*) FILTER (WHERE dead_at IS NULL)::text AS pending,
-              count(*) FILTER (WHERE dead_at IS NOT NULL)::text AS dead,
-              coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)), 0)::float8 AS oldest
-         FROM ${s}.outbox WHERE published_at IS NULL GROUP BY lane`,
-    ),
-    pool.query<{ n: string }>(
-      `SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at > now() - interval '1 minute' AND dead_at IS NULL`,
-    ),
+    pool.query<{ value: string }>(laneCountSql(schemaSql)),
+    pool.query<{ lane: number; pending: string; dead: string; oldest: number }>(laneBacklogSql(schemaSql)),
+    pool.query<{ n: string }>(publishedRecentlySql(schemaSql)),
     relayInstances(pool, schema),
-    pool.query<BlockedKeyRow>(blockedKeysSql(s), [BLOCKED_SHOWN]),
-    pool.query<{ n: number }>(`SELECT count(DISTINCT key)::int AS n FROM ${s}.outbox WHERE published_at IS NULL AND attempts > 0`),
+    pool.query<BlockedKeyRow>(blockedKeysSql(schemaSql), [BLOCKED_SHOWN]),
+    pool.query<{ n: number }>(countBlockedKeysSql(schemaSql)),
   ]);
   const laneCount = Number(settings.rows[0]?.value ?? 0);
   const owners = new Map<number, string>();
@@ -148,8 +147,8 @@ export function statusCommand(ctx: CommandContext): Command {
     ),
   )
     .addHelpText('after', HELP_AFTER)
-    .action(async (flags: OpsFlags) => {
-      const pool = opsPool(flags, ctx, 'ferry-status');
+    .action(async (flags: DatabaseFlags) => {
+      const pool = commandPool(flags, ctx, 'ferry-status');
       try {
         const report = await readStatus(pool, flags.schema);
         if (flags.json) ctx.out(JSON.stringify(report));

@@ -6,19 +6,18 @@ import { createPublisher } from '@ferry/publisher';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { parseDuration } from '../config.js';
+import { commandPool, requireOutbox } from '../cli/database.js';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { connectNats } from '../cli/nats-connection.js';
+import { relayInstances } from '../cli/relay-instances.js';
+import { addDatabaseOptions, addNatsOptions, type DatabaseFlags, type NatsFlags } from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
-import {
-  addDatabaseOptions,
-  addNatsOptions,
-  connectNats,
-  type OpsNatsFlags,
-  opsPool,
-  relayInstances,
-  requireOutbox,
-} from '../ops-options.js';
+import { formatDuration, parseDuration } from '../duration.js';
+import { CommandFailedError } from '../errors.js';
+import { deleteUnpublishedSql } from '../sql/delete-unpublished.js';
+import { publishLatencySql } from '../sql/publish-latency.js';
 
-interface VerifyFlags extends OpsNatsFlags {
+interface VerifyFlags extends DatabaseFlags, NatsFlags {
   subject: string;
   timeout: number;
   keepInStream?: boolean;
@@ -79,11 +78,13 @@ export function verifyCommand(ctx: CommandContext): Command {
     .addOption(
       new Option('--subject <subject>', 'subject of the canary (inside a stream)')
         .env('FERRY_CANARY_SUBJECT')
-        .default('ferry.canary')
+        .default(CLI_DEFAULTS.canarySubject)
         .argParser(parseSubject),
     )
     .addOption(
-      new Option('--timeout <duration>', 'how long to wait for the canary (e.g. 10s, 1m)').default(10_000, '10s').argParser(parseDuration),
+      new Option('--timeout <duration>', 'how long to wait for the canary (e.g. 10s, 1m)')
+        .default(CLI_DEFAULTS.canaryTimeoutMs, formatDuration(CLI_DEFAULTS.canaryTimeoutMs))
+        .argParser(parseDuration),
     )
     .addOption(new Option('--keep-in-stream', 'leave the canary message in the stream'))
     .addHelpText('after', HELP_AFTER)
@@ -98,7 +99,7 @@ export function verifyCommand(ctx: CommandContext): Command {
           `cleanup: temporary consumer deleted; stream message ${report.cleanup.streamMessageDeleted ? 'deleted' : 'kept'}; the outbox row stays published and is pruned after the retention`,
         );
       }
-      if (!report.ok) throw new Error(report.error ?? 'the canary did not go through');
+      if (!report.ok) throw new CommandFailedError(report.error ?? 'the canary did not go through');
     });
 }
 
@@ -117,8 +118,8 @@ export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promis
     cleanup: { consumerDeleted: false, streamMessageDeleted: false, outboxRow: 'none' },
     error: null,
   };
-  const pool = opsPool(flags, ctx, 'ferry-verify');
-  const s = quoteIdentifier(flags.schema);
+  const pool = commandPool(flags, ctx, 'ferry-verify');
+  const schemaSql = quoteIdentifier(flags.schema);
   try {
     await requireOutbox(pool, flags.schema);
     report.relaysAlive = (await relayInstances(pool, flags.schema)).length;
@@ -160,7 +161,7 @@ export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promis
           }
         }
         if (report.streamSeq === null) {
-          const removed = await pool.query(`DELETE FROM ${s}.outbox WHERE id = $1 AND published_at IS NULL`, [published.id]);
+          const removed = await pool.query(deleteUnpublishedSql(schemaSql), [published.id]);
           report.cleanup.outboxRow = removed.rowCount === 1 ? 'deleted-unpublished' : 'kept-published';
           const secs = `${Math.round(flags.timeout / 100) / 10}s`;
           report.error =
@@ -175,10 +176,7 @@ export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promis
         // The row is marked right after its PubAck: wait briefly for the mark, then read both times on one clock.
         const markDeadline = Date.now() + 5000;
         while (Date.now() < markDeadline) {
-          const { rows } = await pool.query<{ ms: number | null }>(
-            `SELECT (extract(epoch FROM published_at - created_at) * 1000)::float8 AS ms FROM ${s}.outbox WHERE id = $1`,
-            [published.id],
-          );
+          const { rows } = await pool.query<{ ms: number | null }>(publishLatencySql(schemaSql), [published.id]);
           if (rows[0]?.ms !== null && rows[0]?.ms !== undefined) {
             report.commitToAckMs = Math.round(rows[0].ms * 10) / 10;
             break;

@@ -1,6 +1,6 @@
 /** The lane count fixed at migrate time. */
-export function laneCountSql(schema: string): string {
-  return `SELECT value FROM ${schema}.settings WHERE name = 'lanes'`;
+export function laneCountSql(schemaSql: string): string {
+  return `SELECT value FROM ${schemaSql}.settings WHERE name = 'lanes'`;
 }
 
 /**

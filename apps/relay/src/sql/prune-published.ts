@@ -5,19 +5,19 @@
  * a publish of the same id afterwards is still `existing` (outbox migration
  * 000006). The row count is the number of rows pruned.
  */
-export function prunePublishedSql(schema: string): string {
+export function prunePublishedSql(schemaSql: string): string {
   return `WITH doomed AS (
-  SELECT seq FROM ${schema}.outbox
+  SELECT seq FROM ${schemaSql}.outbox
    WHERE published_at IS NOT NULL AND published_at < now() - $1::bigint * interval '1 millisecond'
    ORDER BY published_at
    LIMIT $2
 ),
 gone AS (
-  DELETE FROM ${schema}.outbox o USING doomed d WHERE o.seq = d.seq
+  DELETE FROM ${schemaSql}.outbox o USING doomed d WHERE o.seq = d.seq
   RETURNING o.id, o.seq, o.version,
-            ${schema}.event_digest(o.key, o.subject, o.type, o.source, o.content_type, o.data, o.headers) AS digest
+            ${schemaSql}.event_digest(o.key, o.subject, o.type, o.source, o.content_type, o.data, o.headers) AS digest
 )
-INSERT INTO ${schema}.published_ids AS p (id, seq, version, digest)
+INSERT INTO ${schemaSql}.published_ids AS p (id, seq, version, digest)
 SELECT g.id, g.seq, g.version, g.digest FROM gone g
 ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, version = excluded.version, digest = excluded.digest, pruned_at = now()`;
 }
@@ -27,9 +27,9 @@ ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, version = excluded.version, d
  * ago: an id stays recognised for the retention after its row is gone, so
  * for at least twice the retention after it was published.
  */
-export function pruneRecognisedIdsSql(schema: string): string {
-  return `DELETE FROM ${schema}.published_ids p
- WHERE p.id IN (SELECT t.id FROM ${schema}.published_ids t
+export function pruneRecognisedIdsSql(schemaSql: string): string {
+  return `DELETE FROM ${schemaSql}.published_ids p
+ WHERE p.id IN (SELECT t.id FROM ${schemaSql}.published_ids t
                  WHERE t.pruned_at < now() - $1::bigint * interval '1 millisecond'
                  ORDER BY t.pruned_at LIMIT $2)`;
 }

@@ -1,0 +1,28 @@
+import { LIMITS } from '@ferry/core';
+import { INBOX_DEFAULTS } from '@ferry/inbox';
+import { RELAY_DEFAULTS } from '../relay-options.js';
+
+/**
+ * Every default of the `ferry` commands' own flags, in one place (the relay's
+ * options take theirs from `RELAY_DEFAULTS`, the library's table).
+ */
+export const CLI_DEFAULTS = Object.freeze({
+  schema: RELAY_DEFAULTS.schema,
+  natsUrl: 'nats://127.0.0.1:4222',
+  /** `ferry relay`: port of /metrics, /healthz and /readyz. */
+  httpPort: 9464,
+  logLevel: 'info',
+  /** `ferry relay`: force exit when draining takes longer. */
+  shutdownTimeoutMs: 30_000,
+  /** The operator commands' NATS connect timeout and PostgreSQL connection timeout. */
+  connectTimeoutMs: 5000,
+  replayMaxInFlight: 256,
+  replayPublishTimeoutMs: RELAY_DEFAULTS.publishTimeoutMs,
+  dlqListLimit: 100,
+  parkedListLimit: 1000,
+  canarySubject: 'ferry.canary',
+  canaryTimeoutMs: 10_000,
+  /** `ferry doctor`: the publisher's and the inbox's defaults it checks against. */
+  maxPayloadBytes: LIMITS.defaultMaxPayloadBytes,
+  inboxMaxDeliver: INBOX_DEFAULTS.maxDeliver,
+});

@@ -1,0 +1,112 @@
+import { type Command, Option } from 'commander';
+import { RELAY_DEFAULTS, RELAY_LIMITS } from '../relay-options.js';
+import { CLI_DEFAULTS } from './defaults.js';
+import { parseDatabaseUrl, parseIntIn, parseNatsUrls, parseSchema } from './flag-parsers.js';
+
+// The flags several commands share, each declared once here with its variable, default and range.
+
+/** `--database-url`, from FERRY_DATABASE_URL, then DATABASE_URL. */
+export function databaseUrlOption(): Option {
+  return new Option('--database-url <url>', 'PostgreSQL connection URL (env FERRY_DATABASE_URL, then DATABASE_URL)').argParser(
+    parseDatabaseUrl,
+  );
+}
+
+/** `--schema`, from FERRY_SCHEMA, default `ferry`. */
+export function schemaOption(): Option {
+  return new Option('--schema <name>', 'schema of the Ferry tables')
+    .env('FERRY_SCHEMA')
+    .default(CLI_DEFAULTS.schema)
+    .argParser(parseSchema);
+}
+
+/** What `addDatabaseOptions` parses: the flags the operator commands (status, replay, doctor, verify) share. */
+export interface DatabaseFlags {
+  databaseUrl?: string;
+  schema: string;
+  json?: boolean;
+}
+
+/** `--database-url`, `--schema` and `--json`. */
+export function addDatabaseOptions(cmd: Command): Command {
+  return cmd.addOption(databaseUrlOption()).addOption(schemaOption()).addOption(new Option('--json', 'print the result as JSON'));
+}
+
+/** What `addNatsOptions` parses. */
+export interface NatsFlags {
+  natsUrl: string[];
+  natsUser?: string;
+  natsPassword?: string;
+  natsToken?: string;
+  natsNkeySeed?: string;
+  natsCreds?: string;
+  natsTlsCa?: string;
+  natsTlsCert?: string;
+  natsTlsKey?: string;
+}
+
+/** The NATS connection flags (URLs, credentials, TLS) of every command that talks to NATS, with their FERRY_* variables. */
+export function addNatsOptions(cmd: Command): Command {
+  return cmd
+    .addOption(
+      new Option('--nats-url <urls>', 'NATS server URLs, comma-separated')
+        .env('FERRY_NATS_URL')
+        .default([CLI_DEFAULTS.natsUrl], CLI_DEFAULTS.natsUrl)
+        .argParser(parseNatsUrls),
+    )
+    .addOption(new Option('--nats-user <user>', 'NATS user (with --nats-password)').env('FERRY_NATS_USER'))
+    .addOption(new Option('--nats-password <password>', 'NATS password').env('FERRY_NATS_PASSWORD'))
+    .addOption(new Option('--nats-token <token>', 'NATS token').env('FERRY_NATS_TOKEN'))
+    .addOption(new Option('--nats-nkey-seed <seed>', 'NATS nkey seed (SU…)').env('FERRY_NATS_NKEY_SEED'))
+    .addOption(new Option('--nats-creds <file>', 'NATS credentials file (JWT + seed)').env('FERRY_NATS_CREDS'))
+    .addOption(new Option('--nats-tls-ca <file>', 'CA certificate file to verify the NATS server').env('FERRY_NATS_TLS_CA'))
+    .addOption(new Option('--nats-tls-cert <file>', 'client certificate file for NATS mutual TLS').env('FERRY_NATS_TLS_CERT'))
+    .addOption(new Option('--nats-tls-key <file>', 'client key file for NATS mutual TLS').env('FERRY_NATS_TLS_KEY'));
+}
+
+/** What `addRetrySpanOptions` parses: the relay options its retry span (`retrySpanMs`) is made of. */
+export interface RetrySpanFlags {
+  pollIntervalMs: number;
+  maxAttempts: number;
+  backoffBaseMs: number;
+  backoffMaxMs: number;
+  publishTimeoutMs: number;
+}
+
+/** An integer flag of a relay option: its range from `RELAY_LIMITS`, its default from `RELAY_DEFAULTS`. */
+function relayIntOption(flags: string, description: string, env: string, name: keyof RetrySpanFlags): Option {
+  const [min, max] = RELAY_LIMITS[name];
+  return new Option(flags, description).env(env).default(RELAY_DEFAULTS[name]).argParser(parseIntIn(min, max));
+}
+
+/**
+ * The relay's poll, attempt and backoff flags: `ferry relay` runs by them and
+ * `ferry doctor` computes the same retry span from them (the same FERRY_*
+ * variables, so a doctor run beside the relays reads their values).
+ */
+export function addRetrySpanOptions(cmd: Command): Command {
+  return cmd
+    .addOption(
+      relayIntOption(
+        '--poll-interval-ms <ms>',
+        'longest wait between polls when idle; also the lane lease check interval (10-60000)',
+        'FERRY_POLL_INTERVAL_MS',
+        'pollIntervalMs',
+      ),
+    )
+    .addOption(
+      relayIntOption('--max-attempts <n>', 'failed attempts after which a row is dead (1-1000)', 'FERRY_MAX_ATTEMPTS', 'maxAttempts'),
+    )
+    .addOption(
+      relayIntOption(
+        '--backoff-base-ms <ms>',
+        'retry delay cap of the first retry; doubles per attempt, full jitter',
+        'FERRY_BACKOFF_BASE_MS',
+        'backoffBaseMs',
+      ),
+    )
+    .addOption(relayIntOption('--backoff-max-ms <ms>', 'largest retry delay cap', 'FERRY_BACKOFF_MAX_MS', 'backoffMaxMs'))
+    .addOption(
+      relayIntOption('--publish-timeout-ms <ms>', 'how long to wait for one PubAck', 'FERRY_PUBLISH_TIMEOUT_MS', 'publishTimeoutMs'),
+    );
+}

@@ -1,0 +1,4 @@
+/** Insert to mark-published of row `$1` in milliseconds, on the PostgreSQL clock; null until it is marked (`ferry verify`). */
+export function publishLatencySql(schemaSql: string): string {
+  return `SELECT (extract(epoch FROM published_at - created_at) * 1000)::float8 AS ms FROM ${schemaSql}.outbox WHERE id = $1`;
+}
