@@ -1,3 +1,13 @@
+/**
+ * Event type → payload type, the map a typed publisher or inbox takes
+ * (`createPublisher<OrderEvents>()`, `createInbox<OrderEvents>()`); the
+ * default allows any type with an `unknown` payload.
+ *
+ * @example
+ * type OrderEvents = { OrderPlaced: { orderId: string; total: number }; OrderCancelled: { orderId: string } };
+ */
+export type EventMap = Record<string, unknown>;
+
 /** The event Ferry carries, as the relay reads it from the outbox and the inbox decodes it from the stream. */
 export interface FerryEvent {
   /** Event id (UUID). Also the JetStream `Nats-Msg-Id`, so a re-send is dropped. */

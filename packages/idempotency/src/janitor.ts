@@ -4,12 +4,12 @@ import {
   DEFAULT_SCHEMA,
   describeValue,
   quoteIdentifier,
+  SILENT_LOGGER,
   startPgBoss,
   ValidationError,
   validateIdentifier,
 } from '@ferry/core';
 import { PgBoss } from 'pg-boss';
-import { silentLogger } from './options.js';
 import { pruneExpiredSql } from './sql/prune-expired.js';
 import type { Logger } from './types.js';
 
@@ -89,7 +89,7 @@ class Janitor implements IdempotencyJanitor {
     this.#batchSize = intOption('batchSize', o.batchSize ?? 1000, 1, 100_000);
     this.#maxBatches = intOption('maxBatchesPerRun', o.maxBatchesPerRun ?? 100, 1, 100_000);
     this.#pollIntervalMs = intOption('pollIntervalMs', o.pollIntervalMs ?? 30_000, 500, 3_600_000);
-    this.#logger = o.logger ?? silentLogger;
+    this.#logger = o.logger ?? SILENT_LOGGER;
     if (o.boss) {
       this.#boss = o.boss;
       this.#ownsBoss = false;

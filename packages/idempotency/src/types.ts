@@ -1,12 +1,7 @@
-import type { ConnectionPool, PooledConnection } from '@ferry/core';
+import type { ConnectionPool, Logger, PooledConnection } from '@ferry/core';
 
-/** Pino-compatible logger (the subset Ferry calls). Default: silent. */
-export interface Logger {
-  debug(obj: object, msg?: string): void;
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
+/** Pino-compatible logger (core's `Logger`, the subset Ferry calls). Default: silent. */
+export type { Logger };
 
 /** What a second request waits for while the first one with its key runs. */
 export const ON_CONCURRENT = ['wait', 'reject'] as const;

@@ -7,12 +7,13 @@ import {
   type ConnectionPool,
   DEFAULT_SCHEMA,
   decodeEvent,
+  equalJitterMs,
   type FerryEvent,
-  guardConnection,
   type MigrateResult,
   MigrationError,
   migrate,
   type PooledConnection,
+  pgBossDb,
   protectPool,
   type Queryable,
   quoteIdentifier,
@@ -35,7 +36,7 @@ import {
   jetstream,
   jetstreamManager,
 } from '@nats-io/jetstream';
-import { type Db, type Job, PgBoss } from 'pg-boss';
+import { type Job, PgBoss } from 'pg-boss';
 import { ConsumerMismatchError, PoisonMessageError } from './errors.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { InboxMetrics, startLagSampler } from './metrics.js';
@@ -112,11 +113,6 @@ const DRAIN_BATCH = 100;
 function errorText(err: unknown): string {
   if (err instanceof Error) return `${err.name}: ${err.message}`;
   return String(err);
-}
-
-/** pg-boss's `db` option over one of our transactions: what makes `ctx.boss` atomic with the handler. */
-function txDb(tx: Queryable): Db {
-  return { executeSql: (text, values) => tx.query(text, values) };
 }
 
 /** Every report also counts in the metrics and sets the outcome on its process span (tracing.ts), before the caller's hook. */
@@ -358,7 +354,7 @@ class InboxImpl implements Inbox {
     let boss = o.boss;
     if (!boss) {
       const own = new PgBoss({
-        db: { executeSql: (text, values) => o.pool.query(text, values) },
+        db: pgBossDb(o.pool),
         schema: o.bossSchema,
         schedule: o.mode === 'dedupe',
         supervise: true,
@@ -401,7 +397,7 @@ class InboxImpl implements Inbox {
   #txBoss(tx: Queryable): TxBoss {
     const boss = this.#boss;
     if (!boss) throw new ConfigError('boss', 'inbox is not started');
-    return { send: (name, data, options) => boss.send(name, data ?? null, { ...options, db: txDb(tx) }) };
+    return { send: (name, data, options) => boss.send(name, data ?? null, { ...options, db: pgBossDb(tx) }) };
   }
 
   // ---- the gate ------------------------------------------------------------------------------
@@ -435,94 +431,82 @@ class InboxImpl implements Inbox {
     const o = this.#o;
     const { beforeCommit, commitWith, early } = more;
     const gateStarted = performance.now();
-    const client = await o.pool.connect();
-    const release = guardConnection(client);
-    let broken: Error | undefined;
-    let open = false;
-    const end = async (sql: 'COMMIT' | 'ROLLBACK') => {
-      if (sql === 'COMMIT' && beforeCommit) await beforeCommit(client);
-      await client.query(sql === 'COMMIT' && commitWith ? `${commitWith}; COMMIT` : sql);
-      open = false;
-    };
-    try {
-      open = true;
-      if (o.mode === 'dedupe') {
-        if (!(await beginAndRecordMessage(client, this.#s, o.consumer, event.id))) {
-          await end('COMMIT');
-          return { kind: 'duplicate' };
-        }
-      } else {
-        const won = await beginGate(client, this.#s, o.consumer, event.key, event.version, {
-          sequential: o.mode === 'sequential',
-          ignoreParked: fromPark,
-        });
-        if (!won && early && o.mode === 'sequential' && !fromPark) {
-          // An early version is stored under the key's row lock and committed in the same round
-          // trip, so the message can be acked (docs/inbox-modes.md).
-          const row = await holdEarlyAndCommit(client, this.#s, o.consumer, event.key, event.version, early());
-          open = false;
-          if (event.version <= row.version) {
-            return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
+    // BEGIN travels with the gate's first statement (`begin: null`).
+    return withTransaction(
+      o.pool,
+      async (client, transaction) => {
+        const end = async (sql: 'COMMIT' | 'ROLLBACK') => {
+          if (sql === 'COMMIT' && beforeCommit) await beforeCommit(client);
+          await transaction.end(sql === 'COMMIT' && commitWith ? `${commitWith}; COMMIT` : sql);
+        };
+        if (o.mode === 'dedupe') {
+          if (!(await beginAndRecordMessage(client, this.#s, o.consumer, event.id))) {
+            await end('COMMIT');
+            return { kind: 'duplicate' };
           }
-          if (row.held) return { kind: 'held', recorded: row.version };
-          if (row.parked > 0) {
-            return {
-              kind: 'park',
-              reason: 'behind-parked',
-              error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
-            };
+        } else {
+          const won = await beginGate(client, this.#s, o.consumer, event.key, event.version, {
+            sequential: o.mode === 'sequential',
+            ignoreParked: fromPark,
+          });
+          if (!won && early && o.mode === 'sequential' && !fromPark) {
+            // An early version is stored under the key's row lock and committed in the same round
+            // trip, so the message can be acked (docs/inbox-modes.md).
+            const row = await holdEarlyAndCommit(client, this.#s, o.consumer, event.key, event.version, early());
+            transaction.ended();
+            if (event.version <= row.version) {
+              return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
+            }
+            if (row.held) return { kind: 'held', recorded: row.version };
+            if (row.parked > 0) {
+              return {
+                kind: 'park',
+                reason: 'behind-parked',
+                error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
+              };
+            }
+            return { kind: 'gap', recorded: row.version }; // its predecessor committed meanwhile: try again
           }
-          return { kind: 'gap', recorded: row.version }; // its predecessor committed meanwhile: try again
-        }
-        if (!won) {
-          // Nothing was written. Read why, ending the transaction in the same round trip unless the
-          // park worker still has its own bookkeeping to commit.
-          const rollbackNow = !beforeCommit;
-          const row = await readKeyRow(client, this.#s, o.consumer, event.key, rollbackNow);
-          if (rollbackNow) open = false;
-          if (event.version <= row.version) {
-            if (open) await end('COMMIT');
-            return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
+          if (!won) {
+            // Nothing was written. Read why, ending the transaction in the same round trip unless the
+            // park worker still has its own bookkeeping to commit.
+            const rollbackNow = !beforeCommit;
+            const row = await readKeyRow(client, this.#s, o.consumer, event.key, rollbackNow);
+            if (rollbackNow) transaction.ended();
+            if (event.version <= row.version) {
+              if (transaction.open) await end('COMMIT');
+              return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
+            }
+            if (transaction.open) await end('ROLLBACK');
+            if (o.mode === 'sequential' && !fromPark && row.parked > 0) {
+              return {
+                kind: 'park',
+                reason: 'behind-parked',
+                error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
+              };
+            }
+            if (o.mode === 'sequential') return { kind: 'gap', recorded: row.version };
+            throw new Error(`version gate for key ${JSON.stringify(event.key)} v${event.version} lost to a concurrent writer; retrying`);
           }
-          if (open) await end('ROLLBACK');
-          if (o.mode === 'sequential' && !fromPark && row.parked > 0) {
-            return {
-              kind: 'park',
-              reason: 'behind-parked',
-              error: `key ${JSON.stringify(event.key)} has ${row.parked} parked event(s) ahead of it`,
-            };
-          }
-          if (o.mode === 'sequential') return { kind: 'gap', recorded: row.version };
-          throw new Error(`version gate for key ${JSON.stringify(event.key)} v${event.version} lost to a concurrent writer; retrying`);
         }
-      }
-      const prepared = this.#prepare(event);
-      if ('kind' in prepared) {
-        await end('ROLLBACK');
-        return prepared;
-      }
-      const started = performance.now();
-      const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
-      const ctx: HandlerContext = { tx: client, boss: this.#txBoss(client), consumer: o.consumer, attempt };
-      await prepared.handler(inboxEvent, ctx);
-      const handled = performance.now();
-      await end('COMMIT');
-      const committed = performance.now();
-      this.#metrics?.handler(handled - started);
-      this.#metrics?.gateToCommit(committed - gateStarted);
-      return { kind: 'applied', durationMs: committed - started };
-    } catch (err) {
-      if (open) {
-        try {
-          await client.query('ROLLBACK');
-        } catch (rollbackErr) {
-          broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
+        const prepared = this.#prepare(event);
+        if ('kind' in prepared) {
+          await end('ROLLBACK');
+          return prepared;
         }
-      }
-      throw err;
-    } finally {
-      release(broken);
-    }
+        const started = performance.now();
+        const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
+        const ctx: HandlerContext = { tx: client, boss: this.#txBoss(client), consumer: o.consumer, attempt };
+        await prepared.handler(inboxEvent, ctx);
+        const handled = performance.now();
+        await end('COMMIT');
+        const committed = performance.now();
+        this.#metrics?.handler(handled - started);
+        this.#metrics?.gateToCommit(committed - gateStarted);
+        return { kind: 'applied', durationMs: committed - started };
+      },
+      { begin: null },
+    );
   }
 
   // ---- stream messages -----------------------------------------------------------------------
@@ -562,8 +546,8 @@ class InboxImpl implements Inbox {
   #backoffMs(attempt: number): number {
     const b = this.#o.backoffMs;
     const base = b[Math.min(attempt - 1, b.length - 1)] ?? 0;
-    // Full jitter: retries of many keys that failed together do not come back together.
-    return Math.round(base / 2 + (Math.random() * base) / 2);
+    // Equal jitter (core's backoff.ts says why not full): retries of many keys that failed together do not come back together.
+    return equalJitterMs(base);
   }
 
   async #handleMessage(m: JsMsg, receivedAt: number): Promise<void> {
@@ -753,7 +737,10 @@ class InboxImpl implements Inbox {
         if (event.version <= row.version) return { stale: true as const, recorded: row.version };
         if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, 1);
       }
-      const jobId = await boss.send(this.parkQueue, data, { singletonKey: parkKey(event?.key, o.stream, data.streamSeq), db: txDb(tx) });
+      const jobId = await boss.send(this.parkQueue, data, {
+        singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
+        db: pgBossDb(tx),
+      });
       return { stale: false as const, jobId };
     });
   }
@@ -884,7 +871,7 @@ class InboxImpl implements Inbox {
           why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has ${row.parked} parked event(s) ahead of it` };
         else why = { reason, error: error ?? `waited ${e.waitedMs} ms for version ${row.version + 1n} of key ${JSON.stringify(key)}` };
         const data: ParkedJobData = { ...e.message, reason: why.reason, error: why.error, parkedAt: new Date().toISOString() };
-        const jobId = await boss.send(this.parkQueue, data, { singletonKey: key, db: txDb(tx) });
+        const jobId = await boss.send(this.parkQueue, data, { singletonKey: key, db: pgBossDb(tx) });
         await addParked(tx, this.#s, o.consumer, key, 1);
         await deleteEarly(tx, this.#s, o.consumer, key, e.version);
         return { id: e.message.id, key, version: e.version, ...why, jobId };
@@ -929,7 +916,7 @@ class InboxImpl implements Inbox {
     const outcome = await this.#gate(event, attempt, true, {
       beforeCommit: async (tx) => {
         if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, -1);
-        await boss.complete(this.parkQueue, job.id, null, { db: txDb(tx) });
+        await boss.complete(this.parkQueue, job.id, null, { db: pgBossDb(tx) });
       },
     });
     if (outcome.kind === 'park')

@@ -1,10 +1,10 @@
-import type { ConnectionPool, FerryEvent, Queryable } from '@ferry/core';
+import type { ConnectionPool, EventMap, FerryEvent, Logger, Queryable } from '@ferry/core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss, SendOptions } from 'pg-boss';
 import type { Registry } from 'prom-client';
 
-/** Event type → payload shape, e.g. `{ OrderPlaced: { id: string; total: number } }`. */
-export type EventMap = Record<string, unknown>;
+/** Event type → payload shape, e.g. `{ OrderPlaced: { id: string; total: number } }` (core's `EventMap`). */
+export type { EventMap };
 
 /** How the gate decides whether an event is applied. */
 export const INBOX_MODES = ['latest', 'sequential', 'dedupe'] as const;
@@ -77,13 +77,8 @@ export type InboxReport =
     };
 export type InboxReportKind = InboxReport['kind'];
 
-/** Pino-compatible logger (the subset Ferry calls). */
-export interface Logger {
-  debug(obj: object, msg?: string): void;
-  info(obj: object, msg?: string): void;
-  warn(obj: object, msg?: string): void;
-  error(obj: object, msg?: string): void;
-}
+/** Pino-compatible logger (core's `Logger`, the subset Ferry calls). */
+export type { Logger };
 
 export interface InboxOptions<E extends EventMap = EventMap> {
   /** The consumer's database (with the inbox migrations applied to `schema`). */

@@ -1,7 +1,7 @@
-import type { Queryable } from '@ferry/core';
+import type { EventMap, Queryable } from '@ferry/core';
 
-/** Event type → payload shape. `createPublisher<MyEvents>()` makes `publish` check `data` against `type`. */
-export type EventMap = Record<string, unknown>;
+/** Event type → payload shape (core's `EventMap`). `createPublisher<MyEvents>()` makes `publish` check `data` against `type`. */
+export type { EventMap };
 
 /** One event to publish. */
 export type PublishInput<E extends EventMap = EventMap> = {

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SQLSTATE, sqlState } from './errors.js';
+import type { Queryable } from './queryable.js';
 
 /**
  * Starts a pg-boss instance (`() => boss.start()`), again when it lost the
@@ -22,4 +23,21 @@ export async function startPgBoss(start: () => Promise<unknown>, attempts = 5): 
       await sleep(50 * attempt + Math.floor(Math.random() * 100));
     }
   }
+}
+
+/** The `db` option pg-boss takes (its `IDatabase`), declared here so core needs no pg-boss. */
+export interface PgBossDb {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/**
+ * pg-boss's `db` over a Ferry connection: a pool (pg-boss then uses no pool of
+ * its own), or a transaction, which makes a `send` or `complete` commit or
+ * roll back with the caller's writes.
+ *
+ * @example
+ * await boss.send(queue, data, { db: pgBossDb(tx) });
+ */
+export function pgBossDb(db: Queryable): PgBossDb {
+  return { executeSql: (text, values) => db.query(text, values) };
 }
