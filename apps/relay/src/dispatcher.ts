@@ -1,15 +1,22 @@
 import type { EventEmitter } from 'node:events';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { encodedSize, encodeEvent, eventFromOutboxRow } from '@ferry/core';
+import { backoffDelayMs, encodedSize, encodeEvent, eventFromOutboxRow } from '@ferry/core';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import { BrokenCircuitError, type CircuitBreakerPolicy, CircuitState, IsolatedCircuitError } from 'cockatiel';
+import {
+  BrokenCircuitError,
+  type CircuitBreakerPolicy,
+  CircuitState,
+  ExponentialBackoff,
+  fullJitterGenerator,
+  handleAll,
+  IsolatedCircuitError,
+  retry,
+} from 'cockatiel';
 import type pg from 'pg';
 import { type Classified, classifyPublishError, NatsUnavailableError } from './errors.js';
 import type { LaneLeaser } from './lane-leaser.js';
 import { Marker } from './marker.js';
 import type { RelayMetrics } from './metrics.js';
-import { backoffDelayMs } from './relay-options.js';
 import { SendSpan } from './send-span.js';
 import { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
 import { claimKeyRowsSql } from './sql/claim-key-rows.js';
@@ -72,19 +79,22 @@ export function chainsByKey(rows: readonly ClaimedRow[]): ClaimedRow[][] {
   return [...chains.values()];
 }
 
+/** A statement's retries: 5 attempts, full-jitter exponential backoff from 50 ms, capped at 2 s. */
+const STATEMENT_RETRY = retry(handleAll, {
+  maxAttempts: 4,
+  backoff: new ExponentialBackoff({ generator: fullJitterGenerator, initialDelay: 50, maxDelay: 2000 }),
+});
+
 /** Tries a statement a few times (a terminated pool connection is replaced by the next attempt). */
-async function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>, attempts = 5): Promise<T> {
-  let last: unknown;
-  for (let i = 0; i < attempts; i++) {
+function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>): Promise<T> {
+  return STATEMENT_RETRY.execute(async ({ attempt }) => {
     try {
       return await fn();
     } catch (err) {
-      last = err;
-      logger.debug({ err, attempt: i + 1 }, `${what} failed, retrying`);
-      await sleep(Math.min(2000, 50 * 2 ** i) * Math.random());
+      logger.debug({ err, attempt: attempt + 1 }, `${what} failed, retrying`);
+      throw err;
     }
-  }
-  throw last;
+  });
 }
 
 /**

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { isConflictError, quoteIdentifier, withTransaction } from '@ferry/core';
+import { isConflictError, quoteIdentifier, SILENT_LOGGER, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import { Janitor } from './janitor.js';
@@ -11,7 +11,7 @@ import type { Logger } from './types.js';
 // The prune job and idempotent re-publish (issue 14 item 6): an id published, pruned and
 // published again is recognised as the stored event for another retention after the prune.
 
-const silent: Logger = { child: () => silent, trace() {}, debug() {}, info() {}, warn() {}, error() {} };
+const silent: Logger = SILENT_LOGGER;
 
 let db: TestDatabase;
 let s: string;

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { backoffDelayMs } from '@ferry/core';
 import pg from 'pg';
 import type { Logger } from './types.js';
 
@@ -77,7 +78,7 @@ export class Notifier {
       await client.end().catch(() => {});
       if (!this.#running) break;
       failures++;
-      const delay = Math.random() * Math.min(30_000, 250 * 2 ** Math.min(failures, 10));
+      const delay = backoffDelayMs(failures + 1, 250, 30_000);
       await Promise.race([sleep(delay), new Promise<void>((resolve) => (this.#stopped = resolve))]);
     }
   }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isValidationError } from '@ferry/core';
+import { backoffDelayMs, isValidationError } from '@ferry/core';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors } from '@nats-io/transport-node';
 import { parseEnsureStream, parseLanesPerInstance, parseNatsUrls } from './cli/flag-parsers.js';
@@ -8,7 +8,7 @@ import { chainsByKey } from './dispatcher.js';
 import { parseDuration } from './duration.js';
 import { classifyPublishError } from './errors.js';
 import { lockNamespace } from './lane-leaser.js';
-import { backoffDelayMs, compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
+import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
 
 test('relay options - defaults are applied once and the result is frozen', () => {
   const o = compileRelayOptions({ databaseUrl: 'postgres://relay@db/app' });

@@ -1,5 +1,5 @@
-import { DEFAULT_SCHEMA, describeValue, ValidationError, validateIdentifier } from '@ferry/core';
-import type { CompiledRelayOptions, Logger, RelayOptions } from './types.js';
+import { DEFAULT_SCHEMA, describeValue, exponentialCapMs, SILENT_LOGGER, ValidationError, validateIdentifier } from '@ferry/core';
+import type { CompiledRelayOptions, RelayOptions } from './types.js';
 
 /** Every default of the relay, in one place. */
 export const RELAY_DEFAULTS = Object.freeze({
@@ -22,18 +22,6 @@ export const RELAY_DEFAULTS = Object.freeze({
   applicationName: 'ferry-relay',
   cronMonitorIntervalSeconds: 30,
 });
-
-const noop = () => {};
-/** The default logger: says nothing. */
-export const silentLogger: Logger = {
-  child: () => silentLogger,
-  trace: noop,
-  debug: noop,
-  info: noop,
-  warn: noop,
-  error: noop,
-  fatal: noop,
-};
 
 /**
  * The accepted range `[min, max]` of every integer option; `ferry relay`'s and
@@ -83,10 +71,7 @@ export function retrySpanMs(
 ): number {
   let total = 0;
   for (let attempt = 1; attempt < options.maxAttempts; attempt++) {
-    total +=
-      options.publishTimeoutMs +
-      Math.min(options.backoffMaxMs, options.backoffBaseMs * 2 ** Math.min(attempt - 1, 40)) +
-      options.pollIntervalMs;
+    total += options.publishTimeoutMs + exponentialCapMs(attempt, options.backoffBaseMs, options.backoffMaxMs) + options.pollIntervalMs;
   }
   return total;
 }
@@ -124,7 +109,7 @@ export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions
     ensureStreams: options.ensureStreams ?? [],
     applicationName: options.applicationName ?? d.applicationName,
     cronMonitorIntervalSeconds: int('cronMonitorIntervalSeconds', options.cronMonitorIntervalSeconds ?? d.cronMonitorIntervalSeconds),
-    logger: options.logger ?? silentLogger,
+    logger: options.logger ?? SILENT_LOGGER,
   };
   if (compiled.backoffMaxMs < compiled.backoffBaseMs) {
     throw new ValidationError(
@@ -135,10 +120,4 @@ export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions
   if (typeof compiled.listen !== 'boolean')
     throw new ValidationError('listen', `listen must be true or false, got ${describeValue(compiled.listen)}`);
   return Object.freeze(compiled);
-}
-
-/** Full-jitter exponential backoff: a uniform delay in [0, min(max, base·2^(attempt-1))]. */
-export function backoffDelayMs(attempt: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
-  const cap = Math.min(maxMs, baseMs * 2 ** Math.min(Math.max(attempt - 1, 0), 40));
-  return Math.floor(random() * cap);
 }

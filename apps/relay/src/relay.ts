@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { ConfigError, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
+import { ConfigError, childLogger, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { type ConnectionOptions, connect, type NatsConnection, errors as natsErrors } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
@@ -75,7 +75,7 @@ class RelayImpl implements Relay {
   constructor(options: RelayOptions) {
     this.#o = compileRelayOptions(options);
     this.#appName = `${this.#o.applicationName}:${this.instanceId}`;
-    this.#log = this.#o.logger.child({ instance: this.instanceId });
+    this.#log = childLogger(this.#o.logger, { instance: this.instanceId });
     this.#schemaSql = quoteIdentifier(this.#o.schema);
     // synchronous_commit off: a mark lost in a server crash only means a re-send, which JetStream drops as a duplicate.
     this.#pool = new pg.Pool({
@@ -111,7 +111,7 @@ class RelayImpl implements Relay {
       schemaSql: this.#schemaSql,
       applicationName: this.#appName,
       lanesPerInstance: this.#o.lanesPerInstance,
-      logger: this.#log.child({ component: 'lane-leaser' }),
+      logger: childLogger(this.#log, { component: 'lane-leaser' }),
     });
   }
 
@@ -219,7 +219,7 @@ class RelayImpl implements Relay {
       breaker: this.#breaker,
       metrics: this.#metrics,
       events: this.#events,
-      logger: this.#log.child({ component: 'dispatcher' }),
+      logger: childLogger(this.#log, { component: 'dispatcher' }),
       natsUp: () => this.#natsUp,
       maxPayload: () => nc.info?.max_payload,
     });
@@ -234,7 +234,7 @@ class RelayImpl implements Relay {
         pruneCron: o.pruneCron,
         pruneBatchSize: o.pruneBatchSize,
         cronMonitorIntervalSeconds: o.cronMonitorIntervalSeconds,
-        logger: this.#log.child({ component: 'janitor' }),
+        logger: childLogger(this.#log, { component: 'janitor' }),
         onPrune: (deleted, jobId) => this.#events.emit('relay:prune', { deleted, instance: this.instanceId, jobId }),
       });
       await this.#janitor.start();
@@ -247,7 +247,7 @@ class RelayImpl implements Relay {
         databaseUrl: o.databaseUrl,
         applicationName: this.#appName,
         channel: notifyChannel(o.schema),
-        logger: this.#log.child({ component: 'notifier' }),
+        logger: childLogger(this.#log, { component: 'notifier' }),
         onWake: () => this.#dispatcher?.wake(),
       });
       this.#notifier.start();

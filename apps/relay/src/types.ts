@@ -1,15 +1,8 @@
+import type { Logger } from '@ferry/core';
 import type { ConnectionOptions } from '@nats-io/transport-node';
 
-/** A pino-compatible logger; the relay uses `child`, `debug`, `info`, `warn`, `error`. */
-export interface Logger {
-  child(bindings: Record<string, unknown>): Logger;
-  trace(obj: unknown, msg?: string): void;
-  debug(obj: unknown, msg?: string): void;
-  info(obj: unknown, msg?: string): void;
-  warn(obj: unknown, msg?: string): void;
-  error(obj: unknown, msg?: string): void;
-  fatal?(obj: unknown, msg?: string): void;
-}
+/** The logger every Ferry part accepts (core's): pino fits as is; the relay binds its components with `child` when there is one. */
+export type { Logger } from '@ferry/core';
 
 /** A stream `--ensure-stream NAME=SUBJECT[,SUBJECT]` creates when missing. */
 export interface EnsureStream {

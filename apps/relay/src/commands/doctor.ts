@@ -6,6 +6,7 @@ import {
   encodeEvent,
   eventFromOutboxRow,
   foreignTables,
+  isNatsName,
   migrationStatus,
   type OutboxEventRow,
   quoteIdentifier,
@@ -128,7 +129,7 @@ export function doctorCommand(ctx: CommandContext): Command {
 
 /** A JetStream stream or consumer name (no whitespace, `.`, `*`, `>` or path separators), collected. */
 function collect(value: string, previous: string[] = []): string[] {
-  if (!/^[^\s.*>/\\]{1,255}$/.test(value)) {
+  if (!isNatsName(value)) {
     throw new InvalidArgumentError(
       `${describeValue(value, 40)} is not a JetStream name: 1-255 characters, no whitespace, '.', '*', '>', '/' or '\\'`,
     );

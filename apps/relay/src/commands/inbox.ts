@@ -1,4 +1,4 @@
-import { bossSchemaFor, ConfigError, startPgBoss, ValidationError } from '@ferry/core';
+import { bossSchemaFor, ConfigError, isUuid, pgBossDb, startPgBoss, ValidationError } from '@ferry/core';
 import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import pg from 'pg';
@@ -23,13 +23,14 @@ interface ParkedFlags {
   dryRun?: boolean;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 function validateJobIds(ids: string[]): string[] {
   if (ids.length === 0) throw new ValidationError('JOB_ID', 'give at least one parked job id (see ferry inbox parked list)');
   for (const [i, id] of ids.entries()) {
-    if (!UUID.test(id))
-      throw new ValidationError(`JOB_ID ${i + 1}`, `"${id.slice(0, 40)}" is not a parked job id (a UUID; see ferry inbox parked list)`);
+    if (!isUuid(id))
+      throw new ValidationError(
+        `JOB_ID ${i + 1}`,
+        `"${String(id).slice(0, 40)}" is not a parked job id (a UUID; see ferry inbox parked list)`,
+      );
   }
   return ids;
 }
@@ -39,7 +40,7 @@ async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: P
   const bossSchema = flags.bossSchema ?? bossSchemaFor(flags.schema);
   const pool = new pg.Pool({ connectionString: url, max: 2, application_name: 'ferry-inbox' });
   const boss = new PgBoss({
-    db: { executeSql: (text, values) => pool.query(text, values) },
+    db: pgBossDb(pool),
     schema: bossSchema,
     supervise: false,
     schedule: false,
