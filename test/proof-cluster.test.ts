@@ -15,6 +15,7 @@ import {
   publishSets,
   startConsumer,
   startRelay,
+  startRelayExitingAfterAck,
   stopRelay,
   waitEffects,
 } from './fixtures/proof-support.js';
@@ -110,7 +111,7 @@ describe('failure proofs: a three-node NATS cluster', () => {
     // SIGKILLs itself after its first PubAck'd batch. Then that leader is killed too.
     await stopRelay(relay);
     await load(20);
-    const faulty = startRelay(db.url, db.schema, urls.join(','), { FERRY_TEST_FAULT: 'exit-after-ack' });
+    const faulty = startRelayExitingAfterAck(db.url, db.schema, urls.join(','));
     assert.equal((await faulty.exited).signal, 'SIGKILL', `the fault hook killed the relay: ${faulty.output().slice(-2000)}`);
     const leaderName = (await jsm.streams.info(stream)).cluster?.leader;
     const leader = nodes[Number(/^ferry-n([123])$/.exec(leaderName ?? '')?.[1]) - 1];

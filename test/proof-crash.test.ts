@@ -1,5 +1,5 @@
 // Failure proofs (issue 7): crashes. The relay is SIGKILLed between a PubAck
-// and its mark (the CLI's test-only FERRY_TEST_FAULT hook); an inbox consumer
+// and its mark (a test fixture's fault hook, fixtures/relay-exit-after-ack.ts); an inbox consumer
 // is SIGKILLed in the middle of a handler. Both against a private nats-server.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -12,6 +12,7 @@ import {
   publishSets,
   startConsumer,
   startRelay,
+  startRelayExitingAfterAck,
   stopRelay,
   streamMessages,
   waitEffects,
@@ -64,7 +65,7 @@ describe('failure proofs: crashes', () => {
       )
     ).map((r) => r.id);
 
-    const faulty = startRelay(db.url, db.schema, nats.url, { FERRY_TEST_FAULT: 'exit-after-ack' });
+    const faulty = startRelayExitingAfterAck(db.url, db.schema, nats.url);
     relays.push(faulty);
     const exit = await faulty.exited;
     assert.equal(exit.signal, 'SIGKILL', `the fault hook killed the relay: ${faulty.output()}`);

@@ -100,8 +100,9 @@ export interface RelayProcess {
 }
 
 /** Starts `ferry relay …` as a child process; stdout and stderr are collected. */
-export function spawnRelay(args: string[], env: NodeJS.ProcessEnv = {}): RelayProcess {
-  const proc = spawn(process.execPath, [FERRY_BIN, 'relay', ...args], {
+/** `ferry relay` with these flags, in a process of its own (`bin`: the CLI, or a test fixture that wraps it). */
+export function spawnRelay(args: string[], env: NodeJS.ProcessEnv = {}, bin = FERRY_BIN): RelayProcess {
+  const proc = spawn(process.execPath, [bin, 'relay', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,4 +1,3 @@
-import type { EventEmitter } from 'node:events';
 import { backoffDelayMs, encodedSize, encodeEvent, eventFromOutboxRow } from '@ferry/core';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
@@ -17,6 +16,7 @@ import { type Classified, classifyPublishError, NatsUnavailableError } from './e
 import type { LaneLeaser } from './lane-leaser.js';
 import { Marker } from './marker.js';
 import type { RelayMetrics } from './metrics.js';
+import type { RelayEmitter, RelayTestHooks } from './relay-emitter.js';
 import { SendSpan } from './send-span.js';
 import { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
 import { claimKeyRowsSql } from './sql/claim-key-rows.js';
@@ -34,7 +34,9 @@ export interface DispatcherDeps {
   leaser: LaneLeaser;
   breaker: CircuitBreakerPolicy;
   metrics: RelayMetrics;
-  events: EventEmitter;
+  events: RelayEmitter;
+  /** Fault-injection hooks of tests (`@ferry/relay/testing`); unset in production. */
+  hooks?: RelayTestHooks;
   logger: Logger;
   /** Whether the NATS connection is up right now. */
   natsUp: () => boolean;
@@ -356,7 +358,7 @@ export class Dispatcher {
       }
       this.#release(segment);
       if (acked.length > 0) {
-        this.#d.events.emit('relay:batch:acked', { rows: segment.length, acked: acked.length });
+        this.#d.hooks?.afterAck?.(segment.length, acked.length);
         marks.push(this.#marker.mark(acked));
       }
       if (acked.length < segment.length || !this.#running) {

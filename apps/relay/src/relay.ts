@@ -1,17 +1,18 @@
 import { randomBytes } from 'node:crypto';
-import { EventEmitter } from 'node:events';
 import { ConfigError, childLogger, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { type ConnectionOptions, connect, type NatsConnection, errors as natsErrors } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
 import { Dispatcher } from './dispatcher.js';
+import { duplicateWindowShortfall } from './duplicate-window.js';
 import { formatDuration } from './duration.js';
 import { NatsConnectError, NatsUnavailableError, NotMigratedError, StartAbandonedError } from './errors.js';
 import { Janitor } from './janitor.js';
 import { LaneLeaser } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
 import { Notifier } from './notifier.js';
+import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
 import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
 import { laneCountSql } from './sql/lanes.js';
@@ -52,7 +53,8 @@ class RelayImpl implements Relay {
   readonly #log: Logger;
   readonly #schemaSql: string;
   readonly #appName: string;
-  readonly #events = new EventEmitter();
+  readonly #events = new RelayEmitter();
+  readonly #hooks: RelayTestHooks | undefined;
   readonly #metrics: RelayMetrics;
   readonly #breaker: CircuitBreakerPolicy;
   readonly #pool: pg.Pool;
@@ -72,8 +74,9 @@ class RelayImpl implements Relay {
     this.#abandon = () => resolve('stop');
   });
 
-  constructor(options: RelayOptions) {
+  constructor(options: RelayOptions, hooks?: RelayTestHooks) {
     this.#o = compileRelayOptions(options);
+    this.#hooks = hooks;
     this.#appName = `${this.#o.applicationName}:${this.instanceId}`;
     this.#log = childLogger(this.#o.logger, { instance: this.instanceId });
     this.#schemaSql = quoteIdentifier(this.#o.schema);
@@ -219,6 +222,7 @@ class RelayImpl implements Relay {
       breaker: this.#breaker,
       metrics: this.#metrics,
       events: this.#events,
+      ...(this.#hooks ? { hooks: this.#hooks } : {}),
       logger: childLogger(this.#log, { component: 'dispatcher' }),
       natsUp: () => this.#natsUp,
       maxPayload: () => nc.info?.max_payload,
@@ -331,11 +335,11 @@ class RelayImpl implements Relay {
     for (const s of this.#o.ensureStreams) {
       try {
         const info = await jsm.streams.info(s.name);
-        const have = info.config.duplicate_window / 1e6;
-        if (have < retrySpanMs(this.#o)) {
+        const short = duplicateWindowShortfall(s.name, info.config.duplicate_window, this.#o);
+        if (short) {
           this.#log.warn(
-            { stream: s.name, duplicateWindowMs: have, retrySpanMs: retrySpanMs(this.#o) },
-            'stream exists with a duplicate window shorter than the retry span: a late re-send could be stored twice',
+            { stream: s.name, duplicateWindowMs: short.windowMs, retrySpanMs: short.spanMs, fix: short.fix },
+            `stream ${s.name} exists: its ${short.message}; fix: ${short.fix}`,
           );
         }
       } catch {
@@ -425,4 +429,9 @@ class RelayImpl implements Relay {
  */
 export function createRelay(options: RelayOptions): Relay {
   return new RelayImpl(options);
+}
+
+/** `createRelay` with fault-injection hooks, for tests only (exported as `@ferry/relay/testing`). */
+export function createRelayWithHooks(options: RelayOptions, hooks: RelayTestHooks): Relay {
+  return new RelayImpl(options, hooks);
 }

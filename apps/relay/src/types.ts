@@ -90,13 +90,10 @@ export type RelayState = (typeof RELAY_STATES)[number];
 export const FAILURE_REASONS = ['timeout', 'no_responders', 'connection', 'max_payload', 'permission', 'rejected', 'other'] as const;
 export type FailureReason = (typeof FAILURE_REASONS)[number];
 
-/** Events the relay emits (for tests, metrics and logs). */
+/** Events the relay emits (for tests, metrics and logs): `relay.on(name, listener)`. */
 export interface RelayEvents {
   'relay:batch:published': { rows: number; published: number; failed: number; durationMs: number };
-  /** A batch's PubAcks are in and its rows are not marked yet (the CLI's test-only fault hook uses it). */
-  'relay:batch:acked': { rows: number; acked: number };
   'relay:row:dead': { id: string; key: string; seq: string; reason: FailureReason; error: string };
-  'relay:lanes': { lanes: readonly number[] };
   'relay:circuit': { state: 'closed' | 'open' | 'half-open' };
   'relay:prune': { deleted: number; instance: string; jobId: string };
 }

@@ -176,14 +176,7 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
   };
   if (ctx.env.FERRY_CRON_MONITOR_INTERVAL_SECONDS) options.cronMonitorIntervalSeconds = Number(ctx.env.FERRY_CRON_MONITOR_INTERVAL_SECONDS);
   const stopTracing = traceExportWanted(flags.otel === true, ctx.env) ? await startTraceExporter(logger) : undefined;
-  const relay = createRelay(options);
-  // TEST-ONLY fault injection (failure proofs, issue 7): FERRY_TEST_FAULT=exit-after-ack SIGKILLs this process
-  // right after JetStream acknowledged a batch and before its rows are marked published. Never set it in production.
-  if (ctx.env.FERRY_TEST_FAULT === 'exit-after-ack') {
-    relay.on('relay:batch:acked', ({ acked }) => {
-      if (acked > 0) process.kill(process.pid, 'SIGKILL');
-    });
-  }
+  const relay = (ctx.createRelay ?? createRelay)(options);
   logger.info(
     {
       event: 'starting',
