@@ -16,7 +16,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { migrate, quoteIdentifier, withTransaction } from '@ferry/core';
+import { bossSchemaFor, migrate, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { NatsServer } from '@ferry/testkit';
 import { DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from '@nats-io/jetstream';
@@ -131,7 +131,7 @@ async function run(o: ChaosOptions): Promise<number> {
   const databaseUrl = process.env.FERRY_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
   const runId = randomBytes(3).toString('hex');
   const schema = `chaos_${runId}`;
-  const bossSchema = `${schema}_boss`;
+  const bossSchema = bossSchemaFor(schema);
   const streamName = `CHAOS_${runId}`.toUpperCase();
   const prefix = `chaos_${runId}`;
   const s = quoteIdentifier(schema);

@@ -1,4 +1,4 @@
-import { quoteIdentifier } from '@ferry/core';
+import { bossSchemaFor, quoteIdentifier } from '@ferry/core';
 import { createInbox, type Inbox } from '@ferry/inbox';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
@@ -27,7 +27,7 @@ export async function startBilling(opts: {
   log: (line: string) => void;
 }): Promise<Billing> {
   const s = quoteIdentifier(opts.schema);
-  const boss = new PgBoss({ connectionString: opts.databaseUrl, schema: `${opts.schema}_boss`, max: 4 });
+  const boss = new PgBoss({ connectionString: opts.databaseUrl, schema: bossSchemaFor(opts.schema), max: 4 });
   boss.on('error', (err) => opts.log(`pg-boss: ${err.message}`));
   await boss.start();
   await boss.createQueue(RECEIPT_QUEUE);

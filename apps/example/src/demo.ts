@@ -17,8 +17,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { encodeEvent, eventFromOutboxRow, migrate, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
-import { createRelay, type Relay } from '@ferry/relay';
+import { bossSchemaFor, encodeEvent, eventFromOutboxRow, migrate, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
+import { createRelay, OUTBOX_EVENT_COLUMNS, type Relay } from '@ferry/relay';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import pg from 'pg';
@@ -70,7 +70,7 @@ async function reachable(): Promise<{ pool: pg.Pool; nc: NatsConnection } | unde
 }
 
 async function reset(pool: pg.Pool, nc: NatsConnection): Promise<void> {
-  for (const schema of [SCHEMA, `${SCHEMA}_boss`, 'ferry_demo_relay_boss'])
+  for (const schema of [SCHEMA, bossSchemaFor(SCHEMA), bossSchemaFor('ferry_demo_relay')])
     await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(schema)} CASCADE`);
   const jsm = await jetstreamManager(nc);
   await jsm.streams.delete(STREAM).catch(() => false);
@@ -190,9 +190,7 @@ async function main(): Promise<number> {
 
     // Every event delivered a second time: a replay of the stream with new message ids.
     const js = jetstream(nc);
-    const { rows } = await pool.query<OutboxEventRow>(
-      `SELECT id::text, key, version::text, subject, type, source, content_type, data, headers, occurred_at FROM ${s}.outbox ORDER BY seq`,
-    );
+    const { rows } = await pool.query<OutboxEventRow>(`SELECT ${OUTBOX_EVENT_COLUMNS} FROM ${s}.outbox o ORDER BY o.seq`);
     for (const r of rows) {
       const enc = encodeEvent(eventFromOutboxRow(r), { msgId: `${r.id}:demo-replay` });
       const h = natsHeaders();

@@ -6,4 +6,5 @@ export { lockNamespace } from './lane-leaser.js';
 export { createRelay } from './relay.js';
 export { compileRelayOptions, RELAY_DEFAULTS, RELAY_LIMITS, retrySpanMs } from './relay-options.js';
 export { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
+export { OUTBOX_EVENT_COLUMNS } from './sql/outbox-event-columns.js';
 export * from './types.js';

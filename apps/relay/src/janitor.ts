@@ -1,4 +1,4 @@
-import { startPgBoss } from '@ferry/core';
+import { bossSchemaFor, startPgBoss } from '@ferry/core';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { prunePublishedSql, pruneRecognisedIdsSql } from './sql/prune-published.js';
@@ -23,11 +23,6 @@ export interface JanitorOptions {
   logger: Logger;
   /** Called after each prune run this instance performed, with the pg-boss job id. */
   onPrune: (deleted: number, jobId: string) => void;
-}
-
-/** pg-boss's schema for a Ferry schema: `<schema>_boss`, kept apart from Ferry's own tables. */
-export function bossSchema(schema: string): string {
-  return `${schema}_boss`.slice(0, 63);
 }
 
 /**
@@ -55,7 +50,7 @@ export class Janitor {
     const o = this.#o;
     const boss = new PgBoss({
       connectionString: o.databaseUrl,
-      schema: bossSchema(o.schema),
+      schema: bossSchemaFor(o.schema),
       application_name: `${o.applicationName}:boss`,
       max: 2,
       cronMonitorIntervalSeconds: o.cronMonitorIntervalSeconds,
@@ -88,22 +83,23 @@ export class Janitor {
   async prune(): Promise<number> {
     const o = this.#o;
     const retentionMs = await this.retentionMs();
+    const total = await this.#inBatches(this.#sql, retentionMs);
+    // The ids of rows pruned more than a retention ago: a re-publish of one is no longer recognised.
+    const forgotten = await this.#inBatches(this.#forgetSql, retentionMs);
+    o.logger.info({ deleted: total, forgottenIds: forgotten, retentionMs }, 'pruned published outbox rows');
+    return total;
+  }
+
+  /** Runs a bounded delete (`$1` retention, `$2` batch size) until a batch comes back short; returns rows deleted. */
+  async #inBatches(sql: string, retentionMs: number): Promise<number> {
+    const { pool, pruneBatchSize } = this.#o;
     let total = 0;
     for (let i = 0; i < MAX_BATCHES_PER_RUN; i++) {
-      const res = await o.pool.query(this.#sql, [retentionMs, o.pruneBatchSize]);
+      const res = await pool.query(sql, [retentionMs, pruneBatchSize]);
       const n = (res as { rowCount?: number | null }).rowCount ?? 0;
       total += n;
-      if (n < o.pruneBatchSize) break;
+      if (n < pruneBatchSize) break;
     }
-    // The ids of rows pruned more than a retention ago: a re-publish of one is no longer recognised.
-    let forgotten = 0;
-    for (let i = 0; i < MAX_BATCHES_PER_RUN; i++) {
-      const res = await o.pool.query(this.#forgetSql, [retentionMs, o.pruneBatchSize]);
-      const n = (res as { rowCount?: number | null }).rowCount ?? 0;
-      forgotten += n;
-      if (n < o.pruneBatchSize) break;
-    }
-    o.logger.info({ deleted: total, forgottenIds: forgotten, retentionMs }, 'pruned published outbox rows');
     return total;
   }
 

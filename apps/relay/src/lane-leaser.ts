@@ -158,19 +158,12 @@ export class LaneLeaser {
     } catch (err) {
       if (!this.#lost) this.#o.logger.warn({ err }, 'lane lease check failed: holding no lanes until the database answers');
       this.#lost = true;
-      const client = this.#client;
-      this.#client = undefined;
-      this.#lanes = [];
-      if (client) {
-        client.removeAllListeners('end');
-        client.on('error', () => {});
-        await client.end().catch(() => {});
-      }
+      await this.stop();
     }
     return this.#lanes;
   }
 
-  /** Releases every lease by closing the connection. */
+  /** Releases every lease by closing the connection (a check that failed does the same, and tries again later). */
   async stop(): Promise<void> {
     const client = this.#client;
     this.#client = undefined;

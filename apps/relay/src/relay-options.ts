@@ -53,6 +53,12 @@ function int(name: Limited, value: unknown): number {
   return value;
 }
 
+/** The relay options its retry span is made of. */
+export type RetrySpanOptions = Pick<
+  CompiledRelayOptions,
+  'maxAttempts' | 'backoffBaseMs' | 'backoffMaxMs' | 'publishTimeoutMs' | 'pollIntervalMs'
+>;
+
 /**
  * The longest time from a row's first send to its last re-send: the window in
  * which the stream must still recognise a re-send as a duplicate.
@@ -66,9 +72,7 @@ function int(name: Limited, value: unknown): number {
  * next claim picks the row up again. Leaving the timeouts out (as before)
  * understated it by up to 24 x 10 s, about 4 minutes, with the defaults.
  */
-export function retrySpanMs(
-  options: Pick<CompiledRelayOptions, 'maxAttempts' | 'backoffBaseMs' | 'backoffMaxMs' | 'publishTimeoutMs' | 'pollIntervalMs'>,
-): number {
+export function retrySpanMs(options: RetrySpanOptions): number {
   let total = 0;
   for (let attempt = 1; attempt < options.maxAttempts; attempt++) {
     total += options.publishTimeoutMs + exponentialCapMs(attempt, options.backoffBaseMs, options.backoffMaxMs) + options.pollIntervalMs;

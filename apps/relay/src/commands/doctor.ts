@@ -30,6 +30,7 @@ import {
 } from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
+import { duplicateWindowShortfall } from '../duplicate-window.js';
 import { formatDuration } from '../duration.js';
 import { exitWith } from '../exit-codes.js';
 import { retrySpanMs } from '../relay-options.js';
@@ -292,15 +293,12 @@ async function checkNats(
       );
       continue;
     }
-    const windowMs = Math.round(info.config.duplicate_window / 1e6);
-    if (windowMs < span) {
-      add(
-        `stream ${name}`,
-        'problem',
-        `duplicate window ${fmtMs(windowMs)} is shorter than the relay's retry span ${fmtMs(span)} (--max-attempts ${flags.maxAttempts}, --backoff-base-ms ${flags.backoffBaseMs}, --backoff-max-ms ${flags.backoffMaxMs}, --publish-timeout-ms ${flags.publishTimeoutMs}, --poll-interval-ms ${flags.pollIntervalMs}): a re-send after a lost PubAck could be stored twice`,
-        `nats stream edit ${name} --dupe-window ${fmtMs(Math.ceil(span / 60_000) * 60_000)} (or lower the relay's --max-attempts)`,
-      );
-    } else add(`stream ${name}`, 'ok', `duplicate window ${fmtMs(windowMs)} covers the retry span ${fmtMs(span)}`);
+    const short = duplicateWindowShortfall(name, info.config.duplicate_window, flags);
+    if (short) add(`stream ${name}`, 'problem', short.message, short.fix);
+    else {
+      const windowMs = Math.round(info.config.duplicate_window / 1e6);
+      add(`stream ${name}`, 'ok', `duplicate window ${fmtMs(windowMs)} covers the retry span ${fmtMs(span)}`);
+    }
     if (info.config.num_replicas < 3) {
       add(
         `stream ${name}`,
