@@ -35,11 +35,6 @@ export interface FerryEvent {
 /** The JSON content type Ferry uses when the caller passes a value rather than bytes. */
 export const JSON_CONTENT_TYPE = 'application/json';
 
-/** Decodes `event.data` as JSON. Throws a `SyntaxError` for bytes that are not JSON. */
-export function eventJson<T = unknown>(event: Pick<FerryEvent, 'data'>): T {
-  return JSON.parse(Buffer.from(event.data.buffer, event.data.byteOffset, event.data.byteLength).toString('utf8')) as T;
-}
-
 /** An outbox row as node-postgres returns it (`version` as text or bigint). */
 export interface OutboxEventRow {
   id: string;

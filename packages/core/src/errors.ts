@@ -8,6 +8,12 @@ export const ERROR_CODES = {
   conflict: 'FERRY_CONFLICT',
   migration: 'FERRY_MIGRATION',
   config: 'FERRY_CONFIG',
+  /** A message or stored event that can never be processed as it is (it is parked). */
+  poison: 'FERRY_POISON',
+  /** A service Ferry needs (NATS, PostgreSQL) cannot be reached now; retried. */
+  unavailable: 'FERRY_UNAVAILABLE',
+  /** A transient state (a race, a version not there yet): the same operation is retried later. */
+  retry: 'FERRY_RETRY',
 } as const;
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
 
@@ -25,17 +31,7 @@ export const SQLSTATE = {
   adminShutdown: '57P01',
   crashShutdown: '57P02',
   cannotConnectNow: '57P03',
-  queryCanceled: '57014',
 } as const;
-
-/** SQLSTATE classes after which the same statement may succeed when retried. */
-export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
-  SQLSTATE.serializationFailure,
-  SQLSTATE.deadlockDetected,
-  SQLSTATE.adminShutdown,
-  SQLSTATE.crashShutdown,
-  SQLSTATE.cannotConnectNow,
-]);
 
 export class FerryError extends Error {
   readonly code: ErrorCode;
