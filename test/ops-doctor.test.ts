@@ -94,7 +94,7 @@ test('ferry doctor - the exit code is the number of problems: short window, unco
   // The default span counts a PubAck timeout and a poll interval before each of the 24 re-sends: 22 minutes, not 18.
   assert.ok(by(/duplicate window 2m is shorter than the relay's retry span 22m/)?.fix?.includes('--dupe-window 23m'));
   assert.ok(by(/ferry_doctor_nowhere\.x \(1 event\)/)?.fix);
-  assert.ok(by(/consumer .*\/bad .*ack_policy is none.*max_deliver 3/));
+  assert.ok(by(/consumer .*\/bad .*ack_policy "none".*max_deliver 3/));
   assert.ok(by(/maxPayloadBytes 4194304 is above the server's max_payload 1048576/));
   assert.ok(by(/encodes to 12\d{5} bytes, over the server's max_payload/));
   for (const f of found) assert.ok(f.fix, `${f.check} has a fix`);

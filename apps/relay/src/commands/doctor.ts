@@ -11,7 +11,8 @@ import {
   type OutboxEventRow,
   quoteIdentifier,
 } from '@ferry/core';
-import { AckPolicy, type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
+import { consumerConfigDifferences } from '@ferry/inbox';
+import { type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type pg from 'pg';
@@ -330,14 +331,8 @@ async function checkConsumer(jsm: JetStreamManager, stream: string, name: string
     return;
   }
   const cfg = c.config;
-  const bad: string[] = [];
-  if (cfg.deliver_subject) bad.push(`is a push consumer (deliver_subject ${cfg.deliver_subject}); the inbox needs a pull consumer`);
-  if (cfg.ack_policy !== AckPolicy.Explicit) bad.push(`ack_policy is ${cfg.ack_policy}; the inbox needs explicit`);
-  if (cfg.max_deliver !== undefined && cfg.max_deliver !== -1 && cfg.max_deliver <= flags.inboxMaxDeliver) {
-    bad.push(
-      `max_deliver ${cfg.max_deliver} <= the inbox's maxDeliver ${flags.inboxMaxDeliver}: the server drops a message before the inbox can park it`,
-    );
-  }
+  // The inbox's own check (what createInbox refuses), for what doctor knows of the inbox: its maxDeliver.
+  const bad = consumerConfigDifferences(cfg, { maxDeliver: flags.inboxMaxDeliver });
   const ackWaitMs = Math.round((cfg.ack_wait ?? 0) / 1e6);
   const summary = `ack_wait ${fmtMs(ackWaitMs)}, max_deliver ${cfg.max_deliver ?? -1}, max_ack_pending ${cfg.max_ack_pending ?? '?'}, filter ${cfg.filter_subject ?? '(all)'}, pending ${c.num_pending}, unacknowledged ${c.num_ack_pending}, redelivered ${c.num_redelivered}`;
   if (bad.length > 0) {
