@@ -290,7 +290,7 @@ class RelayImpl implements Relay {
       if (isTlsVerificationError(err))
         throw new NatsConnectError(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
       // Wrong credentials or options: waiting would never cure them, so the start ends with the reason.
-      if (NATS_CONFIG_ERRORS.some((type) => err instanceof type)) throw err;
+      if (NATS_CONFIG_ERRORS.some((type) => err instanceof type)) throw new NatsConnectError((err as Error).message, { cause: err });
       if (!waiting) {
         waiting = true;
         this.#log.warn(
