@@ -1,3 +1,5 @@
+// One file (over ~350 lines) because a run reads top to bottom: setup, load, faults, drain, checks;
+// the parts that stand alone are plan.ts (flags, fault schedule) and consumer.ts (the inbox child).
 // `npm run chaos -- --events N --kills K [--seed S]`: Ferry under failure,
 // end to end. A publisher load (several writers, many keys) commits N events
 // into an outbox of its own schema on the PostgreSQL of FERRY_DATABASE_URL

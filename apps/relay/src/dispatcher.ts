@@ -1,3 +1,6 @@
+// Over ~350 lines on purpose: the claim loop, the per-key send chains and their marking share the
+// in-flight budget (rows and bytes) and the key set, and are being tuned together (docs/benchmarks.md);
+// the statements are in sql/, the marking batcher in marker.ts, the span in send-span.ts.
 import { backoffDelayMs, encodedSize, encodeEvent, eventFromOutboxRow } from '@ferry/core';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';

@@ -1,49 +1,24 @@
 import { randomBytes } from 'node:crypto';
 import { ConfigError, childLogger, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
-import { type JetStreamClient, type JetStreamManager, jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
-import { type ConnectionOptions, connect, type NatsConnection, errors as natsErrors } from '@nats-io/transport-node';
+import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
 import { Dispatcher } from './dispatcher.js';
-import { duplicateWindowShortfall } from './duplicate-window.js';
 import { formatDuration } from './duration.js';
-import { NatsConnectError, NatsUnavailableError, NotMigratedError, StartAbandonedError } from './errors.js';
+import { ensureStreams } from './ensure-streams.js';
+import { NatsUnavailableError, NotMigratedError } from './errors.js';
 import { Janitor } from './janitor.js';
 import { LaneLeaser } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
+import { connectWhenReachable, natsServerNames } from './nats-connect.js';
 import { Notifier } from './notifier.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
-import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
+import { compileRelayOptions, RELAY_DEFAULTS } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
 import { laneCountSql } from './sql/lanes.js';
 import { readRetentionSql } from './sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
-
-/** Node's TLS certificate verification errors (self-signed, unknown CA, wrong host name, expired). */
-function isTlsVerificationError(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|HOSTNAME|ERR_TLS/.test(code);
-}
-
-/** `host:port` of each NATS server, for the log: never the user or password a URL may carry. */
-function natsServerNames(servers: string | string[] | undefined): string[] {
-  const list = servers === undefined ? ['127.0.0.1:4222'] : Array.isArray(servers) ? servers : [servers];
-  return list.map((u) => {
-    try {
-      return new URL(u.includes('://') ? u : `nats://${u}`).host;
-    } catch {
-      return '(invalid URL)';
-    }
-  });
-}
-
-/** First-connect failures that are the configuration's fault, not the server's absence. */
-const NATS_CONFIG_ERRORS = [
-  natsErrors.AuthorizationError,
-  natsErrors.UserAuthenticationExpiredError,
-  natsErrors.PermissionViolationError,
-  natsErrors.InvalidArgumentError,
-];
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
 
@@ -205,14 +180,18 @@ class RelayImpl implements Relay {
     const natsOptions = { maxReconnectAttempts: -1, reconnectTimeWait: 1000, noAsyncTraces: true, name: this.#appName, ...o.nats };
     // A server that is down at start is waited for; a TLS verification failure is a misconfiguration
     // that waiting would never cure, so it ends the start with its reason instead of retrying forever.
-    const nc = await this.#connectNats(natsOptions);
+    const nc = await connectWhenReachable(natsOptions, {
+      servers: natsServerNames(o.nats.servers),
+      logger: this.#log,
+      abandoned: this.#abandonStart,
+    });
     this.#nc = nc;
     this.#natsUp = true;
     this.#metrics.natsConnected.set(1);
     this.#watchNats(nc);
     this.#log.info({ event: 'nats-connected', server: nc.getServer() }, 'connected to NATS');
     const js: JetStreamClient = jetstream(nc, { timeout: o.publishTimeoutMs });
-    if (o.ensureStreams.length > 0) await this.#ensureStreams(await jetstreamManager(nc));
+    if (o.ensureStreams.length > 0) await ensureStreams(await jetstreamManager(nc), o, this.#log);
     this.#dispatcher = new Dispatcher({
       options: o,
       schemaSql: this.#schemaSql,
@@ -260,54 +239,6 @@ class RelayImpl implements Relay {
     this.#log.info({ event: 'started', lanes: this.#leaser.lanes, schema: o.schema }, 'relay running');
   }
 
-  /**
-   * Connects, retrying every `reconnectTimeWait` while the server is unreachable. Not nats.js's
-   * `waitOnFirstConnect`: its promise cannot be abandoned, so a signal during the wait took the
-   * whole shutdown timeout (30 s, then a forced exit), and it logged nothing while it waited.
-   * The wait is logged once (and its end once); `stop()` ends it at once.
-   */
-  async #connectNats(natsOptions: ConnectionOptions & { reconnectTimeWait: number }): Promise<NatsConnection> {
-    const servers = natsServerNames(this.#o.nats.servers);
-    let waiting = false;
-    for (;;) {
-      const attempt = connect({ ...natsOptions, waitOnFirstConnect: false });
-      const outcome = await Promise.race([
-        attempt.then(
-          (nc) => ({ nc }),
-          (err: unknown) => ({ err }),
-        ),
-        this.#abandonStart,
-      ]);
-      if (outcome === 'stop') {
-        attempt.then((nc) => nc.close()).catch(() => {}); // a late connection must not keep the process alive
-        throw new StartAbandonedError();
-      }
-      if ('nc' in outcome) {
-        if (waiting) this.#log.info({ event: 'nats-available', servers }, 'NATS is reachable again: starting');
-        return outcome.nc;
-      }
-      const err = outcome.err;
-      if (isTlsVerificationError(err))
-        throw new NatsConnectError(`NATS TLS: ${(err as Error).message} (check --nats-tls-ca)`, { cause: err });
-      // Wrong credentials or options: waiting would never cure them, so the start ends with the reason.
-      if (NATS_CONFIG_ERRORS.some((type) => err instanceof type)) throw new NatsConnectError((err as Error).message, { cause: err });
-      if (!waiting) {
-        waiting = true;
-        this.#log.warn(
-          { event: 'nats-waiting', servers, reason: (err as Error)?.message },
-          `waiting for NATS at ${servers.join(', ')} (${(err as Error)?.message}): /readyz reports not ready until it answers`,
-        );
-      }
-      let timer: NodeJS.Timeout | undefined;
-      const pause = new Promise<'again'>((resolve) => {
-        timer = setTimeout(() => resolve('again'), natsOptions.reconnectTimeWait);
-      });
-      const next = await Promise.race([pause, this.#abandonStart]);
-      clearTimeout(timer);
-      if (next === 'stop') throw new StartAbandonedError();
-    }
-  }
-
   #watchNats(nc: NatsConnection): void {
     (async () => {
       for await (const s of nc.status()) {
@@ -327,31 +258,6 @@ class RelayImpl implements Relay {
       this.#natsUp = false;
       this.#metrics.natsConnected.set(0);
     });
-  }
-
-  async #ensureStreams(jsm: JetStreamManager): Promise<void> {
-    // The retry span already holds every attempt's PubAck timeout; one more covers the last attempt's own.
-    const windowMs = Math.max(120_000, retrySpanMs(this.#o) + this.#o.publishTimeoutMs);
-    for (const s of this.#o.ensureStreams) {
-      try {
-        const info = await jsm.streams.info(s.name);
-        const short = duplicateWindowShortfall(s.name, info.config.duplicate_window, this.#o);
-        if (short) {
-          this.#log.warn(
-            { stream: s.name, duplicateWindowMs: short.windowMs, retrySpanMs: short.spanMs, fix: short.fix },
-            `stream ${s.name} exists: its ${short.message}; fix: ${short.fix}`,
-          );
-        }
-      } catch {
-        await jsm.streams.add({
-          name: s.name,
-          subjects: [...s.subjects],
-          storage: StorageType.File,
-          duplicate_window: windowMs * 1e6,
-        });
-        this.#log.info({ stream: s.name, subjects: s.subjects, duplicateWindowMs: windowMs }, 'stream created');
-      }
-    }
   }
 
   stop(): Promise<void> {

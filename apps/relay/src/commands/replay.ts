@@ -1,3 +1,5 @@
+// ferry replay: the filters, the confirmation and the per-key pipelined publish share one report, so
+// they stay in one file (just over ~350 lines); the progress bar and the resume commands live apart.
 import {
   ConfigError,
   encodedSize,

@@ -1,0 +1,168 @@
+// ferry doctor's NATS checks: JetStream, the outbox subjects' streams, each stream's duplicate
+// window and replicas, inbox consumers, and max_payload against the largest event.
+import { encodedSize, encodeEvent, eventFromOutboxRow, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
+import { consumerConfigDifferences } from '@ferry/inbox';
+import { type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type pg from 'pg';
+import { count } from '../count.js';
+import { duplicateWindowShortfall } from '../duplicate-window.js';
+import { formatDuration } from '../duration.js';
+import { retrySpanMs } from '../relay-options.js';
+import { largestEventSql } from '../sql/largest-event.js';
+import type { Add, DoctorFlags } from './doctor.js';
+
+const fmtMs = (ms: number) => formatDuration(ms, true);
+
+export async function checkNats(
+  nc: NatsConnection,
+  pool: pg.Pool,
+  subjects: Map<string, number> | undefined,
+  flags: DoctorFlags,
+  add: Add,
+): Promise<void> {
+  let jsm: JetStreamManager;
+  try {
+    jsm = await jetstreamManager(nc, { timeout: 5000 });
+    await jsm.getAccountInfo();
+  } catch (err) {
+    add(
+      'nats',
+      'problem',
+      `JetStream is not available: ${(err as Error).message}`,
+      'enable JetStream on the server (nats-server -js, or jetstream {} in its config)',
+    );
+    return;
+  }
+  const streams = new Set<string>(flags.stream ?? []);
+  if (subjects === undefined) add('subjects', 'skipped', 'the outbox could not be read');
+  else if (subjects.size === 0) add('subjects', 'ok', 'the outbox holds no events yet');
+  else {
+    const missing: string[] = [];
+    for (const [subject, n] of subjects) {
+      try {
+        streams.add(await jsm.streams.find(subject));
+      } catch {
+        missing.push(`${subject} (${count(n, 'event')})`);
+      }
+    }
+    if (missing.length > 0) {
+      add(
+        'subjects',
+        'problem',
+        `${missing.length} outbox subjects are in no stream: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', …' : ''}`,
+        'add them to a stream: nats stream edit <STREAM> --subjects …, or ferry relay --ensure-stream NAME=<subject>.>',
+      );
+    } else add('subjects', 'ok', `all ${subjects.size} outbox subjects are in a stream (${[...streams].join(', ')})`);
+  }
+  const span = retrySpanMs(flags);
+  for (const name of streams) {
+    let info: StreamInfo;
+    try {
+      info = await jsm.streams.info(name);
+    } catch (err) {
+      add(
+        `stream ${name}`,
+        'problem',
+        `does not exist or cannot be read: ${(err as Error).message}`,
+        `create it: nats stream add ${name} --subjects '…', or ferry relay --ensure-stream ${name}=<subjects>`,
+      );
+      continue;
+    }
+    const short = duplicateWindowShortfall(name, info.config.duplicate_window, flags);
+    if (short) add(`stream ${name}`, 'problem', short.message, short.fix);
+    else {
+      const windowMs = Math.round(info.config.duplicate_window / 1e6);
+      add(`stream ${name}`, 'ok', `duplicate window ${fmtMs(windowMs)} covers the retry span ${fmtMs(span)}`);
+    }
+    if (info.config.num_replicas < 3) {
+      add(
+        `stream ${name}`,
+        'warning',
+        `${info.config.num_replicas} replica(s), ${info.config.storage} storage: a lost server loses acknowledged events`,
+        `in production use a 3-node cluster: nats stream edit ${name} --replicas 3 (file storage)`,
+      );
+    }
+    for (const consumer of flags.consumer ?? []) await checkConsumer(jsm, name, consumer, flags, add);
+  }
+  if ((flags.consumer ?? []).length > 0 && streams.size === 0) {
+    add('consumer', 'skipped', 'no stream to look in', 'pass --stream NAME');
+  }
+  await checkPayload(nc, pool, subjects !== undefined, flags, add);
+}
+
+async function checkConsumer(jsm: JetStreamManager, stream: string, name: string, flags: DoctorFlags, add: Add): Promise<void> {
+  const check = `consumer ${stream}/${name}`;
+  let c: Awaited<ReturnType<JetStreamManager['consumers']['info']>>;
+  try {
+    c = await jsm.consumers.info(stream, name);
+  } catch (err) {
+    add(
+      check,
+      'problem',
+      `not found: ${(err as Error).message}`,
+      'start the inbox once (createInbox creates its durable consumer), or check --stream and --consumer',
+    );
+    return;
+  }
+  const cfg = c.config;
+  // The inbox's own check (what createInbox refuses), for what doctor knows of the inbox: its maxDeliver.
+  const bad = consumerConfigDifferences(cfg, { maxDeliver: flags.inboxMaxDeliver });
+  const ackWaitMs = Math.round((cfg.ack_wait ?? 0) / 1e6);
+  const summary = `ack_wait ${fmtMs(ackWaitMs)}, max_deliver ${cfg.max_deliver ?? -1}, max_ack_pending ${cfg.max_ack_pending ?? '?'}, filter ${cfg.filter_subject ?? '(all)'}, pending ${c.num_pending}, unacknowledged ${c.num_ack_pending}, redelivered ${c.num_redelivered}`;
+  if (bad.length > 0) {
+    add(
+      check,
+      'problem',
+      `${bad.join('; ')} (${summary})`,
+      'delete the consumer and let the inbox create it (manageConsumer: true), or fix it with nats consumer edit',
+    );
+    return;
+  }
+  add(check, 'ok', summary);
+  if (cfg.max_deliver !== undefined && cfg.max_deliver !== -1) {
+    add(
+      check,
+      'warning',
+      `max_deliver ${cfg.max_deliver}: a message whose parking failed (database down) is dropped after that many deliveries`,
+      'set max_deliver to -1 and let the inbox park',
+    );
+  }
+  if (ackWaitMs < 5000) {
+    add(
+      check,
+      'warning',
+      `ack_wait ${fmtMs(ackWaitMs)} is short: a slow handler's message is redelivered while it still runs`,
+      'raise the inbox ackWaitMs above your slowest handler',
+    );
+  }
+}
+
+async function checkPayload(nc: NatsConnection, pool: pg.Pool, outboxReadable: boolean, flags: DoctorFlags, add: Add): Promise<void> {
+  const max = nc.info?.max_payload;
+  if (max === undefined) {
+    add('max_payload', 'skipped', 'the server did not report max_payload');
+    return;
+  }
+  if (flags.maxPayloadBytes > max) {
+    add(
+      'max_payload',
+      'problem',
+      `the publisher's maxPayloadBytes ${flags.maxPayloadBytes} is above the server's max_payload ${max}: an event can commit and then never be publishable`,
+      `createPublisher({ maxPayloadBytes: ${max} }) or raise max_payload in the nats-server config`,
+    );
+  } else add('max_payload', 'ok', `maxPayloadBytes ${flags.maxPayloadBytes} <= the server's max_payload ${max}`);
+  if (!outboxReadable) return;
+  const { rows } = await pool.query<OutboxEventRow>(largestEventSql(quoteIdentifier(flags.schema)));
+  const row = rows[0];
+  if (!row) return;
+  const size = encodedSize(encodeEvent(eventFromOutboxRow(row)));
+  if (size > max) {
+    add(
+      'max_payload',
+      'problem',
+      `event ${row.id} encodes to ${size} bytes, over the server's max_payload ${max}: it dies in the relay`,
+      'raise max_payload in the nats-server config, then ferry dlq retry it; or ferry dlq discard it',
+    );
+  } else add('max_payload', 'ok', `the largest retained event encodes to ${size} bytes`);
+}
