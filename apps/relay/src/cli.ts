@@ -81,7 +81,7 @@ export async function main(
     return EXIT.ok;
   } catch (err) {
     if (err instanceof CommanderError) {
-      if (err.code === 'ferry.exit') return err.exitCode; // a command's own exit code (ops-options.ts exitWith)
+      if (err.code === 'ferry.exit') return err.exitCode; // a command's own exit code (exit-codes.ts exitWith)
       // `ferry dlq` with no subcommand prints help as an error (commander.help, exit code 1): that is bad usage, like `ferry` alone.
       if (err.code === 'commander.help') return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
       if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version') return EXIT.ok;

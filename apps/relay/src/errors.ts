@@ -1,4 +1,4 @@
-import { type ErrorCode, FerryError } from '@ferry/core';
+import { ERROR_CODES, type ErrorCode, FerryError } from '@ferry/core';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors as natsErrors } from '@nats-io/transport-node';
 import type { FailureReason } from './types.js';
@@ -74,15 +74,13 @@ export function classifyPublishError(err: unknown): Classified {
 }
 
 /**
- * Codes of the relay's and the CLI's own errors, beside core's `ERROR_CODES`.
- * The CLI's exit code follows the class: these all exit 1 (a runtime failure);
- * a `ConfigError` or `ValidationError` exits 2, a `MigrationError` 3.
+ * Codes of the relay's and the CLI's own errors that core's `ERROR_CODES` has
+ * no name for (NATS trouble is core's `FERRY_UNAVAILABLE`, a schema to
+ * migrate first core's `FERRY_MIGRATION`). The CLI's exit code follows the
+ * class, not the code: the errors here all exit 1 (a runtime failure); a
+ * `ConfigError` or `ValidationError` exits 2, a `MigrationError` 3.
  */
 export const RELAY_ERROR_CODES = {
-  /** NATS cannot be reached or used (down, TLS refused, a whole batch failed for NATS reasons). */
-  unavailable: 'FERRY_UNAVAILABLE',
-  /** The schema has no (or an incomplete) Ferry outbox: `ferry migrate` first. */
-  notMigrated: 'FERRY_NOT_MIGRATED',
   /** A command ran and did not do all it was asked (the message says what is left). */
   failed: 'FERRY_FAILED',
   /** A destructive command was not confirmed on the terminal: nothing was done. */
@@ -92,11 +90,11 @@ export const RELAY_ERROR_CODES = {
 } as const;
 export type RelayErrorCode = (typeof RELAY_ERROR_CODES)[keyof typeof RELAY_ERROR_CODES];
 
-/** The base of the relay's own errors: a `FerryError` with one of `RELAY_ERROR_CODES`. */
+/** The base of the relay's own errors: a `FerryError` with one of core's codes or of `RELAY_ERROR_CODES`. */
 export class RelayError extends FerryError {
-  constructor(code: RelayErrorCode, message: string, options?: { cause?: unknown }) {
-    // core's ErrorCode union does not list the relay's codes; the value is one of RELAY_ERROR_CODES.
-    super(code as string as ErrorCode, message, options);
+  constructor(code: ErrorCode | RelayErrorCode, message: string, options?: { cause?: unknown }) {
+    // core's ErrorCode union does not list the relay's own codes; the value is one of the two sets.
+    super(code as ErrorCode, message, options);
     this.name = 'RelayError';
   }
 }
@@ -104,7 +102,7 @@ export class RelayError extends FerryError {
 /** Thrown inside the circuit breaker when a whole batch failed for NATS reasons. */
 export class NatsUnavailableError extends RelayError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(RELAY_ERROR_CODES.unavailable, message, options);
+    super(ERROR_CODES.unavailable, message, options);
     this.name = 'NatsUnavailableError';
   }
 }
@@ -112,7 +110,7 @@ export class NatsUnavailableError extends RelayError {
 /** NATS refused a connection: not reachable (an operator command), or its TLS certificate failed verification. */
 export class NatsConnectError extends RelayError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(RELAY_ERROR_CODES.unavailable, message, options);
+    super(ERROR_CODES.unavailable, message, options);
     this.name = 'NatsConnectError';
   }
 }
@@ -120,7 +118,7 @@ export class NatsConnectError extends RelayError {
 /** The schema has no Ferry outbox tables, or no lane setting: run `ferry migrate` first. */
 export class NotMigratedError extends RelayError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(RELAY_ERROR_CODES.notMigrated, message, options);
+    super(ERROR_CODES.migration, message, options);
     this.name = 'NotMigratedError';
   }
 }
