@@ -90,3 +90,14 @@ export function parseBoolean(value: string): boolean {
 }
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** A core validator (it throws a ValidationError) as a flag parser (it throws commander's InvalidArgumentError, exit 2). */
+export function validatorParser<T>(validate: (value: string) => T): (value: string) => T {
+  return (value) => {
+    try {
+      return validate(value);
+    } catch (err) {
+      throw new InvalidArgumentError((err as Error).message);
+    }
+  };
+}

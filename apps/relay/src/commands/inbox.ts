@@ -1,9 +1,9 @@
 import { bossSchemaFor, ConfigError, isUuid, pgBossDb, startPgBoss, ValidationError } from '@ferry/core';
 import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry/inbox';
 import { Command, Option } from 'commander';
-import pg from 'pg';
+import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import { resolveDatabaseUrl } from '../cli/database.js';
+import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
 import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
@@ -36,9 +36,8 @@ function validateJobIds(ids: string[]): string[] {
 }
 
 async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: PgBoss, pool: pg.Pool) => Promise<T>): Promise<T> {
-  const url = resolveDatabaseUrl(flags.databaseUrl, ctx.env);
   const bossSchema = flags.bossSchema ?? bossSchemaFor(flags.schema);
-  const pool = new pg.Pool({ connectionString: url, max: 2, application_name: 'ferry-inbox' });
+  const pool = commandPool(flags, ctx, 'ferry-inbox');
   const boss = new PgBoss({
     db: pgBossDb(pool),
     schema: bossSchema,

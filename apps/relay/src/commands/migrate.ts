@@ -13,11 +13,11 @@ import {
   startPgBoss,
   validateIdentifier,
 } from '@ferry/core';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, Option } from 'commander';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { resolveDatabaseUrl } from '../cli/database.js';
-import { parseIntIn, parseLanes, parseSchema } from '../cli/flag-parsers.js';
+import { parseIntIn, parseLanes, parseSchema, validatorParser } from '../cli/flag-parsers.js';
 import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
@@ -28,13 +28,7 @@ import { redactUrl } from '../redact.js';
 import { countPrunableSql } from '../sql/count-prunable.js';
 import { setRetentionSql } from '../sql/retention.js';
 
-function parseRole(value: string): string {
-  try {
-    return validateIdentifier(value, 'role');
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
-  }
-}
+const parseRole = validatorParser((value) => validateIdentifier(value, 'role'));
 
 /**
  * Installs (or upgrades) pg-boss in its schema as the migrating role, and for

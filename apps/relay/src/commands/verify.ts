@@ -5,9 +5,10 @@ import { quoteIdentifier, validateSubject, WIRE_HEADERS, withTransaction } from 
 import { createPublisher } from '@ferry/publisher';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { nanos } from '@nats-io/transport-node';
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, Option } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { validatorParser } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { relayInstances } from '../cli/relay-instances.js';
 import { addDatabaseOptions, addNatsOptions, type DatabaseFlags, type NatsFlags } from '../cli/shared-options.js';
@@ -41,13 +42,7 @@ export interface VerifyReport {
   error: string | null;
 }
 
-function parseSubject(value: string): string {
-  try {
-    return validateSubject(value, '--subject');
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
-  }
-}
+const parseSubject = validatorParser((value) => validateSubject(value, '--subject'));
 
 const HELP_AFTER = `
 An end-to-end canary through your real infrastructure: commits a FerryCanary
