@@ -16,6 +16,7 @@ import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-option
 import { backlogSql } from './sql/backlog.js';
 import { readRetentionSql } from './sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
+import { WaitRecord } from './wait-record.js';
 
 /** Node's TLS certificate verification errors (self-signed, unknown CA, wrong host name, expired). */
 function isTlsVerificationError(err: unknown): boolean {
@@ -225,6 +226,12 @@ class RelayImpl implements Relay {
       logger: this.#log.child({ component: 'dispatcher' }),
       natsUp: () => this.#natsUp,
       maxPayload: () => nc.info?.max_payload,
+      waits: o.listen
+        ? {
+            record: new WaitRecord(this.#pool, this.#schemaSql, this.instanceId, this.#log.child({ component: 'dispatcher' })),
+            listening: () => this.#notifier?.connected === true,
+          }
+        : undefined,
     });
     if (o.maintenance) {
       this.#janitor = new Janitor({
