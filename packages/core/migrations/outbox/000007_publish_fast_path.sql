@@ -24,6 +24,10 @@ CREATE TABLE :SCHEMA.relay_waiting (
   instance text PRIMARY KEY,
   until    timestamptz NOT NULL
 );
+-- The publish functions run with enable_seqscan off: without an index on
+-- until, their probe of this (tiny) table was a disabled seq scan whose cost
+-- (1e10) set off JIT compilation, 50-200 ms a publish.
+CREATE INDEX relay_waiting_until_idx ON :SCHEMA.relay_waiting (until);
 
 CREATE OR REPLACE FUNCTION :SCHEMA.publish_events_ok(
   p_keys text[], p_subjects text[], p_types text[], p_sources text[], p_content_types text[], p_headers jsonb[]
