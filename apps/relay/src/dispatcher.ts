@@ -26,6 +26,7 @@ import { claimKeyRowsSql } from './sql/claim-key-rows.js';
 import { markFailedSql } from './sql/mark-failed.js';
 import { markPublishedSql } from './sql/mark-published.js';
 import type { CompiledRelayOptions, Logger } from './types.js';
+import type { WaitRecord } from './wait-record.js';
 
 type Outcome = { ok: true; ackAt: number } | ({ ok: false } & Classified);
 
@@ -45,6 +46,8 @@ export interface DispatcherDeps {
   natsUp: () => boolean;
   /** The server's max_payload, when known. */
   maxPayload: () => number | undefined;
+  /** This instance's wait record (with `listen`), and whether its LISTEN connection is up now. */
+  waits?: { record: WaitRecord; listening: () => boolean };
 }
 
 /**
@@ -183,6 +186,7 @@ export class Dispatcher {
     await this.#loop;
     while (this.#chains.size > 0) await Promise.allSettled([...this.#chains]);
     await this.#marker.drain();
+    await this.#d.waits?.record.forget();
   }
 
   async #pause(ms: number): Promise<void> {
@@ -250,6 +254,11 @@ export class Dispatcher {
       for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
       this.#estimateRowBytes(claimed);
       const found = claimed.reduce((n, rows) => n + rows.length, 0);
+      // Found nothing: ask publishers for a NOTIFY at commit (written before the next poll, so a
+      // commit that did not notify is found by it). Found rows: the next poll is near, no NOTIFY needed.
+      const waits = this.#d.waits;
+      if (found === 0 && waits?.listening()) await waits.record.idle();
+      else waits?.record.busy();
       if (!probing && claimed.some((rows) => rows.length >= room || new Set(rows.map((r) => r.key)).size >= limit)) {
         this.#idleDelayMs = 0;
         continue;

@@ -19,6 +19,7 @@ import { backlogSql } from './sql/backlog.js';
 import { laneCountSql } from './sql/lanes.js';
 import { readRetentionSql } from './sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
+import { WaitRecord } from './wait-record.js';
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
 
@@ -205,6 +206,12 @@ class RelayImpl implements Relay {
       logger: childLogger(this.#log, { component: 'dispatcher' }),
       natsUp: () => this.#natsUp,
       maxPayload: () => nc.info?.max_payload,
+      waits: o.listen
+        ? {
+            record: new WaitRecord(this.#pool, this.#schemaSql, this.instanceId, this.#log.child({ component: 'dispatcher' })),
+            listening: () => this.#notifier?.connected === true,
+          }
+        : undefined,
     });
     if (o.maintenance) {
       this.#janitor = new Janitor({

@@ -68,6 +68,8 @@ export function grantsSql(options: GrantOptions): string {
     lines.push(
       `GRANT SELECT ON ${s}.settings TO ${role};`,
       `GRANT SELECT, UPDATE, DELETE ON ${s}.outbox TO ${role};`,
+      // The relay records that it waits for a NOTIFY (outbox migration 000007).
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_waiting TO ${role};`,
       // The prune job keeps each pruned id here for another retention (outbox migration 000006).
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.published_ids TO ${role};`,
       `GRANT EXECUTE ON FUNCTION ${s}.event_digest(text, text, text, text, text, bytea, jsonb) TO ${role};`,

@@ -53,7 +53,7 @@ export function compilePublisherOptions(options: PublisherOptions): Readonly<Req
       `maxPayloadBytes must be an integer from ${MIN_PAYLOAD} to ${MAX_PAYLOAD} (match the NATS server's max_payload), got ${describeValue(maxPayloadBytes)}`,
     );
   }
-  const notify = options.notify ?? false;
+  const notify = options.notify ?? true;
   if (typeof notify !== 'boolean') throw new ValidationError('notify', `notify must be true or false, got ${describeValue(notify)}`);
   const preparedStatements = options.preparedStatements ?? true;
   if (typeof preparedStatements !== 'boolean') {

@@ -273,18 +273,32 @@ describe('publisher', () => {
     assert.throws(() => createPublisher({ source: 's', maxPayloadBytes: 10 }), /maxPayloadBytes/);
   });
 
-  test('publisher - notify sends one notification per transaction, and none when off', async () => {
+  test('publisher - notify (the default) sends one notification per transaction while a relay waits, none when no relay waits or when off', async () => {
     const listener = new pg.Client({ connectionString: db.url });
     await listener.connect();
     const got: string[] = [];
     listener.on('notification', (n) => got.push(n.channel));
     await listener.query(`LISTEN ${quoteIdentifier(`ferry_${db.schema}`)}`);
+    const s = quoteIdentifier(db.schema);
+    const waiting = (until: string) =>
+      db.pool.query(
+        `INSERT INTO ${s}.relay_waiting (instance, until) VALUES ('test', ${until}) ON CONFLICT (instance) DO UPDATE SET until = excluded.until`,
+      );
     try {
-      const loud = createPublisher({ schema: db.schema, source: 'svc', notify: true });
+      const byDefault = createPublisher({ schema: db.schema, source: 'svc' });
+      assert.equal(byDefault.options.notify, true);
+      // No relay waits (none recorded, then one whose record expired): no NOTIFY, the relay is polling.
+      await withTransaction(db.pool, (tx) => byDefault.publish(tx, ev('k-n0')));
+      await waiting(`now() - interval '1 second'`);
+      await withTransaction(db.pool, (tx) => byDefault.publish(tx, ev('k-n0b')));
+      await sleep(200);
+      assert.deepEqual(got, []);
+      // A relay waits: one NOTIFY per transaction, however many events it publishes.
+      await waiting(`now() + interval '1 minute'`);
       await withTransaction(db.pool, async (tx) => {
-        await loud.publish(tx, ev('k-n1'));
-        await loud.publish(tx, ev('k-n2'));
-        await loud.publishMany(tx, [ev('k-n3'), ev('k-n4')]);
+        await byDefault.publish(tx, ev('k-n1'));
+        await byDefault.publish(tx, ev('k-n2'));
+        await byDefault.publishMany(tx, [ev('k-n3'), ev('k-n4')]);
       });
       await waitFor(() => got.length >= 1, { what: 'a notification' });
       const quiet = createPublisher({ schema: db.schema, source: 'svc', notify: false });
@@ -292,6 +306,7 @@ describe('publisher', () => {
       await sleep(200);
       assert.deepEqual(got, [`ferry_${db.schema}`]);
     } finally {
+      await db.pool.query(`DELETE FROM ${s}.relay_waiting`);
       await listener.end();
     }
   });

@@ -62,7 +62,13 @@ export interface PublisherOptions {
    * than the event id. Default 1 MiB, NATS's default `max_payload`.
    */
   maxPayloadBytes?: number;
-  /** NOTIFY the relay at commit (a latency hint). Default false: see docs/benchmarks.md. */
+  /**
+   * Wake a waiting relay at commit with NOTIFY (a latency hint). Default true:
+   * the outbox sends the NOTIFY only while a relay has recorded that it waits
+   * (its polls found nothing), so publishers of a busy relay pay nothing.
+   * `false` never notifies; the relay then finds events at its next poll
+   * (up to `--poll-interval-ms` later). See docs/publisher.md, "notify".
+   */
   notify?: boolean;
   /**
    * Run the insert as a named prepared statement on node-postgres clients

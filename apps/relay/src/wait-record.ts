@@ -1,0 +1,79 @@
+import { SQLSTATE, sqlState } from '@ferry/core';
+import type pg from 'pg';
+import { forgetWaitingSql, startWaitingSql, stopWaitingSql } from './sql/relay-waiting.js';
+import type { Logger } from './types.js';
+
+/**
+ * How long a wait record holds without renewal. An idle relay renews it at
+ * half this; one that died stops being waited for (its publishers stop
+ * sending NOTIFY) within this time.
+ */
+export const WAIT_RECORD_MS = 10_000;
+
+/**
+ * This relay instance's row in `relay_waiting` (outbox migration 000007): set
+ * while its polls find nothing and its LISTEN connection is up, so the
+ * publish functions NOTIFY at commit and it is woken at once; cleared when it
+ * finds rows, so publishers of a busy relay (which polls again within
+ * milliseconds) pay no NOTIFY. One statement at a time, in order; a failure
+ * is only a lost hint (the relay polls anyway), logged at debug.
+ */
+export class WaitRecord {
+  readonly #pool: pg.Pool;
+  readonly #instance: string;
+  readonly #sql: { start: string; stop: string; forget: string };
+  readonly #logger: Logger;
+  /** When the current record was written (0: none current). */
+  #since = 0;
+  #queue: Promise<void> = Promise.resolve();
+  #unsupported = false;
+
+  constructor(pool: pg.Pool, schemaSql: string, instance: string, logger: Logger) {
+    this.#pool = pool;
+    this.#instance = instance;
+    this.#sql = { start: startWaitingSql(schemaSql), stop: stopWaitingSql(schemaSql), forget: forgetWaitingSql(schemaSql) };
+    this.#logger = logger;
+  }
+
+  /** Polls found nothing: record (or renew) the wait. Resolves once written, so a poll after it sees every commit that did not notify. */
+  idle(): Promise<void> {
+    const now = Date.now();
+    if (this.#unsupported || now - this.#since < WAIT_RECORD_MS / 2) return this.#queue;
+    this.#since = now;
+    return this.#run(this.#sql.start, [this.#instance, WAIT_RECORD_MS]);
+  }
+
+  /** Rows were found (or the LISTEN connection is down): publishers stop notifying. Not awaited by the loop. */
+  busy(): void {
+    if (this.#since === 0) return;
+    this.#since = 0;
+    void this.#run(this.#sql.stop, [this.#instance]);
+  }
+
+  /** On stop. */
+  forget(): Promise<void> {
+    if (this.#unsupported) return this.#queue;
+    this.#since = 0;
+    return this.#run(this.#sql.forget, [this.#instance]);
+  }
+
+  #run(text: string, values: unknown[]): Promise<void> {
+    this.#queue = this.#queue.then(async () => {
+      try {
+        await this.#pool.query(text, values);
+      } catch (err) {
+        this.#since = 0;
+        if (sqlState(err) === SQLSTATE.undefinedTable) {
+          this.#unsupported = true;
+          this.#logger.info(
+            { event: 'wait-record-unsupported' },
+            'the outbox has no relay_waiting table (a schema before outbox migration 000007): publishers cannot wake this relay with NOTIFY, it polls; run `ferry migrate`',
+          );
+        } else {
+          this.#logger.debug({ err }, 'recording the wait for NOTIFY failed; polling covers it');
+        }
+      }
+    });
+    return this.#queue;
+  }
+}
