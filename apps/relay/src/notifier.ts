@@ -30,6 +30,10 @@ export class Notifier {
     this.#o = options;
   }
 
+  get connected(): boolean {
+    return this.#client !== undefined;
+  }
+
   start(): void {
     if (this.#running) return;
     this.#running = true;
