@@ -18,6 +18,7 @@ export const CLI_DEFAULTS = Object.freeze({
   connectTimeoutMs: 5000,
   replayMaxInFlight: 256,
   replayPublishTimeoutMs: RELAY_DEFAULTS.publishTimeoutMs,
+  replayProgress: 'auto' as const,
   dlqListLimit: 100,
   parkedListLimit: 1000,
   canarySubject: 'ferry.canary',

@@ -5,6 +5,7 @@ import { consumerConfigDifferences } from '@ferry/inbox';
 import { type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { count } from '../count.js';
 import { duplicateWindowShortfall } from '../duplicate-window.js';
 import { formatDuration } from '../duration.js';
@@ -23,7 +24,7 @@ export async function checkNats(
 ): Promise<void> {
   let jsm: JetStreamManager;
   try {
-    jsm = await jetstreamManager(nc, { timeout: 5000 });
+    jsm = await jetstreamManager(nc, { timeout: CLI_DEFAULTS.connectTimeoutMs });
     await jsm.getAccountInfo();
   } catch (err) {
     add(

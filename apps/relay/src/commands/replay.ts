@@ -155,7 +155,7 @@ export function replayCommand(ctx: CommandContext): Command {
     .addOption(
       new Option('--progress <mode>', 'auto: a bar on a terminal, plain lines otherwise (on stderr)')
         .choices(['auto', 'bar', 'lines', 'none'])
-        .default('auto'),
+        .default(CLI_DEFAULTS.replayProgress),
     )
     .addHelpText('after', HELP_AFTER)
     .action((flags: ReplayFlags) => runReplay(flags, ctx));
