@@ -228,7 +228,13 @@ class RelayImpl implements Relay {
       maxPayload: () => nc.info?.max_payload,
       waits: o.listen
         ? {
-            record: new WaitRecord(this.#pool, this.#schemaSql, this.instanceId, this.#log.child({ component: 'dispatcher' })),
+            record: new WaitRecord(
+              this.#pool,
+              this.#schemaSql,
+              this.instanceId,
+              o.pollIntervalMs,
+              this.#log.child({ component: 'dispatcher' }),
+            ),
             listening: () => this.#notifier?.connected === true,
           }
         : undefined,
