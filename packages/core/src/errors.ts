@@ -14,6 +14,8 @@ export const ERROR_CODES = {
   unavailable: 'FERRY_UNAVAILABLE',
   /** A transient state (a race, a version not there yet): the same operation is retried later. */
   retry: 'FERRY_RETRY',
+  /** A state Ferry's own invariants rule out: a bug in Ferry, to be reported. */
+  internal: 'FERRY_INTERNAL',
 } as const;
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
 
@@ -97,6 +99,14 @@ export class ConfigError extends FerryError {
     super(ERROR_CODES.config, message, options);
     this.name = 'ConfigError';
     this.option = option;
+  }
+}
+
+/** A state Ferry's own invariants rule out (a row gone under its lock): a bug in Ferry, please report it. */
+export class InternalError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.internal, message, options);
+    this.name = 'InternalError';
   }
 }
 

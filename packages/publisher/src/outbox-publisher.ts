@@ -5,6 +5,7 @@ import {
   describeValue,
   encodedSize,
   encodeEvent,
+  InternalError,
   LIMITS,
   MigrationError,
   notifyChannel,
@@ -277,7 +278,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     }
     const results = prepared.map((p) => {
       const r = byId.get(p.id);
-      if (!r) throw new Error(`ferry: no outbox row came back for event ${p.id}; this is a bug, please report it`);
+      if (!r) throw new InternalError(`ferry: no outbox row came back for event ${p.id}; this is a bug, please report it`);
       return { ...r, key: p.key };
     });
     return results;
