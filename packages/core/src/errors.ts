@@ -35,6 +35,21 @@ export const SQLSTATE = {
   cannotConnectNow: '57P03',
 } as const;
 
+/**
+ * The base of every error Ferry throws on purpose: `name` says which,
+ * `code` is a stable `FERRY_*` string to branch on (see `ERROR_CODES`), and
+ * `cause` carries the underlying error (a `pg` or NATS error) when there is
+ * one. Each part narrows it: `ValidationError` (bad input, before any SQL),
+ * `ConflictError`, `MigrationError`, `ConfigError`, …
+ *
+ * @example
+ * try {
+ *   await publisher.publish(tx, event);
+ * } catch (err) {
+ *   if (isValidationError(err)) return reply(400, err.message); // names the field and the fix
+ *   throw err;
+ * }
+ */
 export class FerryError extends Error {
   readonly code: ErrorCode;
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {

@@ -13,6 +13,18 @@ import { PgBoss } from 'pg-boss';
 import { pruneExpiredSql } from './sql/prune-expired.js';
 import type { Logger } from './types.js';
 
+/**
+ * What `createIdempotencyJanitor()` accepts: `pool`, and either `boss` or
+ * `connectionString`; every other option has the default named on it.
+ *
+ * @example
+ * createIdempotencyJanitor({
+ *   pool,
+ *   connectionString: process.env.DATABASE_URL, // the janitor's own pg-boss…
+ *   bossSchema: 'ferry_boss',                   // …in this schema (default `<schema>_boss`)
+ *   cron: '*\/5 * * * *',                        // default: every 5 minutes
+ * });
+ */
 export interface IdempotencyJanitorOptions {
   /** Where `idempotency_keys` lives; the prune statements run on it. */
   pool: ConnectionPool;
@@ -32,6 +44,7 @@ export interface IdempotencyJanitorOptions {
   maxBatchesPerRun?: number;
   /** How often the worker polls its queue. Default 30 000 ms (min 500). */
   pollIntervalMs?: number;
+  /** Where the janitor logs (pino-compatible): each run's count, pg-boss errors. Default: silent. */
   logger?: Logger;
 }
 
@@ -184,7 +197,15 @@ function intOption(name: string, value: unknown, min: number, max: number): numb
   return value;
 }
 
-/** Creates the janitor that prunes expired keys; see {@link IdempotencyJanitor}. */
+/**
+ * Creates the janitor that prunes expired keys; see {@link IdempotencyJanitor}
+ * and {@link IdempotencyJanitorOptions}. Options are validated here; nothing
+ * connects until `start()`.
+ *
+ * @example
+ * const janitor = createIdempotencyJanitor({ pool, connectionString: url });
+ * await janitor.start(); // on shutdown: await janitor.stop();
+ */
 export function createIdempotencyJanitor(options: IdempotencyJanitorOptions): IdempotencyJanitor {
   return new Janitor(options);
 }

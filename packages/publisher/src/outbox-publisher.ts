@@ -328,7 +328,10 @@ export function refusedByPublishFunction(err: unknown): ValidationError | undefi
 }
 
 /**
- * Creates a publisher. Options are validated here, once.
+ * Creates a publisher: writes events into the outbox on the caller's
+ * connection, in the caller's transaction (see {@link PublisherOptions} for
+ * the options and their defaults). Options are validated here, once: a bad
+ * one throws a `ValidationError` naming it.
  *
  * @example
  * type OrderEvents = { OrderPlaced: { id: string; total: number } };

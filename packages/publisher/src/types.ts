@@ -47,6 +47,17 @@ export interface PublishResult {
   readonly existing: boolean;
 }
 
+/**
+ * What `createPublisher()` accepts. Only `source` is required; every other
+ * option has the default named on it.
+ *
+ * @example
+ * const publisher = createPublisher({
+ *   source: 'orders-service', // CloudEvents source of every event
+ *   schema: 'ferry',          // default: where `ferry migrate` put the outbox
+ *   notify: false,            // default: the relay polls; true sends a NOTIFY at commit
+ * });
+ */
 export interface PublisherOptions {
   /**
    * Schema of the outbox tables: the one given to `ferry migrate --schema` (or `FERRY_SCHEMA`).
