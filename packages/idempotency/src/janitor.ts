@@ -1,5 +1,6 @@
 import {
   bossSchemaFor,
+  ConfigError,
   type ConnectionPool,
   DEFAULT_SCHEMA,
   describeValue,
@@ -62,7 +63,7 @@ export interface IdempotencyJanitor {
   readonly state: JanitorState;
   /** The pg-boss queue the cron schedule feeds. */
   readonly queue: string;
-  /** Creates the queue and the schedule, and starts the worker. Idempotent. */
+  /** Creates the queue and the schedule, and starts the worker. Idempotent; after `stop()` it rejects with a `ConfigError`. */
   start(): Promise<void>;
   /** Stops the worker (and the janitor's own pg-boss). Idempotent. */
   stop(): Promise<void>;
@@ -124,6 +125,9 @@ class Janitor implements IdempotencyJanitor {
   }
 
   start(): Promise<void> {
+    if (this.#state === 'stopping' || this.#state === 'stopped') {
+      return Promise.reject(new ConfigError('start', 'this idempotency janitor was stopped; create a new one'));
+    }
     if (this.#state === 'running') return Promise.resolve();
     this.#starting ??= this.#start().finally(() => {
       this.#starting = undefined;
