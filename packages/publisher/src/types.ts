@@ -55,7 +55,7 @@ export interface PublishResult {
  * const publisher = createPublisher({
  *   source: 'orders-service', // CloudEvents source of every event
  *   schema: 'ferry',          // default: where `ferry migrate` put the outbox
- *   notify: false,            // default: the relay polls; true sends a NOTIFY at commit
+ *   maxPayloadBytes: 1048576, // default: NATS's default max_payload
  * });
  */
 export interface PublisherOptions {
