@@ -15,8 +15,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { type Queryable, quoteIdentifier } from '@ferry/core';
-import { otel } from '@ferry/core/internal';
+import { otel, type Queryable, quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream } from '@ferry/testkit';
 import { arg, numArg } from '../lib/args.js';

@@ -1,4 +1,4 @@
-import { SPAN_ATTRIBUTES as A, creationParent, failSpan, MESSAGING_SYSTEM, otel, traceHeaders } from '@ferry/core/internal';
+import { SPAN_ATTRIBUTES as A, creationParent, failSpan, MESSAGING_SYSTEM, otel, traceHeaders } from '@ferry/core';
 import type { PubAck } from '@nats-io/jetstream';
 import type { Span } from '@opentelemetry/api';
 import type { Classified } from './errors.js';

@@ -1,3 +1,13 @@
+/**
+ * Event type → payload type, the map a typed publisher or inbox takes
+ * (`createPublisher<OrderEvents>()`, `createInbox<OrderEvents>()`); the
+ * default allows any type with an `unknown` payload.
+ *
+ * @example
+ * type OrderEvents = { OrderPlaced: { orderId: string; total: number }; OrderCancelled: { orderId: string } };
+ */
+export type EventMap = Record<string, unknown>;
+
 /** The event Ferry carries, as the relay reads it from the outbox and the inbox decodes it from the stream. */
 export interface FerryEvent {
   /** Event id (UUID). Also the JetStream `Nats-Msg-Id`, so a re-send is dropped. */
@@ -24,11 +34,6 @@ export interface FerryEvent {
 
 /** The JSON content type Ferry uses when the caller passes a value rather than bytes. */
 export const JSON_CONTENT_TYPE = 'application/json';
-
-/** Decodes `event.data` as JSON. Throws a `SyntaxError` for bytes that are not JSON. */
-export function eventJson<T = unknown>(event: Pick<FerryEvent, 'data'>): T {
-  return JSON.parse(Buffer.from(event.data.buffer, event.data.byteOffset, event.data.byteLength).toString('utf8')) as T;
-}
 
 /** An outbox row as node-postgres returns it (`version` as text or bigint). */
 export interface OutboxEventRow {

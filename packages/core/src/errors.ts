@@ -8,6 +8,14 @@ export const ERROR_CODES = {
   conflict: 'FERRY_CONFLICT',
   migration: 'FERRY_MIGRATION',
   config: 'FERRY_CONFIG',
+  /** A message or stored event that can never be processed as it is (it is parked). */
+  poison: 'FERRY_POISON',
+  /** A service Ferry needs (NATS, PostgreSQL) cannot be reached now; retried. */
+  unavailable: 'FERRY_UNAVAILABLE',
+  /** A transient state (a race, a version not there yet): the same operation is retried later. */
+  retry: 'FERRY_RETRY',
+  /** A state Ferry's own invariants rule out: a bug in Ferry, to be reported. */
+  internal: 'FERRY_INTERNAL',
 } as const;
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
 
@@ -25,18 +33,23 @@ export const SQLSTATE = {
   adminShutdown: '57P01',
   crashShutdown: '57P02',
   cannotConnectNow: '57P03',
-  queryCanceled: '57014',
 } as const;
 
-/** SQLSTATE classes after which the same statement may succeed when retried. */
-export const RETRYABLE_SQLSTATES: ReadonlySet<string> = new Set([
-  SQLSTATE.serializationFailure,
-  SQLSTATE.deadlockDetected,
-  SQLSTATE.adminShutdown,
-  SQLSTATE.crashShutdown,
-  SQLSTATE.cannotConnectNow,
-]);
-
+/**
+ * The base of every error Ferry throws on purpose: `name` says which,
+ * `code` is a stable `FERRY_*` string to branch on (see `ERROR_CODES`), and
+ * `cause` carries the underlying error (a `pg` or NATS error) when there is
+ * one. Each part narrows it: `ValidationError` (bad input, before any SQL),
+ * `ConflictError`, `MigrationError`, `ConfigError`, …
+ *
+ * @example
+ * try {
+ *   await publisher.publish(tx, event);
+ * } catch (err) {
+ *   if (isValidationError(err)) return reply(400, err.message); // names the field and the fix
+ *   throw err;
+ * }
+ */
 export class FerryError extends Error {
   readonly code: ErrorCode;
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
@@ -101,6 +114,14 @@ export class ConfigError extends FerryError {
     super(ERROR_CODES.config, message, options);
     this.name = 'ConfigError';
     this.option = option;
+  }
+}
+
+/** A state Ferry's own invariants rule out (a row gone under its lock): a bug in Ferry, please report it. */
+export class InternalError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.internal, message, options);
+    this.name = 'InternalError';
   }
 }
 

@@ -1,11 +1,102 @@
-export * from './boss-start.js';
-export * from './codec.js';
-export * from './envelope.js';
-export * from './errors.js';
-export * from './grants.js';
-export * from './identifiers.js';
-export * from './migrate.js';
-export * from './queryable.js';
-export * from './replay-msg-id.js';
-export * from './transaction-guard.js';
-export * from './validate.js';
+// @ferry/core's public surface, every name listed (nats.js style): a name not
+// here is not exported. The last block is for Ferry's own packages (tracing);
+// applications need not use it.
+export { backoffDelayMs, equalJitterMs, exponentialCapMs, fullJitterMs } from './backoff.js';
+export {
+  decodeEvent,
+  type EncodedEvent,
+  type EncodeOptions,
+  encodedSize,
+  encodeEvent,
+  formatSequence,
+  type HeaderReader,
+  headerReader,
+  SEQUENCE_WIDTH,
+  SPEC_VERSION,
+  WIRE_HEADERS,
+} from './codec.js';
+export { type EventMap, eventFromOutboxRow, type FerryEvent, JSON_CONTENT_TYPE, type OutboxEventRow } from './envelope.js';
+export {
+  ConfigError,
+  ConflictError,
+  describeValue,
+  ERROR_CODES,
+  type ErrorCode,
+  FerryError,
+  InternalError,
+  isConfigError,
+  isConflictError,
+  isFerryError,
+  isMigrationError,
+  isValidationError,
+  isVersionOrderError,
+  MigrationError,
+  SQLSTATE,
+  sqlState,
+  ValidationError,
+  VersionOrderError,
+} from './errors.js';
+export { GRANT_TARGETS, type GrantOptions, type GrantTarget, grantsSql } from './grants.js';
+export {
+  bossSchemaFor,
+  IDENTIFIER_PATTERN,
+  notifyChannel,
+  quoteIdentifier,
+  schemaIdentifier,
+  validateIdentifier,
+} from './identifiers.js';
+export { childLogger, type Logger, SILENT_LOGGER } from './logger.js';
+export {
+  DEFAULT_LANES,
+  DEFAULT_SCHEMA,
+  foreignTables,
+  foreignTablesError,
+  listMigrations,
+  MAX_LANES,
+  MIGRATION_SETS,
+  type MigrateOptions,
+  type MigrateResult,
+  type Migration,
+  type MigrationSet,
+  migrate,
+  migrationSql,
+  migrationStatus,
+  validateLanes,
+} from './migrate.js';
+// For Ferry's own packages: the OpenTelemetry plumbing they share (not needed by applications).
+export {
+  creationParent,
+  failSpan,
+  MESSAGING_SYSTEM,
+  type Otel,
+  otel,
+  SPAN_ATTRIBUTES,
+  spanContextFromHeaders,
+  traceHeaders,
+} from './otel.js';
+export { type PgBossDb, pgBossDb, startPgBoss } from './pg-boss.js';
+export { type ConnectionPool, guardConnection, type PooledConnection, protectPool, type Queryable } from './queryable.js';
+export { REPLAY_MSG_ID_EXTRA_BYTES, replayMsgIdSuffix } from './replay-msg-id.js';
+export { type TransactionControl, type TransactionOptions, withTransaction } from './transaction.js';
+export {
+  notInTransactionError,
+  requireStillInTransaction,
+  requireTransaction,
+  type TransactionAware,
+  type TransactionState,
+  transactionState,
+} from './transaction-guard.js';
+export {
+  isNatsName,
+  isReservedHeader,
+  isUuid,
+  LIMITS,
+  TRACE_HEADERS,
+  validateEventId,
+  validateHeaders,
+  validateKey,
+  validateSource,
+  validateSubject,
+  validateType,
+  validateVersion,
+} from './validate.js';

@@ -2,7 +2,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describeValue, MigrationError, ValidationError } from './errors.js';
 import { quoteIdentifier, validateIdentifier } from './identifiers.js';
-import { type ConnectionPool, guardConnection, type Queryable } from './queryable.js';
+import type { ConnectionPool, Queryable } from './queryable.js';
+import { withTransaction } from './transaction.js';
 
 /** The independent migration sets: producer side, consumer side, request edge. */
 export const MIGRATION_SETS = ['outbox', 'inbox', 'idempotency'] as const;
@@ -134,11 +135,7 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   const migrations = listMigrations(set);
   const latest = migrations.at(-1)?.version ?? 0;
   const s = quoteIdentifier(schema);
-  const client = await options.pool.connect();
-  const release = guardConnection(client);
-  let broken: Error | undefined;
-  try {
-    await client.query('BEGIN');
+  return withTransaction(options.pool, async (client) => {
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['ferry:migrate', schema]);
     // Before anything is created or read: another application's migrations/outbox table failed
     // here on a missing column (exit 1), or on "relation already exists".
@@ -177,18 +174,8 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
       await client.query(`INSERT INTO ${s}.migrations (migration_set, version, name) VALUES ($1, $2, $3)`, [set, m.version, m.name]);
       applied.push({ version: m.version, name: m.name });
     }
-    await client.query('COMMIT');
     return { schema, set, applied, version: latest };
-  } catch (err) {
-    try {
-      await client.query('ROLLBACK');
-    } catch (rollbackErr) {
-      broken = rollbackErr as Error;
-    }
-    throw err;
-  } finally {
-    release(broken);
-  }
+  });
 }
 
 /** Columns that tell Ferry's own tables from same-named ones something else created. */

@@ -61,35 +61,3 @@ export function guardConnection(client: PooledConnection): (err?: Error) => void
     client.release(err ?? lost);
   };
 }
-
-/**
- * Runs `fn` in a transaction on a connection of its own, for callers that have
- * no transaction yet. Commits when `fn` resolves, rolls back when it throws.
- *
- * @example
- * await withTransaction(pool, async (tx) => {
- *   await tx.query('UPDATE orders SET status = $1 WHERE id = $2', ['placed', id]);
- *   await publisher.publish(tx, { subject: 'orders.placed', key: id, type: 'OrderPlaced', data: { id } });
- * });
- */
-export async function withTransaction<T>(pool: ConnectionPool, fn: (tx: PooledConnection) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
-  const release = guardConnection(client);
-  let broken: Error | undefined;
-  try {
-    await client.query('BEGIN');
-    const result = await fn(client);
-    await client.query('COMMIT');
-    return result;
-  } catch (err) {
-    try {
-      await client.query('ROLLBACK');
-    } catch (rollbackErr) {
-      // The connection is unusable: discard it instead of returning it to the pool.
-      broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
-    }
-    throw err;
-  } finally {
-    release(broken);
-  }
-}

@@ -63,8 +63,20 @@ export const validateSource = (source: unknown, field = 'source'): string =>
   validateText(source, field, LIMITS.sourceMaxLength, '"orders-service"');
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** A UUID in its text form (any version, either case): an event id, a pg-boss job id. */
+export function isUuid(value: unknown): value is string {
+  return typeof value === 'string' && UUID.test(value);
+}
+
+// NATS stream and consumer names: no whitespace, `.`, `*`, `>`, path separators.
+const NATS_NAME = /^[^\s.*>/\\]{1,255}$/;
+/** A JetStream stream or consumer name: 1-255 characters, no whitespace, `.`, `*`, `>`, `/` or a backslash. */
+export function isNatsName(value: unknown): value is string {
+  return typeof value === 'string' && NATS_NAME.test(value);
+}
+
 export function validateEventId(id: unknown, field = 'id'): string {
-  if (typeof id !== 'string' || !UUID.test(id)) {
+  if (!isUuid(id)) {
     throw new ValidationError(field, `${field} must be a UUID such as "0190f2c4-6f2e-7c3a-9a47-1b2c3d4e5f60", got ${describeValue(id)}`);
   }
   return id.toLowerCase();

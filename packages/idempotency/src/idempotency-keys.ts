@@ -2,13 +2,13 @@ import { createHash } from 'node:crypto';
 import {
   type ConnectionPool,
   describeValue,
-  guardConnection,
   type PooledConnection,
   protectPool,
   quoteIdentifier,
   SQLSTATE,
   sqlState,
   ValidationError,
+  withTransaction,
 } from '@ferry/core';
 import { decodeBody, encodeBody } from './body.js';
 import { IdempotencyConflictError, IdempotencyInProgressError } from './errors.js';
@@ -163,57 +163,41 @@ class IdempotencyKeys implements Idempotency {
 
   async #claimAndRun(pool: ConnectionPool, key: string, fingerprint: Buffer, operation: IdempotentOperation): Promise<IdempotentResult> {
     const { scope, retentionMs, logger } = this.options;
-    const tx = await pool.connect();
-    const release = guardConnection(tx);
-    let open = false;
-    let broken: Error | undefined;
-    try {
-      await tx.query('BEGIN ISOLATION LEVEL READ COMMITTED');
-      open = true;
-      await this.#lock(tx, key);
-      let claimed: boolean;
-      try {
-        claimed = (await tx.query(this.#claimSql, [scope, key, fingerprint, retentionMs])).rows.length === 1;
-      } catch (err) {
-        // Only a writer that skipped the advisory lock (another Ferry version, a hand-written INSERT) gets here.
-        if (sqlState(err) === SQLSTATE.uniqueViolation) throw new IdempotencyInProgressError(scope, key, 0, { cause: err });
-        throw err;
-      }
-      if (!claimed) {
-        // A live record committed before we got the lock: this request is a retry (or a misuse of the key).
-        const { rows } = await tx.query<KeyRow>(this.#findSql, [scope, key]);
-        await tx.query('ROLLBACK');
-        open = false;
-        const row = rows[0];
-        if (!row) throw new IdempotencyInProgressError(scope, key, 0);
-        return this.#replay(row, key, fingerprint);
-      }
-      const result = checkResult(await operation(tx));
-      if (!this.#storable(result.status)) {
-        // Not an answer worth replaying: undo the operation's writes too, so a retry starts clean.
-        await tx.query('ROLLBACK');
-        open = false;
-        logger.debug({ event: 'idempotency:released', scope, key, status: result.status }, 'result not stored; key released');
-        return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });
-      }
-      const body = encodeBody(result.body);
-      await tx.query(this.#storeSql, [scope, key, result.status, JSON.stringify(result.headers), body.bytes, body.kind]);
-      await tx.query('COMMIT');
-      open = false;
-      logger.debug({ event: 'idempotency:stored', scope, key, status: result.status }, 'operation committed with its key');
-      return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });
-    } catch (err) {
-      if (open) {
+    return withTransaction(
+      pool,
+      async (tx, transaction) => {
+        await this.#lock(tx, key);
+        let claimed: boolean;
         try {
-          await tx.query('ROLLBACK');
-        } catch (rollbackErr) {
-          broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
+          claimed = (await tx.query(this.#claimSql, [scope, key, fingerprint, retentionMs])).rows.length === 1;
+        } catch (err) {
+          // Only a writer that skipped the advisory lock (another Ferry version, a hand-written INSERT) gets here.
+          if (sqlState(err) === SQLSTATE.uniqueViolation) throw new IdempotencyInProgressError(scope, key, 0, { cause: err });
+          throw err;
         }
-      }
-      throw err;
-    } finally {
-      release(broken);
-    }
+        if (!claimed) {
+          // A live record committed before we got the lock: this request is a retry (or a misuse of the key).
+          const { rows } = await tx.query<KeyRow>(this.#findSql, [scope, key]);
+          await transaction.end('ROLLBACK');
+          const row = rows[0];
+          if (!row) throw new IdempotencyInProgressError(scope, key, 0);
+          return this.#replay(row, key, fingerprint);
+        }
+        const result = checkResult(await operation(tx));
+        if (!this.#storable(result.status)) {
+          // Not an answer worth replaying: undo the operation's writes too, so a retry starts clean.
+          await transaction.end('ROLLBACK');
+          logger.debug({ event: 'idempotency:released', scope, key, status: result.status }, 'result not stored; key released');
+          return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });
+        }
+        const body = encodeBody(result.body);
+        await tx.query(this.#storeSql, [scope, key, result.status, JSON.stringify(result.headers), body.bytes, body.kind]);
+        await transaction.end('COMMIT');
+        logger.debug({ event: 'idempotency:stored', scope, key, status: result.status }, 'operation committed with its key');
+        return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });
+      },
+      { begin: 'BEGIN ISOLATION LEVEL READ COMMITTED' },
+    );
   }
 }
 

@@ -1,4 +1,4 @@
-import { DEFAULT_SCHEMA, describeValue, ValidationError, validateIdentifier } from '@ferry/core';
+import { DEFAULT_SCHEMA, describeValue, SILENT_LOGGER, ValidationError, validateIdentifier } from '@ferry/core';
 import { type CompiledIdempotencyOptions, type IdempotencyOptions, type Logger, ON_CONCURRENT, type OnConcurrent } from './types.js';
 
 const HOUR_MS = 3_600_000;
@@ -13,9 +13,6 @@ const MAX_SCOPE_LENGTH = 200;
 
 const UNIT_MS = { m: 60_000, h: HOUR_MS, d: 24 * HOUR_MS } as const;
 const DURATION = /^([1-9][0-9]{0,5})(m|h|d)$/;
-
-const noop = () => {};
-export const silentLogger: Logger = Object.freeze({ debug: noop, info: noop, warn: noop, error: noop });
 
 /**
  * Parses a retention such as `'90m'`, `'24h'` or `'7d'` (or milliseconds) and
@@ -47,7 +44,7 @@ export function parseRetention(value: unknown, field = 'retention'): number {
 }
 
 function validateLogger(logger: unknown): Logger {
-  if (logger === undefined) return silentLogger;
+  if (logger === undefined) return SILENT_LOGGER;
   const l = logger as Record<string, unknown>;
   if (typeof l !== 'object' || l === null || !['debug', 'info', 'warn', 'error'].every((m) => typeof l[m] === 'function')) {
     throw new ValidationError('logger', 'logger must be pino-compatible (debug, info, warn and error methods)');

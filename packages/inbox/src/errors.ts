@@ -1,4 +1,4 @@
-import { ConfigError } from '@ferry/core';
+import { ConfigError, ERROR_CODES, FerryError } from '@ferry/core';
 
 export {
   ConfigError,
@@ -32,12 +32,37 @@ export class ConsumerMismatchError extends ConfigError {
 
 export const isConsumerMismatchError = (e: unknown): e is ConsumerMismatchError => e instanceof ConsumerMismatchError;
 
-/** Why a message could not become an event; carried into the park queue. */
-export class PoisonMessageError extends Error {
+/** Why a message could not become an event; carried into the park queue. Code `FERRY_POISON`. */
+export class PoisonMessageError extends FerryError {
   readonly reason: 'undecodable-headers' | 'undecodable-body' | 'unknown-type';
   constructor(reason: PoisonMessageError['reason'], message: string, options?: { cause?: unknown }) {
-    super(message, options);
+    super(ERROR_CODES.poison, message, options);
     this.name = 'PoisonMessageError';
     this.reason = reason;
   }
 }
+
+/**
+ * The version gate found the key's row changed by another writer between its
+ * two statements (`latest` and `dedupe` modes): the message is naked and
+ * retried like a failed handler. Code `FERRY_RETRY`.
+ */
+export class GateRaceError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.retry, message, options);
+    this.name = 'GateRaceError';
+  }
+}
+
+/**
+ * The park worker retried a parked `sequential` event whose predecessor is
+ * neither applied nor parked yet: pg-boss retries the job later. Code `FERRY_RETRY`.
+ */
+export class ParkedGapError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.retry, message, options);
+    this.name = 'ParkedGapError';
+  }
+}
+
+export const isPoisonMessageError = (e: unknown): e is PoisonMessageError => e instanceof PoisonMessageError;

@@ -1,3 +1,5 @@
+export { consumerConfigDifferences, type InboxConsumerNeeds } from './consumer-config.js';
+export { pruneInboxMessages } from './dedupe-prune.js';
 export {
   ConfigError,
   ConsumerMismatchError,
@@ -10,7 +12,7 @@ export {
   PoisonMessageError,
   ValidationError,
 } from './errors.js';
-export { createInbox, migrateInbox, pruneInboxMessages } from './inbox.js';
+export { createInbox, migrateInbox } from './inbox.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
 export { discardParked, listParked, type ParkedAdminOptions, type ParkedEvent, retryParked } from './parked.js';
 export type { ParkedJobData } from './parked-job.js';

@@ -1,4 +1,13 @@
-import { bossSchemaFor, type ConnectionPool, DEFAULT_SCHEMA, describeValue, ValidationError, validateIdentifier } from '@ferry/core';
+import {
+  bossSchemaFor,
+  type ConnectionPool,
+  DEFAULT_SCHEMA,
+  describeValue,
+  isNatsName,
+  SILENT_LOGGER,
+  ValidationError,
+  validateIdentifier,
+} from '@ferry/core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss } from 'pg-boss';
 import type { Registry } from 'prom-client';
@@ -54,9 +63,10 @@ export interface CompiledInboxOptions {
   readonly lagSampleIntervalMs: number;
 }
 
+/** A logger that drops everything (core's): `createInbox({ …, logger: SILENT_LOGGER })` mutes the default warn lines. */
+export { SILENT_LOGGER };
+
 const noop = () => {};
-/** A logger that drops everything: `createInbox({ …, logger: SILENT_LOGGER })` mutes the default warn lines. */
-export const SILENT_LOGGER: Logger = Object.freeze({ debug: noop, info: noop, warn: noop, error: noop });
 
 function int(value: unknown, option: string, min: number, max: number, fallback: number): number {
   if (value === undefined) return fallback;
@@ -66,8 +76,6 @@ function int(value: unknown, option: string, min: number, max: number, fallback:
   return value;
 }
 
-// NATS stream and consumer names: no whitespace, `.`, `*`, `>`, path separators.
-const NATS_NAME = /^[^\s.*>/\\]{1,255}$/;
 const FILTER_SUBJECT = /^[^\s]+$/;
 
 /** Options → a frozen object with every default applied. Throws `ValidationError` naming the bad option. */
@@ -80,7 +88,7 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
   if (typeof nc !== 'object' || nc === null || typeof nc.request !== 'function') {
     throw new ValidationError('nc', 'nc must be a NatsConnection from @nats-io/transport-node connect()');
   }
-  if (typeof options.stream !== 'string' || !NATS_NAME.test(options.stream)) {
+  if (!isNatsName(options.stream)) {
     throw new ValidationError(
       'stream',
       `stream must be a JetStream stream name (no spaces, '.', '*' or '>'), got ${describeValue(options.stream)}`,

@@ -1,5 +1,13 @@
-import { type ConnectionPool, describeValue, quoteIdentifier, ValidationError, validateIdentifier, withTransaction } from '@ferry/core';
-import type { Db, JobWithMetadata, PgBoss } from 'pg-boss';
+import {
+  type ConnectionPool,
+  describeValue,
+  pgBossDb,
+  quoteIdentifier,
+  ValidationError,
+  validateIdentifier,
+  withTransaction,
+} from '@ferry/core';
+import type { JobWithMetadata, PgBoss } from 'pg-boss';
 import { parkQueueName } from './options.js';
 import { isParkedJobData, type ParkedJobData } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
@@ -128,7 +136,7 @@ export async function discardParked(
     const found = await options.boss.getJobById<ParkedJobData>(queue, id);
     if (!found) throw new ValidationError('ids', `no parked event ${describeValue(id)} for consumer ${consumer}`);
     await withTransaction(options.pool, async (tx) => {
-      const db: Db = { executeSql: (text, values) => tx.query(text, values) };
+      const db = pgBossDb(tx);
       const data = found.data;
       const sequential = isParkedJobData(data) && data.mode === 'sequential' && data.key !== undefined && data.version !== undefined;
       if (sequential) await lockKey(tx, schema, consumer, data.key as string);

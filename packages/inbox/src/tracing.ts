@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { FerryEvent } from '@ferry/core';
-import { SPAN_ATTRIBUTES as A, creationParent, failSpan, MESSAGING_SYSTEM, otel } from '@ferry/core/internal';
+import { SPAN_ATTRIBUTES as A, creationParent, failSpan, MESSAGING_SYSTEM, otel } from '@ferry/core';
 import type { Span } from '@opentelemetry/api';
 import type { InboxReport } from './types.js';
 

@@ -1,4 +1,4 @@
-import { SPAN_ATTRIBUTES as A, failSpan, MESSAGING_SYSTEM, otel, traceHeaders } from '@ferry/core/internal';
+import { SPAN_ATTRIBUTES as A, failSpan, MESSAGING_SYSTEM, otel, traceHeaders } from '@ferry/core';
 import type { Span } from '@opentelemetry/api';
 import type { PublishResult } from './types.js';
 

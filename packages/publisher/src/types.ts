@@ -1,7 +1,7 @@
-import type { Queryable } from '@ferry/core';
+import type { EventMap, Queryable } from '@ferry/core';
 
-/** Event type → payload shape. `createPublisher<MyEvents>()` makes `publish` check `data` against `type`. */
-export type EventMap = Record<string, unknown>;
+/** Event type → payload shape (core's `EventMap`). `createPublisher<MyEvents>()` makes `publish` check `data` against `type`. */
+export type { EventMap };
 
 /** One event to publish. */
 export type PublishInput<E extends EventMap = EventMap> = {
@@ -47,6 +47,17 @@ export interface PublishResult {
   readonly existing: boolean;
 }
 
+/**
+ * What `createPublisher()` accepts. Only `source` is required; every other
+ * option has the default named on it.
+ *
+ * @example
+ * const publisher = createPublisher({
+ *   source: 'orders-service', // CloudEvents source of every event
+ *   schema: 'ferry',          // default: where `ferry migrate` put the outbox
+ *   maxPayloadBytes: 1048576, // default: NATS's default max_payload
+ * });
+ */
 export interface PublisherOptions {
   /**
    * Schema of the outbox tables: the one given to `ferry migrate --schema` (or `FERRY_SCHEMA`).
