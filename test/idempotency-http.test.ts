@@ -6,10 +6,15 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type PooledConnection, quoteIdentifier } from '@ferry/core';
 import { createIdempotency, expressIdempotency, fastifyIdempotency, nodeHttpIdempotency, type OperationResult } from '@ferry/idempotency';
-import { createRetryPolicy, placeOrder } from '@ferry/idempotency/examples/client-retry';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import express, { type Request } from 'express';
 import Fastify, { type FastifyInstance } from 'fastify';
+// The examples are no longer a package export (they open resources on import): load the compiled file.
+import type * as ClientRetry from '../packages/idempotency/dist/examples/client-retry.js';
+
+const { createRetryPolicy, placeOrder }: typeof ClientRetry = await import(
+  new URL('../../packages/idempotency/dist/examples/client-retry.js', import.meta.url).href
+);
 
 let db: TestDatabase;
 let s: string;

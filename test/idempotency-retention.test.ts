@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { quoteIdentifier } from '@ferry/core';
+import { isConfigError, quoteIdentifier } from '@ferry/core';
 import { createIdempotency, createIdempotencyJanitor, type IdempotencyJanitor } from '@ferry/idempotency';
 import { createTestDatabase, type TestDatabase, waitFor } from '@ferry/testkit';
 
@@ -115,4 +115,13 @@ test('idempotency - the pg-boss janitor prunes expired keys in bounded batches a
 
   await janitor.stop();
   assert.equal(janitor.state, 'stopped');
+});
+
+test('idempotency janitor - start() after stop() is a ConfigError: a stopped janitor is not restarted', async () => {
+  const once = createIdempotencyJanitor({ pool: db.pool, schema: db.schema, connectionString: db.url, bossSchema });
+  await once.start();
+  await once.stop();
+  assert.equal(once.state, 'stopped');
+  await assert.rejects(once.start(), (err: unknown) => isConfigError(err) && /stopped; create a new one/.test((err as Error).message));
+  assert.equal(once.state, 'stopped');
 });

@@ -78,8 +78,9 @@ describe('relay wake-up', () => {
   });
 
   test('relay - a relay started without LISTEN records no wait, so publishers send no NOTIFY', async () => {
-    const relay = await start(false);
+    // Committed before the start: the relay's first claim finds them (nothing would wake it later).
     await publishEvents(db.pool, db.schema, stream.prefix, 20, { keys: 5, perTx: 5 });
+    const relay = await start(false);
     await waitFor(
       async () => Number((await db.pool.query(`SELECT count(*) FROM ${s}.outbox WHERE published_at IS NULL`)).rows[0].count) === 0,
       {

@@ -145,6 +145,14 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     ]);
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 20_000, what: 'a drain by the relay role' });
     assert.equal((await readStream(stream.nc, stream.name)).length, 20);
+    // Idle, the relay role records that it waits for a NOTIFY (its grants include relay_waiting).
+    await waitFor(
+      async () =>
+        Number(
+          (await db.pool.query(`SELECT count(*) FROM ${quoteIdentifier(db.schema)}.relay_waiting WHERE until > now()`)).rows[0].count,
+        ) === 1,
+      { timeoutMs: 10_000, what: 'the idle relay role to record its wait' },
+    );
     const pool = poolAs(roles.relay);
     for (const sql of [
       `CREATE TABLE ${quoteIdentifier(db.schema)}.evil (x int)`,

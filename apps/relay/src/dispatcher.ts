@@ -254,10 +254,11 @@ export class Dispatcher {
       for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
       this.#estimateRowBytes(claimed);
       const found = claimed.reduce((n, rows) => n + rows.length, 0);
-      // Found nothing: ask publishers for a NOTIFY at commit (written before the next poll, so a
-      // commit that did not notify is found by it). Found rows: the next poll is near, no NOTIFY needed.
+      // Found nothing and sends nothing: ask publishers for a NOTIFY at commit (written before the next
+      // poll, so a commit that did not notify is found by it). Found rows, or chains still sending (each
+      // wakes the loop when it ends): the next poll is near, no NOTIFY needed.
       const waits = this.#d.waits;
-      if (found === 0 && waits?.listening()) await waits.record.idle();
+      if (found === 0 && this.#inflightRows === 0 && waits?.listening()) await waits.record.idle();
       else waits?.record.busy();
       if (!probing && claimed.some((rows) => rows.length >= room || new Set(rows.map((r) => r.key)).size >= limit)) {
         this.#idleDelayMs = 0;

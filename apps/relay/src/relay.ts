@@ -208,7 +208,13 @@ class RelayImpl implements Relay {
       maxPayload: () => nc.info?.max_payload,
       waits: o.listen
         ? {
-            record: new WaitRecord(this.#pool, this.#schemaSql, this.instanceId, childLogger(this.#log, { component: 'dispatcher' })),
+            record: new WaitRecord(
+              this.#pool,
+              this.#schemaSql,
+              this.instanceId,
+              o.pollIntervalMs,
+              childLogger(this.#log, { component: 'dispatcher' }),
+            ),
             listening: () => this.#notifier?.connected === true,
           }
         : undefined,

@@ -4,11 +4,14 @@ import { forgetWaitingSql, startWaitingSql, stopWaitingSql } from './sql/relay-w
 import type { Logger } from './types.js';
 
 /**
- * How long a wait record holds without renewal. An idle relay renews it at
- * half this; one that died stops being waited for (its publishers stop
- * sending NOTIFY) within this time.
+ * How long a wait record holds without renewal: at least 10 s, and three poll
+ * intervals, so an idle relay (which polls at least once per interval)
+ * renews it in time. One that died stops being waited for (its publishers
+ * stop sending NOTIFY) within this time.
  */
-export const WAIT_RECORD_MS = 10_000;
+export function waitRecordMs(pollIntervalMs: number): number {
+  return Math.max(10_000, 3 * pollIntervalMs);
+}
 
 /**
  * This relay instance's row in `relay_waiting` (outbox migration 000007): set
@@ -23,13 +26,15 @@ export class WaitRecord {
   readonly #instance: string;
   readonly #sql: { start: string; stop: string; forget: string };
   readonly #logger: Logger;
+  readonly #holdMs: number;
   /** When the current record was written (0: none current). */
   #since = 0;
   #queue: Promise<void> = Promise.resolve();
   #unsupported = false;
 
-  constructor(pool: pg.Pool, schemaSql: string, instance: string, logger: Logger) {
+  constructor(pool: pg.Pool, schemaSql: string, instance: string, pollIntervalMs: number, logger: Logger) {
     this.#pool = pool;
+    this.#holdMs = waitRecordMs(pollIntervalMs);
     this.#instance = instance;
     this.#sql = { start: startWaitingSql(schemaSql), stop: stopWaitingSql(schemaSql), forget: forgetWaitingSql(schemaSql) };
     this.#logger = logger;
@@ -38,9 +43,9 @@ export class WaitRecord {
   /** Polls found nothing: record (or renew) the wait. Resolves once written, so a poll after it sees every commit that did not notify. */
   idle(): Promise<void> {
     const now = Date.now();
-    if (this.#unsupported || now - this.#since < WAIT_RECORD_MS / 2) return this.#queue;
+    if (this.#unsupported || now - this.#since < this.#holdMs / 2) return this.#queue;
     this.#since = now;
-    return this.#run(this.#sql.start, [this.#instance, WAIT_RECORD_MS]);
+    return this.#run(this.#sql.start, [this.#instance, this.#holdMs]);
   }
 
   /** Rows were found (or the LISTEN connection is down): publishers stop notifying. Not awaited by the loop. */
@@ -63,11 +68,15 @@ export class WaitRecord {
         await this.#pool.query(text, values);
       } catch (err) {
         this.#since = 0;
-        if (sqlState(err) === SQLSTATE.undefinedTable) {
+        const state = sqlState(err);
+        if (state === SQLSTATE.undefinedTable || state === SQLSTATE.insufficientPrivilege) {
+          // Not transient: stop asking (each refusal is an ERROR in the server's log) and say the fix once.
           this.#unsupported = true;
-          this.#logger.info(
-            { event: 'wait-record-unsupported' },
-            'the outbox has no relay_waiting table (a schema before outbox migration 000007): publishers cannot wake this relay with NOTIFY, it polls; run `ferry migrate`',
+          this.#logger.warn(
+            { event: 'wait-record-unsupported', err },
+            state === SQLSTATE.undefinedTable
+              ? 'the outbox has no relay_waiting table (a schema before outbox migration 000007): publishers cannot wake this relay with NOTIFY, it polls; run `ferry migrate`'
+              : "this relay's role may not write relay_waiting: publishers cannot wake it with NOTIFY, it polls; apply what `ferry migrate --print-grants --role <role> --for relay` prints",
           );
         } else {
           this.#logger.debug({ err }, 'recording the wait for NOTIFY failed; polling covers it');

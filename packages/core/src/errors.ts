@@ -14,6 +14,8 @@ export const ERROR_CODES = {
   unavailable: 'FERRY_UNAVAILABLE',
   /** A transient state (a race, a version not there yet): the same operation is retried later. */
   retry: 'FERRY_RETRY',
+  /** A state Ferry's own invariants rule out: a bug in Ferry, to be reported. */
+  internal: 'FERRY_INTERNAL',
 } as const;
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES];
 
@@ -33,6 +35,21 @@ export const SQLSTATE = {
   cannotConnectNow: '57P03',
 } as const;
 
+/**
+ * The base of every error Ferry throws on purpose: `name` says which,
+ * `code` is a stable `FERRY_*` string to branch on (see `ERROR_CODES`), and
+ * `cause` carries the underlying error (a `pg` or NATS error) when there is
+ * one. Each part narrows it: `ValidationError` (bad input, before any SQL),
+ * `ConflictError`, `MigrationError`, `ConfigError`, …
+ *
+ * @example
+ * try {
+ *   await publisher.publish(tx, event);
+ * } catch (err) {
+ *   if (isValidationError(err)) return reply(400, err.message); // names the field and the fix
+ *   throw err;
+ * }
+ */
 export class FerryError extends Error {
   readonly code: ErrorCode;
   constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
@@ -97,6 +114,14 @@ export class ConfigError extends FerryError {
     super(ERROR_CODES.config, message, options);
     this.name = 'ConfigError';
     this.option = option;
+  }
+}
+
+/** A state Ferry's own invariants rule out (a row gone under its lock): a bug in Ferry, please report it. */
+export class InternalError extends FerryError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(ERROR_CODES.internal, message, options);
+    this.name = 'InternalError';
   }
 }
 

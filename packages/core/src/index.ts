@@ -23,6 +23,7 @@ export {
   ERROR_CODES,
   type ErrorCode,
   FerryError,
+  InternalError,
   isConfigError,
   isConflictError,
   isFerryError,

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ConnectionPool, PooledConnection } from '@ferry/core';
-import { describeValue, ValidationError } from '@ferry/core';
+import { describeValue, ERROR_CODES, FerryError, ValidationError } from '@ferry/core';
 import { HTTP_HEADERS, type HttpReply, handleIdempotentRequest } from './http.js';
 import type { Idempotency, OperationResult } from './types.js';
 
@@ -141,12 +141,14 @@ export interface NodeHttpBindingOptions extends Omit<BindingOptions<IncomingMess
   handler: (req: IncomingMessage, tx: PooledConnection, body: unknown) => Promise<OperationResult>;
 }
 
-class BodyError extends Error {
+/** A request body the binding cannot read; answered as problem+json with `status`, never thrown to the caller. */
+class BodyError extends FerryError {
   constructor(
     readonly status: number,
     message: string,
   ) {
-    super(message);
+    super(ERROR_CODES.invalid, message);
+    this.name = 'BodyError';
   }
 }
 

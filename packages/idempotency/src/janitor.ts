@@ -1,5 +1,6 @@
 import {
   bossSchemaFor,
+  ConfigError,
   type ConnectionPool,
   DEFAULT_SCHEMA,
   describeValue,
@@ -13,6 +14,18 @@ import { PgBoss } from 'pg-boss';
 import { pruneExpiredSql } from './sql/prune-expired.js';
 import type { Logger } from './types.js';
 
+/**
+ * What `createIdempotencyJanitor()` accepts: `pool`, and either `boss` or
+ * `connectionString`; every other option has the default named on it.
+ *
+ * @example
+ * createIdempotencyJanitor({
+ *   pool,
+ *   connectionString: process.env.DATABASE_URL, // the janitor's own pg-boss…
+ *   bossSchema: 'ferry_boss',                   // …in this schema (default `<schema>_boss`)
+ *   cron: '*\/5 * * * *',                        // default: every 5 minutes
+ * });
+ */
 export interface IdempotencyJanitorOptions {
   /** Where `idempotency_keys` lives; the prune statements run on it. */
   pool: ConnectionPool;
@@ -32,6 +45,7 @@ export interface IdempotencyJanitorOptions {
   maxBatchesPerRun?: number;
   /** How often the worker polls its queue. Default 30 000 ms (min 500). */
   pollIntervalMs?: number;
+  /** Where the janitor logs (pino-compatible): each run's count, pg-boss errors. Default: silent. */
   logger?: Logger;
 }
 
@@ -49,7 +63,7 @@ export interface IdempotencyJanitor {
   readonly state: JanitorState;
   /** The pg-boss queue the cron schedule feeds. */
   readonly queue: string;
-  /** Creates the queue and the schedule, and starts the worker. Idempotent. */
+  /** Creates the queue and the schedule, and starts the worker. Idempotent; after `stop()` it rejects with a `ConfigError`. */
   start(): Promise<void>;
   /** Stops the worker (and the janitor's own pg-boss). Idempotent. */
   stop(): Promise<void>;
@@ -111,6 +125,9 @@ class Janitor implements IdempotencyJanitor {
   }
 
   start(): Promise<void> {
+    if (this.#state === 'stopping' || this.#state === 'stopped') {
+      return Promise.reject(new ConfigError('start', 'this idempotency janitor was stopped; create a new one'));
+    }
     if (this.#state === 'running') return Promise.resolve();
     this.#starting ??= this.#start().finally(() => {
       this.#starting = undefined;
@@ -184,7 +201,15 @@ function intOption(name: string, value: unknown, min: number, max: number): numb
   return value;
 }
 
-/** Creates the janitor that prunes expired keys; see {@link IdempotencyJanitor}. */
+/**
+ * Creates the janitor that prunes expired keys; see {@link IdempotencyJanitor}
+ * and {@link IdempotencyJanitorOptions}. Options are validated here; nothing
+ * connects until `start()`.
+ *
+ * @example
+ * const janitor = createIdempotencyJanitor({ pool, connectionString: url });
+ * await janitor.start(); // on shutdown: await janitor.stop();
+ */
 export function createIdempotencyJanitor(options: IdempotencyJanitorOptions): IdempotencyJanitor {
   return new Janitor(options);
 }

@@ -7,6 +7,18 @@ export type { Logger };
 export const ON_CONCURRENT = ['wait', 'reject'] as const;
 export type OnConcurrent = (typeof ON_CONCURRENT)[number];
 
+/**
+ * What `createIdempotency()` accepts; every option is optional and has the
+ * default named on it.
+ *
+ * @example
+ * const keys = createIdempotency({
+ *   schema: 'ferry',       // default: where `ferry migrate --idempotency` put idempotency_keys
+ *   retention: '24h',      // default; at least 1 h
+ *   scope: 'orders-api',   // default 'default'
+ *   onConcurrent: 'wait',  // default: a duplicate in flight waits up to waitMs, then replays
+ * });
+ */
 export interface IdempotencyOptions {
   /** Schema holding `idempotency_keys` (`ferry migrate --idempotency`). Default `ferry`. */
   schema?: string;
@@ -24,6 +36,7 @@ export interface IdempotencyOptions {
   waitMs?: number;
   /** Store and replay 4xx results like successes (default true). 5xx results are never stored. */
   storeClientErrors?: boolean;
+  /** Where the store logs at `debug` (a stored or released key); pino-compatible. Default: silent. */
   logger?: Logger;
 }
 

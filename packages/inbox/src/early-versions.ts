@@ -1,5 +1,6 @@
 import { type FerryEvent, pgBossDb, withTransaction } from '@ferry/core';
 import type { PgBoss } from 'pg-boss';
+import { MAX_TRACKED } from './delivery-attempts.js';
 import type { Gate } from './gate.js';
 import type { KeyScheduler } from './key-scheduler.js';
 import type { CompiledInboxOptions } from './options.js';
@@ -29,8 +30,6 @@ interface MovedEarly {
   jobId: string | null;
 }
 
-/** Gap bookkeeping entries kept per process before the oldest are dropped. */
-const MAX_TRACKED = 100_000;
 /** Keys with stored early versions the sweep hands out per round. */
 const SWEEP_BATCH = 100;
 /** Stored versions read per round trip while draining a key. */

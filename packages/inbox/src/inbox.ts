@@ -25,6 +25,7 @@ import { type ConsumerMessages, type JsMsg, jetstream, jetstreamManager } from '
 import { PgBoss } from 'pg-boss';
 import { ensureConsumer } from './consumer-config.js';
 import { startDedupePrune } from './dedupe-prune.js';
+import { DeliveryAttempts } from './delivery-attempts.js';
 import { EarlyVersions } from './early-versions.js';
 import { Gate } from './gate.js';
 import { KeyScheduler } from './key-scheduler.js';
@@ -36,9 +37,6 @@ import { ParkWorker } from './park-worker.js';
 import { inboxTablesExist } from './sql/inbox-tables.js';
 import { inProcessSpan } from './tracing.js';
 import type { EventMap, Inbox, InboxCounts, InboxOptions, InboxState } from './types.js';
-
-/** Gap bookkeeping entries kept per process before the oldest are dropped. */
-const MAX_TRACKED = 100_000;
 
 class InboxImpl implements Inbox {
   readonly #o: CompiledInboxOptions;
@@ -54,8 +52,7 @@ class InboxImpl implements Inbox {
   #loop: Promise<void> | undefined;
   readonly #scheduler: KeyScheduler;
   readonly #counts: InboxCounts = { applied: 0, stale: 0, duplicate: 0, gap: 0, failed: 0, parked: 0 };
-  /** Per stream sequence: when a gap was first seen, and how many deliveries were gap waits (not failures). */
-  readonly #tracked = new Map<number, { firstSeenMs: number; gapNaks: number }>();
+  readonly #attempts = new DeliveryAttempts();
   readonly #workerIds: string[] = [];
   readonly #metrics: InboxMetrics | undefined;
   #stopLagSampler: (() => void) | undefined;
@@ -80,7 +77,7 @@ class InboxImpl implements Inbox {
     const gate = new Gate(o, s, this.#metrics, boss);
     const stopping = () => this.#stopping !== undefined;
     const early = new EarlyVersions({ o, s, parkQueue, scheduler: this.#scheduler, gate, report, boss, stopping, backoffMs });
-    const forget = (seq: number) => this.#tracked.delete(seq);
+    const forget = (seq: number) => this.#attempts.forget(seq);
     this.#parking = new Parking({ o, s, parkQueue, report, early, boss, forget, backoffMs });
     this.#parkWorker = new ParkWorker(o, s, parkQueue, { gate, report, early, boss });
     this.#report = report;
@@ -232,19 +229,6 @@ class InboxImpl implements Inbox {
     }
   }
 
-  #track(seq: number): { firstSeenMs: number; gapNaks: number } {
-    let t = this.#tracked.get(seq);
-    if (!t) {
-      if (this.#tracked.size >= MAX_TRACKED) {
-        const oldest = this.#tracked.keys().next().value;
-        if (oldest !== undefined) this.#tracked.delete(oldest);
-      }
-      t = { firstSeenMs: Date.now(), gapNaks: 0 };
-      this.#tracked.set(seq, t);
-    }
-    return t;
-  }
-
   #backoffMs(attempt: number): number {
     const b = this.#o.backoffMs;
     const base = b[Math.min(attempt - 1, b.length - 1)] ?? 0;
@@ -280,8 +264,7 @@ class InboxImpl implements Inbox {
       await this.#parking.parkMessage(m, undefined, 'undecodable-headers', errorText(err));
       return;
     }
-    const tracked = this.#tracked.get(seq);
-    const attempt = Math.max(1, m.info.deliveryCount - (tracked?.gapNaks ?? 0));
+    const attempt = this.#attempts.attempt(seq, m.info.deliveryCount);
     const source = { attempt, deliveries: m.info.deliveryCount, streamSequence: seq, via: 'stream' as const };
     await inProcessSpan(event, o.stream, o.consumer, source, () => this.#settle(m, event, attempt));
   }
@@ -299,7 +282,7 @@ class InboxImpl implements Inbox {
       const willRetry = attempt < o.maxDeliver;
       this.#report.failed(event, attempt, error, willRetry);
       if (willRetry) {
-        this.#track(seq);
+        this.#attempts.track(seq);
         m.nak(this.#backoffMs(attempt));
       } else {
         await this.#parking.parkMessage(m, event, 'handler-failed', errorText(error));
@@ -311,14 +294,14 @@ class InboxImpl implements Inbox {
       case 'stale':
       case 'duplicate':
         m.ack();
-        this.#tracked.delete(seq);
+        this.#attempts.forget(seq);
         this.#report.settled(outcome, event, false);
         if (outcome.kind === 'applied') await this.#early.applied(event.key);
         return;
       case 'held':
         // Stored in inbox_early: acked, so it holds no ack-pending slot while it waits.
         m.ack();
-        this.#tracked.delete(seq);
+        this.#attempts.forget(seq);
         this.#early.held(event.key);
         this.#report.gap(event, outcome.recorded);
         return;
@@ -334,7 +317,7 @@ class InboxImpl implements Inbox {
           return;
         }
         // Its predecessor committed between the gate and the store: look again shortly. Not an attempt.
-        this.#track(seq).gapNaks++;
+        this.#attempts.track(seq).gapNaks++;
         m.nak(o.gapRetryMs);
         return;
       }
@@ -352,7 +335,14 @@ class InboxImpl implements Inbox {
  *
  * The event map is never inferred from the handlers (`NoInfer`): give it
  * (`createInbox<OrderEvents>(…)`) for typed payloads, or leave it out and every
- * handler gets `payload: unknown`.
+ * handler gets `payload: unknown`. Options: {@link InboxOptions}; nothing
+ * connects until `start()`.
+ *
+ * @example
+ * const inbox = createInbox<OrderEvents>({ pool, nc, stream: 'ORDERS', consumer: 'billing', handlers });
+ * await inbox.start();
+ * // … on shutdown: stops intake, drains in-flight handlers, flushes acks
+ * await inbox.stop();
  */
 export function createInbox<E extends EventMap = EventMap>(options: InboxOptions<NoInfer<E>>): Inbox {
   return new InboxImpl(compileInboxOptions(options));

@@ -80,9 +80,28 @@ export type InboxReportKind = InboxReport['kind'];
 /** Pino-compatible logger (core's `Logger`, the subset Ferry calls). */
 export type { Logger };
 
+/**
+ * What `createInbox()` accepts. `pool`, `nc`, `stream`, `consumer` and
+ * `handlers` are required; every other option has the default named on it
+ * (all of them in `INBOX_DEFAULTS`). Invalid options throw a
+ * `ValidationError` naming the option and its accepted range.
+ *
+ * @example
+ * const inbox = createInbox<OrderEvents>({
+ *   pool, nc, stream: 'ORDERS', consumer: 'billing',
+ *   mode: 'latest',   // default
+ *   concurrency: 32,  // default
+ *   handlers: {
+ *     OrderPlaced: async (event, { tx }) => {
+ *       await tx.query('INSERT INTO invoices (order_id) VALUES ($1)', [event.payload.id]);
+ *     },
+ *   },
+ * });
+ */
 export interface InboxOptions<E extends EventMap = EventMap> {
   /** The consumer's database (with the inbox migrations applied to `schema`). */
   pool: ConnectionPool;
+  /** A connection from `@nats-io/transport-node`'s `connect()`; the inbox does not close it. */
   nc: NatsConnection;
   /** JetStream stream name. */
   stream: string;
@@ -111,6 +130,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   gapRetryMs?: number;
   /** `dedupe`: how long applied message ids are kept. Default 7 days. */
   dedupeRetentionMs?: number;
+  /** A handler per event type, run in the message's transaction; an event of a type without one is parked (`unknown-type`). */
   handlers: Handlers<E>;
   /** PostgreSQL schema holding `inbox_versions` / `inbox_messages`. Default `ferry`. */
   schema?: string;
@@ -132,6 +152,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
    * as one line each on stderr, nothing else. `SILENT_LOGGER` mutes it.
    */
   logger?: Logger;
+  /** Called with every outcome (`applied`, `stale`, `duplicate`, `gap`, `failed`, `parked`); an exception it throws is logged, never fails the message. Default: none. */
   onEvent?: (report: InboxReport) => void;
   /**
    * A prom-client registry to export the inbox's metrics in (`ferry_inbox_*`,

@@ -5,6 +5,7 @@ import {
   describeValue,
   encodedSize,
   encodeEvent,
+  InternalError,
   LIMITS,
   MigrationError,
   notifyChannel,
@@ -277,7 +278,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     }
     const results = prepared.map((p) => {
       const r = byId.get(p.id);
-      if (!r) throw new Error(`ferry: no outbox row came back for event ${p.id}; this is a bug, please report it`);
+      if (!r) throw new InternalError(`ferry: no outbox row came back for event ${p.id}; this is a bug, please report it`);
       return { ...r, key: p.key };
     });
     return results;
@@ -327,7 +328,10 @@ export function refusedByPublishFunction(err: unknown): ValidationError | undefi
 }
 
 /**
- * Creates a publisher. Options are validated here, once.
+ * Creates a publisher: writes events into the outbox on the caller's
+ * connection, in the caller's transaction (see {@link PublisherOptions} for
+ * the options and their defaults). Options are validated here, once: a bad
+ * one throws a `ValidationError` naming it.
  *
  * @example
  * type OrderEvents = { OrderPlaced: { id: string; total: number } };

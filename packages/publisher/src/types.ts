@@ -47,6 +47,17 @@ export interface PublishResult {
   readonly existing: boolean;
 }
 
+/**
+ * What `createPublisher()` accepts. Only `source` is required; every other
+ * option has the default named on it.
+ *
+ * @example
+ * const publisher = createPublisher({
+ *   source: 'orders-service', // CloudEvents source of every event
+ *   schema: 'ferry',          // default: where `ferry migrate` put the outbox
+ *   maxPayloadBytes: 1048576, // default: NATS's default max_payload
+ * });
+ */
 export interface PublisherOptions {
   /**
    * Schema of the outbox tables: the one given to `ferry migrate --schema` (or `FERRY_SCHEMA`).

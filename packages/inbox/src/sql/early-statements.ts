@@ -1,4 +1,4 @@
-import type { Queryable } from '@ferry/core';
+import { InternalError, type Queryable } from '@ferry/core';
 import type { ParkedJobData } from '../parked-job.js';
 import { literal } from './gate-statements.js';
 
@@ -39,7 +39,7 @@ export async function holdEarlyAndCommit(
     rows?: Array<{ version: string; parked: number; held: boolean }>;
   }>;
   const row = results[1]?.rows?.[0];
-  if (!row) throw new Error(`inbox_versions row for consumer ${consumer} key ${key} vanished under its lock`);
+  if (!row) throw new InternalError(`inbox_versions row for consumer ${consumer} key ${key} vanished under its lock`);
   // A second copy of a stored version inserts nothing but is held all the same.
   const held = row.held || (row.parked === 0 && version > BigInt(row.version) + 1n);
   return { version: BigInt(row.version), parked: row.parked, held };

@@ -1,4 +1,4 @@
-import type { Queryable } from '@ferry/core';
+import { InternalError, type Queryable } from '@ferry/core';
 
 export interface KeyRow {
   /** Last applied version; 0 when none. */
@@ -25,6 +25,6 @@ export async function lockKey(tx: Queryable, schema: string, consumer: string, k
     ({ rows } = await tx.query<{ version: string; parked: number }>(select, [consumer, key]));
   }
   const row = rows[0];
-  if (!row) throw new Error(`inbox_versions row for consumer ${consumer} key ${key} vanished under its lock`);
+  if (!row) throw new InternalError(`inbox_versions row for consumer ${consumer} key ${key} vanished under its lock`);
   return { version: BigInt(row.version), parked: row.parked };
 }
