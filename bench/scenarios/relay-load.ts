@@ -16,9 +16,19 @@ import { quoteIdentifier, WIRE_HEADERS, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
-import { listArg, numArg, sleep, until } from '../lib/args.js';
+import { declareFlags, hasFlag, listArg, numArg, sleep, until } from '../lib/args.js';
 import { startRelay } from '../lib/outbox.js';
-import { hasFlag, percentile, printTable, writeResult } from '../lib/stats.js';
+import { percentile, printTable, writeResult } from '../lib/stats.js';
+
+declareFlags(
+  'node bench/dist/scenarios/relay-load.js',
+  'Commit-to-ack latency against offered load (% of the measured capacity), relay in process, LISTEN/NOTIFY and polling only; file storage.',
+  {
+    quick: 'a short run (2 s per load)',
+    seconds: '<s> seconds per run (default 10)',
+    loads: '<n,n,…> offered load, % of capacity (default 10,50,90)',
+  },
+);
 
 const QUICK = hasFlag('quick');
 const SECONDS = numArg('seconds', QUICK ? 2 : 10);
@@ -47,7 +57,7 @@ interface Run {
  */
 async function oneRun(listen: boolean, rate: number | undefined, seconds: number, warmupSeconds: number): Promise<Run> {
   await db.pool.query(`TRUNCATE ${s}.outbox, ${s}.key_versions`);
-  const stream = await createTestStream({ prefix: 'benchload' });
+  const stream = await createTestStream({ prefix: 'benchload', storage: 'file' });
   const prefix = `k${keyRun++}-`;
   const committedAt = new Map<string, number>();
   const arrivedAt = new Map<string, number>();
