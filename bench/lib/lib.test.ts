@@ -75,19 +75,6 @@ test('bench svg - one path per series, a gap where a value is missing, escaped l
   assert.ok(svg.trimEnd().endsWith('</svg>'));
 });
 
-test('bench args - every entry point prints its usage on --help (exit 0) and names an unknown flag (exit 2) before touching anything', () => {
-  const entries = ['../run.js', '../publish-overhead.js', '../inbox-throughput.js', ...SCENARIO_FILES.map((f) => `../scenarios/${f}`)];
-  for (const entry of entries) {
-    const file = fileURLToPath(new URL(entry, import.meta.url));
-    const help = spawnSync(process.execPath, [file, '--help'], { encoding: 'utf8', timeout: 30_000 });
-    assert.equal(help.status, 0, `${entry} --help: ${help.stderr}`);
-    assert.match(help.stdout, /^usage: .*\n[\s\S]*--help/, `${entry} --help prints a usage`);
-    const bad = spawnSync(process.execPath, [file, '--no-such-flag'], { encoding: 'utf8', timeout: 30_000 });
-    assert.equal(bad.status, 2, `${entry} --no-such-flag exits 2`);
-    assert.match(bad.stderr, /--no-such-flag/, `${entry} names the unknown flag`);
-  }
-});
-
 test('bench svg - every point lies inside the plot area on a linear axis', () => {
   const svg = lineChart({ title: 't', xLabel: 'x', yLabel: 'y', categories: ['a', 'b'], series: [{ name: 's', values: [2884, 6835] }] });
   const ys = [...svg.matchAll(/<circle cx="[^"]+" cy="([^"]+)"/g)].map((m) => Number(m[1]));

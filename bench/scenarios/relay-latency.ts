@@ -21,9 +21,11 @@ import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
-import { arg, declareFlags, hasFlag, listArg, numArg, sleep, until } from '../lib/args.js';
+import { arg, declareFlags, hasFlag, listArg, numArg, until } from '../lib/args.js';
+import { LatencyClock } from '../lib/latency.js';
 import { relayCommandLine, startRelayProcesses } from '../lib/relay-process.js';
 import { percentile, printTable, writeResult } from '../lib/stats.js';
+import { openLoop } from '../lib/writers.js';
 
 declareFlags(
   'node bench/dist/scenarios/relay-latency.js',
@@ -79,20 +81,8 @@ interface LatencyRun {
 async function oneRun(rate: number, notify: string, seconds: number): Promise<LatencyRun> {
   const stream = await createTestStream({ prefix: 'benchlat', storage: STORAGE });
   const subject = `${stream.prefix}.orders`;
-  const committedAt = new Map<string, number>();
-  const arrivedAt = new Map<string, number>();
-  const latencies: number[] = [];
-  let received = 0;
-  const onMessage = (id: string) => {
-    const now = performance.now();
-    received++;
-    const at = committedAt.get(id);
-    if (at === undefined) arrivedAt.set(id, now);
-    else {
-      latencies.push(now - at);
-      committedAt.delete(id);
-    }
-  };
+  const clock = new LatencyClock();
+  const onMessage = (id: string) => clock.arrived(id);
   let stopReading: () => void;
   let reading: Promise<void>;
   if (SUBSCRIBER === 'core') {
@@ -135,45 +125,29 @@ async function oneRun(rate: number, notify: string, seconds: number): Promise<La
       data: { order: i + j, amount: 4200, currency: 'EUR', lines: [{ sku: 'A-1', qty: 2 }] },
     }));
     const results = await withTransaction(db.pool, (tx) => publisher.publishMany(tx, events));
-    const now = performance.now();
     committed += PER_TX;
-    if (!measuring) return;
-    for (const r of results) {
-      const at = arrivedAt.get(r.id);
-      if (at === undefined) committedAt.set(r.id, now);
-      else {
-        latencies.push(0); // the message arrived before the COMMIT callback ran
-        arrivedAt.delete(r.id);
-      }
-    }
+    clock.committed(
+      results.map((r) => r.id),
+      measuring,
+    );
   };
   try {
     const start = performance.now();
-    const end = start + seconds * 1000;
     const warm = setTimeout(() => {
       measuring = true;
     }, WARMUP_SECONDS * 1000);
-    const inflight = new Set<Promise<void>>();
-    for (let k = 0; ; k++) {
-      const due = start + (k * PER_TX * 1000) / rate;
-      if (due >= end) break;
-      const wait = due - performance.now();
-      if (wait > 1) await sleep(wait);
-      const p: Promise<void> = commitOne().finally(() => inflight.delete(p));
-      inflight.add(p);
-    }
-    await Promise.all(inflight);
+    await openLoop(rate, PER_TX, seconds, commitOne);
     clearTimeout(warm);
     const elapsed = (performance.now() - start) / 1000;
-    await until(() => received >= committed, 'every message to arrive', 60_000).catch(() => {});
-    const sorted = latencies.sort((a, b) => a - b);
+    await until(() => clock.received >= committed, 'every message to arrive', 60_000).catch(() => {});
+    const sorted = clock.sorted();
     return {
       rate,
       notify,
       offeredPerSec: rate,
       committedPerSec: committed / elapsed,
       measured: sorted.length,
-      lost: committed - received,
+      lost: committed - clock.received,
       p50Ms: percentile(sorted, 50),
       p90Ms: percentile(sorted, 90),
       p99Ms: percentile(sorted, 99),
