@@ -299,7 +299,7 @@ async function main() {
       params: { events: EVENTS, keys: KEYS, concurrency: CONCURRENCY, trials: TRIALS, quick },
       results,
       loadAverage: { start: loadAtStart, end: loadavg() },
-      note: 'ratio = median over trials of inbox msgs/s / plain msgs/s, the two run back to back in each trial; target >= 0.7. The plain consumer applies every message (no gate); in stale50 it also overwrites newer state with older.',
+      note: 'ratio = median over trials of inbox msgs/s / plain msgs/s, the two run back to back in each trial; targets: fresh >= 0.8, duplicates50 and stale50 >= 0.9. The plain consumer applies every message (no gate); in stale50 it also overwrites newer state with older.',
     });
     console.log(`\nwrote ${file}`);
   } finally {

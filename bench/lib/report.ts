@@ -128,7 +128,7 @@ ${
 `
     : ''
 }\`${d.relayCommand}\` — a separate process with every tuning flag at its default — drains a backlog of
-${d.params.events.toLocaleString('en')} events of about 200 bytes (${d.params.lanes} lanes, as \`ferry migrate\` creates), committed in one transaction
+${d.params.events.toLocaleString('en')} events of about 200 bytes (${d.params.lanes} lanes, as \`ferry migrate\` creates; with more keys than events, every event has a key of its own), committed in one transaction
 while it runs, timed from COMMIT to the last row marked published (every message is in the stream by then; the count
 is checked). The ceiling: the same messages (the same seven \`ce-*\` headers and \`Nats-Msg-Id\`, the same bytes) published
 raw, pipelined, from one connection of the benchmark process, the better of 100 and 5,000 PubAcks outstanding. "2
