@@ -42,7 +42,7 @@ declareFlags(
   'node bench/dist/scenarios/alternatives.js',
   'Ferry against the alternatives (pg-boss key_strict_fifo, pg-transactional-outbox segments, a naive relay): drain rate, producer rate, lost and duplicated events.',
   {
-    quick: 'a small run (600 events, 1 trial)',
+    quick: 'a small run (300 events, 50 below 100 keys, 1 trial)',
     events: '<n> events per drain (default 6,000)',
     keys: '<n,n,…> key spreads (default 10,1000)',
     'naive-events': '<n> rows the naive relay drains (default 1,000)',
@@ -53,17 +53,17 @@ declareFlags(
 );
 
 const QUICK = hasFlag('quick');
-const EVENTS = numArg('events', QUICK ? 600 : 6000);
+const EVENTS = numArg('events', QUICK ? 300 : 6000);
 const TRIALS = numArg('trials', QUICK ? 1 : 3);
 /** The naive relay drains only the first rows of the same backlog: one row per round trip, its rate does not depend on the backlog size. */
-const NAIVE_EVENTS = Math.min(EVENTS, numArg('naive-events', QUICK ? 200 : 1000));
+const NAIVE_EVENTS = Math.min(EVENTS, numArg('naive-events', QUICK ? 100 : 1000));
 const KEY_SPREADS = listArg('keys', [10, 1000]);
 /**
  * Events per drain with fewer than 100 keys: pg-boss's key_strict_fifo hands a
  * key's next job out only on its next poll (about 25 ev/s at 10 keys), so the
  * full backlog would take minutes per trial; every approach drains this many there.
  */
-const FEW_KEY_EVENTS = Math.min(EVENTS, numArg('few-key-events', QUICK ? 100 : 1000));
+const FEW_KEY_EVENTS = Math.min(EVENTS, numArg('few-key-events', QUICK ? 50 : 1000));
 const eventsFor = (keys: number) => (keys < 100 ? FEW_KEY_EVENTS : EVENTS);
 const WRITERS = 8;
 /** A drain that moves no event for this long has failed (and says so) instead of hanging the run. */

@@ -31,7 +31,7 @@ declareFlags(
   'node bench/dist/scenarios/relay-latency.js',
   'Commit → message at a plain NATS subscriber with the defaults a user gets (ferry relay process, no tuning flags; publisher notify default, and notify: true), open-loop load.',
   {
-    quick: 'a short run (3 s per rate)',
+    quick: 'a short run (2 s per rate)',
     rates: '<n,n,…> offered events per second (default 20,1000)',
     seconds: '<s> seconds per run at 1,000 ev/s and above (default 15)',
     'low-seconds': '<s> seconds per run below 1,000 ev/s (default 30)',
@@ -46,8 +46,8 @@ declareFlags(
 
 const QUICK = hasFlag('quick');
 const RATES = listArg('rates', [20, 1000]);
-const SECONDS = numArg('seconds', QUICK ? 3 : 15);
-const LOW_SECONDS = numArg('low-seconds', QUICK ? 3 : 30);
+const SECONDS = numArg('seconds', QUICK ? 2 : 15);
+const LOW_SECONDS = numArg('low-seconds', QUICK ? 2 : 30);
 const PER_TX = numArg('per-tx', 5);
 const NOTIFY_MODES = arg('notify', 'default,true')
   .split(',')
