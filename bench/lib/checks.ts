@@ -6,21 +6,30 @@ type Json = any;
 /** Every number a scenario must produce, by path; the smoke run fails on any that is missing or not finite. */
 export function missingNumbers(name: string, r: Json): string[] {
   const paths: Record<string, string[]> = {
-    publisher: ['txPerSec', 'publishOverhead'],
-    'relay-sweep': [
-      'headline.raw.median',
-      'headline.relay.median',
-      'headline.ratio.median',
-      'sweep.0.relayPerSec',
-      'recommended.batchSize',
+    publisher: ['txPerSec', 'publishOverhead', 'ratios.publishNotify@8', 'ratios.publishMany100@8'],
+    'relay-drain': [
+      'headline.worstRatio',
+      'headline.worstMemoryRatio',
+      'headline.relayCpuMsPer1k',
+      'headline.postgresCpuMsPer1k',
+      'headline.rawCpuMsPer1k',
+      'headline.twoInstancesVsOne',
+      'headline.hotKeyRatio',
     ],
-    'relay-load': ['capacityPerSec', 'runs.0.p50Ms', 'runs.0.p99Ms', 'runs.0.p999Ms', 'runs.1.p50Ms'],
+    'relay-latency': ['headline.worstP99MsDefaults', 'runs.0.p50Ms', 'runs.0.p999Ms', 'runs.1.p99Ms'],
     inbox: ['results.fresh.ratio', 'results.duplicates50.ratio', 'results.stale50.ratio'],
-    alternatives: ['relayVsPgBossOutbox', 'relayVsNaiveRelay', 'drainPerSec.pgboss.median', 'drainPerSec.naive.median'],
+    alternatives: [
+      'relayVsPgBossOutbox',
+      'relayVsNaiveRelay',
+      'relayVsTransactionalOutbox',
+      'relayVsPgBossOutboxByKeys.10',
+      'byKeys.1000.pto.lost',
+      'byKeys.1000.pto.duplicated',
+    ],
     growth: ['levels.0.drainPerSec.median', 'levels.2.drainPerSec.median', 'levels.2.publishP50Ms.median', 'prune.after.tableMiB'],
-    'key-spread': ['byKeys.1.ratio', 'byKeys.10.ratio', 'byKeys.1000.ratio'],
     'blocked-key': ['claimRatio', 'drainRatio', 'claimMs.blocked.median'],
-    cost: ['cpuSecondsPer1k.relay.median', 'cpuSecondsPer1k.postgres.median', 'cpuSecondsPer1k.rawPublisher.median'],
+    'relay-sweep': ['sweep.0.relayPerSec', 'sweep.0.rawPerSec', 'recommended.batchSize'],
+    'relay-load': ['capacityPerSec', 'runs.0.p50Ms', 'runs.0.p99Ms', 'runs.0.p999Ms', 'runs.1.p50Ms'],
   };
   if (!r) return ['(no result file)'];
   return (paths[name] ?? []).filter((p) => {

@@ -4,7 +4,10 @@
  *   npm run build && node --test bench/dist/lib/lib.test.js
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, natsUrl, type TestDatabase } from '@ferry/testkit';
 import { missingNumbers } from './checks.js';
@@ -12,6 +15,8 @@ import { generateRows, makeRows, relayDrain } from './outbox.js';
 import { cpuSecondsOf, localPortsOf } from './proc.js';
 import { percentile, summarize } from './stats.js';
 import { lineChart } from './svg.js';
+
+const SCENARIO_FILES = readdirSync(new URL('../scenarios/', import.meta.url)).filter((f) => f.endsWith('.js'));
 
 let db: TestDatabase;
 before(async () => {
@@ -30,11 +35,24 @@ test('bench stats - the median, spread and percentiles of trials', () => {
 });
 
 test('bench checks - a missing or non-finite number fails the smoke run, a complete result passes', () => {
-  assert.deepEqual(missingNumbers('cost', undefined), ['(no result file)']);
-  const cost = { cpuSecondsPer1k: { relay: { median: 0.1 }, postgres: { median: Number.NaN }, rawPublisher: { median: 0.2 } } };
-  assert.deepEqual(missingNumbers('cost', cost), ['cpuSecondsPer1k.postgres.median']);
-  cost.cpuSecondsPer1k.postgres.median = 0.05;
-  assert.deepEqual(missingNumbers('cost', cost), []);
+  assert.deepEqual(missingNumbers('relay-latency', undefined), ['(no result file)']);
+  const lat = { headline: { worstP99MsDefaults: 4 }, runs: [{ p50Ms: 1, p999Ms: Number.NaN }, { p99Ms: 3 }] };
+  assert.deepEqual(missingNumbers('relay-latency', lat), ['runs.0.p999Ms']);
+  lat.runs[0] = { p50Ms: 1, p999Ms: 6 };
+  assert.deepEqual(missingNumbers('relay-latency', lat), []);
+});
+
+test('bench args - every entry point prints its usage on --help (exit 0) and names an unknown flag (exit 2) before touching anything', () => {
+  const entries = ['../run.js', '../publish-overhead.js', '../inbox-throughput.js', ...SCENARIO_FILES.map((f) => `../scenarios/${f}`)];
+  for (const entry of entries) {
+    const file = fileURLToPath(new URL(entry, import.meta.url));
+    const help = spawnSync(process.execPath, [file, '--help'], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(help.status, 0, `${entry} --help: ${help.stderr}`);
+    assert.match(help.stdout, /^usage: .*\n[\s\S]*--help/, `${entry} --help prints a usage`);
+    const bad = spawnSync(process.execPath, [file, '--no-such-flag'], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(bad.status, 2, `${entry} --no-such-flag exits 2`);
+    assert.match(bad.stderr, /--no-such-flag/, `${entry} names the unknown flag`);
+  }
 });
 
 test('bench svg - one path per series, a gap where a value is missing, escaped labels', () => {
@@ -81,6 +99,11 @@ test('bench outbox - generated rows are unique per key and version, and a relay 
   );
   assert.deepEqual(rows[0], { n: '1000', versions: '1000', old: '1000' });
   const made = makeRows({ count: 20, keys: 3, keyPrefix: 'k', subject: 'x.y' });
+  // The raw baseline publishes exactly the bytes the relay reads from the generated rows.
+  const first = await db.pool.query<{ data: Buffer }>(`SELECT data FROM ${s}.outbox WHERE key = 'old-1' AND version = 1`);
+  const g1 = makeRows({ count: 2, keys: 10, keyPrefix: 'old-', subject: 'x.y' })[1];
+  assert.equal(first.rows[0]?.data.toString(), g1?.data.toString());
+  assert.ok((g1?.data.byteLength ?? 0) >= 190, `payload of about 200 bytes, got ${g1?.data.byteLength}`);
   assert.deepEqual(
     made.slice(0, 4).map((r) => `${r.key}@${r.version}`),
     ['k0@1', 'k1@1', 'k2@1', 'k0@2'],

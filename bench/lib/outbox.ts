@@ -9,9 +9,12 @@ import { headers, type NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { until } from './args.js';
 
-/** The JSON payload every generated event carries (about 90 bytes), built in SQL. */
+/** Characters of filler in every generated payload, to make it about 200 bytes (what the issue's figures use). */
+const NOTE_CHARS = 100;
+
+/** The JSON payload every generated event carries (about 200 bytes), built in SQL; `makeRows` builds the same bytes. */
 const PAYLOAD_SQL = `convert_to(json_build_object('order', g, 'amount', 4200, 'currency', 'EUR',
-  'lines', json_build_array(json_build_object('sku', 'A-1', 'qty', 2)))::text, 'UTF8')`;
+  'lines', json_build_array(json_build_object('sku', 'A-1', 'qty', 2)), 'note', repeat('x', ${NOTE_CHARS}))::text, 'UTF8')`;
 
 export interface GenerateOptions {
   /** Rows to insert. */
@@ -94,7 +97,9 @@ export function makeRows(o: GenerateOptions): RowForRaw[] {
     type: 'OrderPlaced',
     source: 'bench',
     content_type: 'application/json',
-    data: Buffer.from(`{"order" : ${g}, "amount" : 4200, "currency" : "EUR", "lines" : [{"sku" : "A-1", "qty" : 2}]}`),
+    data: Buffer.from(
+      `{"order" : ${g}, "amount" : 4200, "currency" : "EUR", "lines" : [{"sku" : "A-1", "qty" : 2}], "note" : "${'x'.repeat(NOTE_CHARS)}"}`,
+    ),
     headers: null,
     occurred_at: now,
   }));

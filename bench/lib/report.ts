@@ -4,6 +4,7 @@
  * and the hand-written analysis in bench/lib/analysis.md.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { formatFigure, headlineFigures, metText } from './headline.js';
 import { fmt } from './stats.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: results are read back from JSON
@@ -19,7 +20,7 @@ function table(header: string[], rows: Array<Array<string | number>>): string {
   return [line(header), `|${header.map(() => '---').join('|')}|`, ...rows.map(line)].join('\n');
 }
 
-function publisherSection(pub: Json, load: Json): string {
+function publisherSection(pub: Json, lat: Json): string {
   if (!pub) return '_not run_';
   const rows: Array<Array<string | number>> = [];
   for (const [writers, r] of Object.entries<Json>(pub.results)) {
@@ -33,26 +34,17 @@ function publisherSection(pub: Json, load: Json): string {
   const quiet = r?.publish?.median;
   const loud = r?.publishNotify?.median;
   const notifyCost = quiet && loud ? 1 - loud / quiet : Number.NaN;
-  const l50 = load?.runs?.find((x: Json) => x.listen && x.loadPercent === 50);
-  const p50 = load?.runs?.find((x: Json) => !x.listen && x.loadPercent === 50);
-  const l10 = load?.runs?.find((x: Json) => x.listen && x.loadPercent === 10);
-  const p10 = load?.runs?.find((x: Json) => !x.listen && x.loadPercent === 10);
-  const on = notifyCost <= 0.1;
+  const at = (rate: number, notify: string) => lat?.runs?.find((x: Json) => x.rate === rate && x.notify === notify);
   return `${table(['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead vs plain INSERT'], rows)}
 
 Each transaction is a business \`UPDATE\` of one of 10,000 accounts plus either \`publisher.publish\` (\`publish\`,
 \`publishNotify\` with \`notify: true\`) or a plain \`INSERT\` of the same JSON into a table with a bigserial key
 (\`plain\`, the baseline); \`publishMany100\` against one 100-row \`INSERT … SELECT unnest\` (\`plainMany100\`).
-Scenarios interleaved within each trial; ${pub.trials} trials of ${pub.seconds} s.
+Scenarios interleaved within each trial; ${pub.trials} trials of ${pub.seconds} s; medians.
 
-**The \`notify\` default.** With ${w} writers, \`notify: true\` costs ${Number.isFinite(notifyCost) ? `${(notifyCost * 100).toFixed(0)}%` : 'n/a'} of the
-publisher's transactions per second (NOTIFY queues on a database-wide lock at commit). What it buys (scenario 3):
-commit-to-ack p50 ${n(l10?.p50Ms)} ms with LISTEN vs ${n(p10?.p50Ms)} ms polling only at 10% load, ${n(l50?.p50Ms)} vs ${n(p50?.p50Ms)} ms at 50%.
-${
-  on
-    ? 'The cost is small, so the data supports `notify: true` as the default.'
-    : 'The throughput cost is larger than the latency gain is worth for most producers, so the data supports keeping `notify: false` as the default (the relay polls adaptively: 5 ms after finding rows, doubling to `--poll-interval-ms` when idle); turn it on where a few milliseconds of latency at low load matter more than peak write throughput.'
-}`;
+**What \`notify: true\` buys and costs.** With ${w} writers it costs ${Number.isFinite(notifyCost) ? `${(notifyCost * 100).toFixed(0)}%` : 'n/a'} of the publisher's
+transactions per second. Commit → subscriber p99 (section 3): ${n(at(20, 'default')?.p99Ms)} ms at 20 events/s with the default, ${n(at(20, 'true')?.p99Ms)} ms with
+\`notify: true\`; ${n(at(1000, 'default')?.p99Ms)} vs ${n(at(1000, 'true')?.p99Ms)} ms at 1,000 events/s.`;
 }
 
 function variantsTable(sw: Json, def: Json): string {
@@ -72,26 +64,12 @@ ${table(['variant', 'relay events/s', 'raw events/s (same option)'], rows)}
 
 function sweepSection(sw: Json): string {
   if (!sw) return '_not run_';
-  const h = sw.headline;
   const rec = sw.recommended;
   const def = sw.atDefault;
   const sameAsDefault = rec && rec.batchSize === sw.defaults.batchSize && rec.maxInFlight === sw.defaults.maxInFlight;
-  return `${table(
-    ['path', 'events/s (median)', 'spread', 'min–max'],
-    [
-      ['raw pipelined JetStream publish, one connection (ceiling)', h.raw.median, spread(h.raw), range(h.raw)],
-      ['Ferry relay: claim, publish, PubAcks, mark published', h.relay.median, spread(h.relay), range(h.relay)],
-      ['**ratio relay / raw** (target ≥ 0.8)', `**${h.ratio.median.toFixed(2)}**`, spread(h.ratio), range(h.ratio)],
-    ],
-  )}
-
-A backlog of ${sw.params.events.toLocaleString('en')} events (${sw.params.keys} keys, ${sw.params.lanes} lanes, ~90-byte JSON payloads) committed in one
-transaction while the relay runs (relay defaults: batch ${sw.defaults.batchSize}, max in flight ${sw.defaults.maxInFlight}), timed from COMMIT to the
-last batch marked published; against the same messages (same CloudEvents headers and \`Nats-Msg-Id\`, same sizes)
-published raw from one Node connection with the same window of unacknowledged messages. ${sw.params.trials} trials, raw
-and relay order alternating. Each run gets a fresh memory stream.
-
-**Sweep** (${sw.params.sweepEvents.toLocaleString('en')}-event backlog, one trial per point, the raw ceiling at the same window measured beside it):
+  return `A relay in the benchmark's process (so the options can vary) drains a ${sw.params.sweepEvents.toLocaleString('en')}-event backlog
+(${sw.params.keys} keys, ${sw.params.storage ?? 'memory'} storage) for each batch size × max in flight, one trial per point, the raw ceiling at the same
+window measured beside it:
 
 ${table(
   ['batch size', 'max in flight', 'relay events/s', 'raw events/s', 'ratio'],
@@ -105,6 +83,84 @@ gave ${n(def?.relayPerSec)} events/s in the sweep). ${
       ? 'The current defaults are the recommendation.'
       : 'Single-trial sweep points on a shared 2-core machine differ by more than 5% from run to run; change the defaults only when several runs agree.'
   }`;
+}
+
+function drainSection(d: Json): string {
+  if (!d) return '_not run_';
+  const ms = (s: Json) => (s && typeof s.median === 'number' ? fmt(s.median * 1000) : 'n/a');
+  const rows = d.cells.map((c: Json) => [
+    c.storage,
+    c.keys.toLocaleString('en'),
+    c.eventsPerSec.raw.median,
+    c.eventsPerSec.one.median,
+    `**${c.ratio.median.toFixed(2)}** ${spread(c.ratio)}`,
+    ms(c.cpuPer1k.relay),
+    ms(c.cpuPer1k.postgres),
+    ms(c.cpuPer1k.raw),
+    c.eventsPerSec.two.median,
+    c.twoInstancesRatio.median.toFixed(2),
+    `${ms(c.cpuPer1k.relayTwo)} / ${ms(c.cpuPer1k.postgresTwo)}`,
+  ]);
+  const hot = d.hotKey;
+  return `${table(
+    [
+      'storage',
+      'keys',
+      'raw events/s',
+      'relay events/s',
+      'relay / raw (target ≥ 0.9)',
+      'relay CPU ms / 1k',
+      'PostgreSQL CPU ms / 1k',
+      'raw client CPU ms / 1k',
+      '2 relays events/s',
+      '2 relays / raw',
+      '2 relays CPU / PostgreSQL ms / 1k',
+    ],
+    rows,
+  )}
+
+${
+  hot
+    ? `**One hot key** (every event on one key, file storage, ${hot.events.toLocaleString('en')} events): ${n(hot.relay.median)} events/s against ${n(hot.raw.median)} raw, **${hot.ratio.median.toFixed(3)}×**
+(${n(hot.cpuPer1k.median * 1000)} ms relay CPU per 1,000 events). The relay sends a key's next row only after the previous row's PubAck
+(per-key order under every failure), so one key runs at one round trip per event.
+
+`
+    : ''
+}\`${d.relayCommand}\` — a separate process with every tuning flag at its default — drains a backlog of
+${d.params.events.toLocaleString('en')} events of about 200 bytes (${d.params.lanes} lanes, as \`ferry migrate\` creates; with more keys than events, every event has a key of its own), committed in one transaction
+while it runs, timed from COMMIT to the last row marked published (every message is in the stream by then; the count
+is checked). The ceiling: the same messages (the same seven \`ce-*\` headers and \`Nats-Msg-Id\`, the same bytes) published
+raw, pipelined, from one connection of the benchmark process, the better of 100 and 5,000 PubAcks outstanding. "2
+relays": two such processes sharing the lanes (does one Node connection cap the drain?). CPU: utime + stime from
+\`/proc\` of the relay process(es) and of the PostgreSQL backends serving them, before and after; the raw client's is
+the benchmark process's own (\`process.cpuUsage\`); nats-server's is not counted. ${d.params.trials} trials, order rotating
+across raw, one relay and two relays; medians, and the ratio is the median of the per-trial ratios (± half its range).`;
+}
+
+function latencySection(l: Json): string {
+  if (!l) return '_not run_';
+  const p = l.params;
+  return `${table(
+    ['events/s', 'publisher', 'p50 ms', 'p90 ms', 'p99 ms (target ≤ 10)', 'p99.9 ms', 'max ms', 'events measured', 'lost'],
+    l.runs.map((r: Json) => [
+      r.rate,
+      r.notify === 'true' ? '`notify: true`' : 'defaults',
+      r.p50Ms,
+      r.p90Ms,
+      `**${n(r.p99Ms)}**`,
+      r.p999Ms,
+      r.maxMs,
+      r.measured,
+      r.lost,
+    ]),
+  )}
+
+What a user gets: \`${l.relayCommand}\` as a separate process, no tuning flag; \`createPublisher({ schema, source })\` (and,
+in the other rows, with \`notify: true\`); transactions of ${p.perTx} events started on a fixed schedule whatever happened to the
+earlier ones (open loop); latency from COMMIT returning in the producer to the message reaching a plain NATS core
+subscription on the subject, in the same process (one clock). ${p.storage} storage, ${p.keys} keys; ${p.lowSeconds} s runs below
+1,000 events/s, ${p.seconds} s at 1,000, the first ${p.warmupSeconds} s not counted.`;
 }
 
 function loadSection(load: Json): string {
@@ -155,36 +211,48 @@ transaction, same stream, same concurrency, ${inbox.params.trials} trials in alt
 
 function alternativesSection(alt: Json): string {
   if (!alt) return '_not run_';
-  const d = alt.drainPerSec;
-  const p = alt.producerTxPerSec;
-  return `${table(
-    ['approach', 'drain events/s', 'spread', 'Ferry relay / this', 'producer tx/s', 'spread'],
-    [
-      ['Ferry: publisher + relay', d.ferry.median, spread(d.ferry), '(baseline)', p.ferry.median, spread(p.ferry)],
-      [
-        'pg-boss as the outbox (`key_strict_fifo` queue, worker publishing)',
-        d.pgboss.median,
-        spread(d.pgboss),
-        `**${alt.relayVsPgBossOutbox.toFixed(1)}×**`,
-        p.pgboss.median,
-        spread(p.pgboss),
-      ],
-      [
-        `naive relay (claim 1 row, publish, await ack, update; first ${alt.params.naiveEvents} rows)`,
-        d.naive.median,
-        spread(d.naive),
-        `**${alt.relayVsNaiveRelay.toFixed(1)}×**`,
-        '(same outbox as Ferry)',
-        '',
-      ],
-    ],
-  )}
+  if (!alt.byKeys) return '_not run with this version of the scenario_';
+  const names: Record<string, string> = {
+    ferry: 'Ferry: publisher + relay',
+    pgboss: 'pg-boss as the outbox (`key_strict_fifo`, worker publishing)',
+    pto: 'pg-transactional-outbox (polling listener, segment = key)',
+  };
+  const rows: Array<Array<string | number>> = [];
+  for (const [keys, byApproach] of Object.entries<Json>(alt.byKeys)) {
+    for (const [a, r] of Object.entries<Json>(byApproach)) {
+      rows.push([
+        Number(keys).toLocaleString('en'),
+        names[a] ?? a,
+        r.drainPerSec.median,
+        spread(r.drainPerSec),
+        a === 'ferry' ? '(baseline)' : `**${n(r.ferryVsThis)}×**`,
+        r.producerTxPerSec.median,
+        `${r.lost} / ${r.duplicated}`,
+      ]);
+    }
+  }
+  rows.push([
+    '1,000',
+    `naive relay (claim 1 row, publish, await ack, update; first ${alt.params.naiveEvents} rows)`,
+    alt.naive.median,
+    spread(alt.naive),
+    `**${n(alt.relayVsNaiveRelay)}×**`,
+    "(Ferry's outbox)",
+    '',
+  ]);
+  return `${table(['keys', 'approach', 'drain events/s', 'spread', 'Ferry / this', 'producer tx/s', 'lost / duplicated'], rows)}
 
-The same ${alt.params.events.toLocaleString('en')} events (${alt.params.keys} keys), written by ${alt.params.writers} writers, one event per business transaction
-(business \`UPDATE\` + \`publisher.publish\`, or + \`boss.send\` on the caller's client through pg-boss's \`db\` option, \`singletonKey\`
-= the event key). pg-boss's worker fetches batches of 100 (\`localConcurrency\` 2, \`burstWhenBatchFull\`), publishes them
-pipelined and completes them after the PubAcks. Drain rates are steady rates, from a tenth of the events
-acknowledged to the last, so that no one's cold start (connections, JIT, the first JetStream request) counts. ${alt.params.trials} trials, order alternating.`;
+The same events (${alt.params.events.toLocaleString('en')} per drain, ${(alt.params.fewKeyEvents ?? alt.params.events).toLocaleString('en')} below 100 keys, where pg-boss hands a key's next job out only on
+its next poll), written by ${alt.params.writers} writers, one event per business transaction (business \`UPDATE\` + the approach's own
+write on the caller's client), all published to a file-storage stream with the same encoding (\`ce-*\` headers,
+\`Nats-Msg-Id\` = the event id). pg-boss: a \`key_strict_fifo\` queue, \`singletonKey\` = the key, a worker fetching batches of
+100 (\`localConcurrency\` 2, \`burstWhenBatchFull\`) that publishes and completes after the PubAcks.
+pg-transactional-outbox: its \`initializeMessageStorage\` with segment = the key and concurrency \`sequential\` (its per-key
+order: its polling function hands out only the oldest unprocessed message of a segment), drained by its
+\`initializePollingMessageListener\` (batches of 100, 100 ms polling interval; its defaults are 5 and 500 ms), whose handler
+publishes and returns after the PubAck. **Lost / duplicated**: after each drain the whole stream is read back and every
+event id counted (summed over the trials). Drain rates are steady rates, from a tenth of the events handed over to the
+last. ${alt.params.trials} trials, order rotating.`;
 }
 
 function growthSection(g: Json): string {
@@ -211,98 +279,97 @@ ${n(pr.before.indexesMiB)} → ${n(pr.after.indexesMiB)} MiB after a plain \`VAC
 OS; \`VACUUM FULL\` or \`pg_repack\` would return it); drain after pruning ${n(pr.drainAfterPerSec)} events/s.`;
 }
 
-function costSection(c: Json): string {
-  if (!c) return '_not run_';
-  const k = c.cpuSecondsPer1k;
-  return `${table(
-    ['process', 'CPU seconds / 1,000 events', 'spread', 'vs raw publisher'],
-    [
-      ['raw pipelined publisher (baseline, this process)', k.rawPublisher.median, spread(k.rawPublisher), '1.00×'],
-      ['`ferry relay` child process', k.relay.median, spread(k.relay), x2(k.relay.median / k.rawPublisher.median)],
-      ['PostgreSQL backends serving the relay', k.postgres.median, spread(k.postgres), x2(k.postgres.median / k.rawPublisher.median)],
-    ],
-  )}
+/** The machine in one sentence (docs and README). */
+function machineText(m: Json): string {
+  return `${m.cpus} × ${m.cpuModel}, ${m.memoryGiB} GiB RAM, load average at start ${m.loadAverageAtStart.join(' / ')};
+PostgreSQL ${m.postgres} (shared_buffers ${m.postgresSettings.shared_buffers}, synchronous_commit ${m.postgresSettings.synchronous_commit}),
+nats-server ${m.natsServer} (JetStream, file storage unless a table says memory), Node ${m.node}; PostgreSQL, NATS and the benchmark
+share the machine`;
+}
 
-A \`ferry relay\` child (defaults, \`--no-maintenance\`) drains ${c.params.events.toLocaleString('en')} events (${n(c.drainPerSec.median)} events/s); utime +
-stime from \`/proc/<pid>/stat\` before and after, for the relay and for the PostgreSQL backends whose client ports
-belong to it (claims, marks, lane leases, LISTEN). The nats-server's own CPU is not included. Median of ${c.params.trials}.`;
+function headlineTable(latest: Json): string {
+  return table(
+    ['figure', 'value', 'baseline (same run)', 'target', ''],
+    headlineFigures(latest.scenarios).map((f) => [
+      f.figure,
+      formatFigure(f),
+      f.baseline,
+      f.target,
+      metText(f) === 'MISSED' ? '**missed**' : metText(f),
+    ]),
+  );
+}
+
+export const README_START =
+  '<!-- bench:start: generated by `node bench/dist/run.js --render` from bench/results/latest.json; do not edit by hand -->';
+export const README_END = '<!-- bench:end -->';
+
+/** README's benchmark block: the machine, what is claimed, the headline table. */
+export function renderReadmeBlock(latest: Json): string {
+  return `${README_START}
+
+Last full run, ${latest.run.at.slice(0, 10)}, on ${machineText(latest.machine)}. **The claim is the ratios, not the absolute
+rates**: every figure is measured against a baseline in the same run on the same machine (medians of interleaved
+trials), and the machine is small and shared, so the rates move from run to run while the ratios hold. Details and
+how to reproduce: [docs/benchmarks.md](docs/benchmarks.md).
+
+${headlineTable(latest)}
+
+${README_END}`;
+}
+
+/** README.md with its benchmark block replaced (between the markers), or unchanged when it has none. */
+export function replaceReadmeBlock(readme: string, latest: Json): string {
+  const a = readme.indexOf(README_START.slice(0, 16));
+  const b = readme.indexOf(README_END);
+  if (a < 0 || b < a) return readme;
+  return `${readme.slice(0, a)}${renderReadmeBlock(latest)}${readme.slice(b + README_END.length)}`;
 }
 
 export function renderMarkdown(latest: Json, charts: string[]): string {
-  const m = latest.machine;
   const s = latest.scenarios;
-  const r = latest.ratios;
-  const t = latest.targets;
-  const met = (k: string) => (t[k]?.met ? 'met' : '**missed**');
   const analysisFile = new URL('../../lib/analysis.md', import.meta.url);
   const analysis = existsSync(analysisFile) ? readFileSync(analysisFile, 'utf8').trim() : '';
   const chart = (file: string, alt: string) => (charts.includes(file) ? `![${alt}](${file})\n` : '');
+  const r = latest.relay ?? {};
   return `# Benchmarks
 
-<!-- Generated by \`${latest.run.command}\` (bench/run.ts) from bench/results/latest.json. Do not edit by hand:
-     the analysis at the end comes from bench/lib/analysis.md. -->
+<!-- Generated by \`${latest.run.command}\` (bench/run.ts) from bench/results/latest.json; \`node bench/dist/run.js --render\`
+     writes it again. Do not edit by hand: the analysis at the end comes from bench/lib/analysis.md. -->
 
 Every figure stands beside a baseline measured in the same run on the same machine, as a ratio, with the median
 of several interleaved trials and their spread (±half the min–max range, relative to the median). The machine is
-shared and noisy, so read the ratios, not the absolute rates.
+shared and small, so **the ratios are the claim, not the absolute rates**.
 
 Run **${latest.run.at}**${latest.run.quick ? ' (QUICK smoke run: sizes too small to quote)' : ''}, ${Math.round(latest.run.totalSeconds / 60)} minutes:
-${m.cpus} × ${m.cpuModel}, ${m.memoryGiB} GiB RAM, load average at start ${m.loadAverageAtStart.join(' / ')};
-PostgreSQL ${m.postgres} (shared_buffers ${m.postgresSettings.shared_buffers}, synchronous_commit ${m.postgresSettings.synchronous_commit}),
-nats-server ${m.natsServer} (JetStream, memory streams), Node ${m.node}; PostgreSQL, NATS and the benchmark share the machine.
+${machineText(latest.machine)}.
 
-Reproduce: \`npm run bench\` (full, ~15 minutes) or \`npm run bench -- --quick\` (smoke, under a minute, writes to
-bench/results/quick/); one scenario: \`npm run build && node bench/dist/scenarios/relay-sweep.js\` (see each file's header).
+Reproduce: \`npm run bench\` (full, ~25 minutes; run it on a quiet machine) or \`npm run bench -- --quick\` (smoke, about 2
+minutes, writes to bench/results/quick/); some scenarios: \`npm run bench -- --only relay-drain,relay-latency\` (writes to
+bench/results/partial/); one scenario: \`npm run build && node bench/dist/scenarios/relay-drain.js --help\`.
 
 ## Headline
 
-${table(
-  ['figure', 'value', 'baseline (same run)', 'target', ''],
-  [
-    ['publisher overhead', x2(r.publishOverhead), 'business UPDATE + plain INSERT of the same JSON', '≤ 1.3×', met('publishOverhead')],
-    [
-      'relay drain throughput',
-      x2(r.relayVsRawJetStream),
-      'raw pipelined JetStream publishing, one connection',
-      '≥ 0.8×',
-      met('relayVsRawJetStream'),
-    ],
-    [
-      'inbox throughput (fresh events)',
-      x2(r.inboxVsPlainConsumer),
-      'plain consumer, same handler SQL',
-      '≥ 0.7×',
-      met('inboxVsPlainConsumer'),
-    ],
-    [
-      'relay vs pg-boss as the outbox',
-      `${n(r.relayVsPgBossOutbox)}×`,
-      'pg-boss `key_strict_fifo` queue + worker',
-      '> 1×',
-      met('relayVsPgBossOutbox'),
-    ],
-    ['relay vs a naive relay', `${n(r.relayVsNaiveRelay)}×`, 'one row at a time, await each ack', '> 1×', met('relayVsNaiveRelay')],
-  ],
-)}
+${headlineTable(latest)}
 
-Relay drain ${n(latest.relay.eventsPerSec)} events/s; commit-to-ack p50 / p99 / p99.9 ${n(latest.relay.commitToAckMs.p50)} /
-${n(latest.relay.commitToAckMs.p99)} / ${n(latest.relay.commitToAckMs.p999)} ms (${latest.relay.commitToAckAt ?? 'n/a'}); publisher
-${n(latest.publisher.txPerSec)} transactions/s (${latest.publisher.writers} writers); inbox ${n(latest.inbox.eventsPerSec)} events/s.
+Relay drain ${n(r.eventsPerSec)} events/s against ${n(r.rawEventsPerSec)} raw (${n(r.atKeys)} keys, file storage); relay CPU ${n(r.cpuMsPer1k?.relay)} ms and
+PostgreSQL CPU ${n(r.cpuMsPer1k?.postgres)} ms per 1,000 events (the raw client: ${n(r.cpuMsPer1k?.raw)} ms); publisher ${n(latest.publisher?.txPerSec)} transactions/s
+(8 writers); inbox ${n(latest.inbox?.eventsPerSec)} events/s.
 
 ${chart('bench-relay-sweep.svg', 'Relay drain throughput across batch size and max in flight, with the raw JetStream ceiling')}
 ${chart('bench-relay-latency.svg', 'Commit-to-ack latency percentiles against offered load, LISTEN and polling only')}
 ${chart('bench-growth.svg', 'Relay drain throughput and publish latency against retained published rows')}
 ## 1. Publisher overhead
 
-${publisherSection(s.publisher, s['relay-load'])}
+${publisherSection(s.publisher, s['relay-latency'])}
 
-## 2. Relay drain vs raw JetStream, and the batch × in-flight sweep
+## 2. Relay drain vs raw JetStream
 
-${sweepSection(s['relay-sweep'])}
+${drainSection(s['relay-drain'])}
 
-## 3. Commit-to-ack latency under steady open-loop load
+## 3. Commit → subscriber latency with the defaults
 
-${loadSection(s['relay-load'])}
+${latencySection(s['relay-latency'])}
 
 ## 4. Inbox vs a plain consumer
 
@@ -316,8 +383,12 @@ ${alternativesSection(s.alternatives)}
 
 ${growthSection(s.growth)}
 
-## 7. Cost
+## 7. Tuning: the batch × in-flight sweep
 
-${costSection(s.cost)}
+${sweepSection(s['relay-sweep'])}
+
+## 8. Latency against offered load (relay in process)
+
+${loadSection(s['relay-load'])}
 ${analysis ? `\n## Analysis\n\n${analysis}\n` : ''}`;
 }

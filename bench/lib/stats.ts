@@ -1,5 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { isQuick } from './args.js';
 
 /** Median and spread (min..max, and relative half-range) of repeated trials. */
 export interface Summary {
@@ -24,10 +26,6 @@ export function percentile(sortedValues: number[], p: number): number {
   if (sortedValues.length === 0) return Number.NaN;
   const i = Math.min(sortedValues.length - 1, Math.max(0, Math.ceil((p / 100) * sortedValues.length) - 1));
   return sortedValues[i] as number;
-}
-
-export function hasFlag(name: string): boolean {
-  return process.argv.includes(`--${name}`);
 }
 
 export function machine() {
@@ -57,10 +55,22 @@ export function fmt(n: number): string {
   return n.toFixed(2);
 }
 
+/**
+ * Where a scenario writes its result: the committed bench/results/ for a full
+ * run; bench/results/quick/ for `--quick` (both gitignored sub-folders), or the
+ * folder the runner names in FERRY_BENCH_RESULTS_DIR (`--quick`, `--only`), so
+ * a smoke or partial run never overwrites the committed figures.
+ */
+export function resultsDir(): URL {
+  const fromRunner = process.env.FERRY_BENCH_RESULTS_DIR;
+  if (fromRunner) return pathToFileURL(fromRunner.endsWith('/') ? fromRunner : `${fromRunner}/`);
+  return new URL(isQuick() ? '../../results/quick/' : '../../results/', import.meta.url);
+}
+
 export function writeResult(name: string, data: unknown): string {
-  const dir = new URL('../../results/', import.meta.url);
+  const dir = resultsDir();
   mkdirSync(dir, { recursive: true });
   const file = new URL(`${name}.json`, dir);
   writeFileSync(file, `${JSON.stringify({ ...(data as object), machine: machine(), at: new Date().toISOString() }, null, 2)}\n`);
-  return file.pathname;
+  return fileURLToPath(file);
 }

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { sleep } from './args.js';
 
 /**
  * Runs `writers` concurrent loops for `seconds`; each loop calls
@@ -43,4 +44,25 @@ export async function loopNodePostgresWriters(
   } finally {
     for (const c of clients) c.release();
   }
+}
+
+/**
+ * Open loop: calls `commitOne` on a fixed schedule, one call per `perCall`
+ * events at `rate` events per second, for `seconds`, whatever happened to the
+ * earlier calls (a slow commit does not delay the next one); resolves when
+ * every call has settled.
+ */
+export async function openLoop(rate: number, perCall: number, seconds: number, commitOne: () => Promise<void>): Promise<void> {
+  const start = performance.now();
+  const end = start + seconds * 1000;
+  const inflight = new Set<Promise<void>>();
+  for (let k = 0; ; k++) {
+    const due = start + (k * perCall * 1000) / rate;
+    if (due >= end) break;
+    const wait = due - performance.now();
+    if (wait > 1) await sleep(wait);
+    const p: Promise<void> = commitOne().finally(() => inflight.delete(p));
+    inflight.add(p);
+  }
+  await Promise.all(inflight);
 }

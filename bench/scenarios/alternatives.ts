@@ -1,48 +1,79 @@
 /**
  * Scenario 5, the alternatives a user would pick instead, same run, same
- * events (N events over 1,000 keys, 8 writers, one event per business
- * transaction):
+ * events (N events over 10 and over 1,000 keys, 8 writers, one event per
+ * business transaction), every one publishing to a file-storage JetStream
+ * stream with the same encoding (ce-* headers, Nats-Msg-Id = the event id):
  * - ferry: `publisher.publish` in the business transaction, drained by the relay;
  * - pg-boss as the outbox: `boss.send` in the business transaction (pg-boss's
  *   `db` adapter on the caller's client) to a `key_strict_fifo` queue keyed by
  *   the event key, a pg-boss worker (batches of 100, burst fetching) publishing
  *   each job to JetStream and completing it after the PubAck;
+ * - pg-transactional-outbox (the closest TypeScript peer): its
+ *   `initializeMessageStorage` in the business transaction with
+ *   segment = the event key and concurrency 'sequential' (its per-key order:
+ *   its polling function hands out only the oldest unprocessed message of a
+ *   segment), drained by its polling listener (`initializePollingMessageListener`,
+ *   batches of 100, 100 ms polling interval; its defaults are 5 and 500 ms)
+ *   whose handler publishes to JetStream and returns after the PubAck;
  * - a naive relay on the same outbox: claim one row (FOR UPDATE SKIP LOCKED),
- *   publish, await the PubAck, mark it, commit; one at a time.
- * Drain throughput is the steady rate: from a tenth of the events acknowledged
+ *   publish, await the PubAck, mark it, commit; one at a time (1,000 keys only).
+ * Drain throughput is the steady rate: from a tenth of the events handed over
  * to the last (a cold start — connections, JIT, the first JetStream request —
- * counts against no one). Producer
- * transactions per second are reported too. Trials interleaved, order rotating.
- *
- * The naive relay drains the first 1,000 rows of the same backlog (its rate is
- * one round trip set per row whatever the backlog size).
- *
- *   node bench/dist/scenarios/alternatives.js [--quick] [--events 6000] [--naive-events 1000] [--trials 3]
+ * counts against no one). After each drain the whole stream is read back and
+ * every event id counted: lost (never arrived) and duplicated (arrived more
+ * than once) are reported, not hidden. Producer transactions per second are
+ * reported too. Trials interleaved, order rotating.
  */
 import { randomInt } from 'node:crypto';
-import { encodeEvent, eventFromOutboxRow, quoteIdentifier } from '@ferry/core';
+import { encodeEvent, eventFromOutboxRow, quoteIdentifier, WIRE_HEADERS } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, natsUrl, type TestStream } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
 import type pg from 'pg';
+import type { ClientConfig } from 'pg';
 import { PgBoss } from 'pg-boss';
-import { numArg } from '../lib/args.js';
+import { DatabaseSetup, getDisabledLogger, initializeMessageStorage, initializePollingMessageListener } from 'pg-transactional-outbox';
+import { arg, declareFlags, hasFlag, listArg, numArg } from '../lib/args.js';
 import { startRelay } from '../lib/outbox.js';
-import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
+import { printTable, type Summary, summarize, writeResult } from '../lib/stats.js';
+
+declareFlags(
+  'node bench/dist/scenarios/alternatives.js',
+  'Ferry against the alternatives (pg-boss key_strict_fifo, pg-transactional-outbox segments, a naive relay): drain rate, producer rate, lost and duplicated events.',
+  {
+    quick: 'a small run (300 events, 50 below 100 keys, 1 trial)',
+    events: '<n> events per drain (default 6,000)',
+    keys: '<n,n,…> key spreads (default 10,1000)',
+    'naive-events': '<n> rows the naive relay drains (default 1,000)',
+    approaches: '<a,b,…> which of ferry,pgboss,pto to run (default all; ratios need ferry)',
+    'few-key-events': '<n> events per drain at fewer than 100 keys (default 1,000)',
+    trials: '<n> interleaved trials (default 3)',
+  },
+);
 
 const QUICK = hasFlag('quick');
-const EVENTS = numArg('events', QUICK ? 600 : 6000);
+const EVENTS = numArg('events', QUICK ? 300 : 6000);
 const TRIALS = numArg('trials', QUICK ? 1 : 3);
 /** The naive relay drains only the first rows of the same backlog: one row per round trip, its rate does not depend on the backlog size. */
-const NAIVE_EVENTS = Math.min(EVENTS, numArg('naive-events', QUICK ? 200 : 1000));
-const KEYS = 1000;
+const NAIVE_EVENTS = Math.min(EVENTS, numArg('naive-events', QUICK ? 100 : 1000));
+const KEY_SPREADS = listArg('keys', [10, 1000]);
+/**
+ * Events per drain with fewer than 100 keys: pg-boss's key_strict_fifo hands a
+ * key's next job out only on its next poll (about 25 ev/s at 10 keys), so the
+ * full backlog would take minutes per trial; every approach drains this many there.
+ */
+const FEW_KEY_EVENTS = Math.min(EVENTS, numArg('few-key-events', QUICK ? 50 : 1000));
+const eventsFor = (keys: number) => (keys < 100 ? FEW_KEY_EVENTS : EVENTS);
 const WRITERS = 8;
+/** A drain that moves no event for this long has failed (and says so) instead of hanging the run. */
+const STALL_MS = 60_000;
 const ACCOUNTS = 10_000;
 
 const db = await createTestDatabase({ prefix: 'bench_alt', lanes: 16, max: WRITERS + 4 });
 const s = quoteIdentifier(db.schema);
 const bossSchema = `${db.schema}_boss`;
+const ptoSchema = `${db.schema}_pto`;
 const publisher = createPublisher({ schema: db.schema, source: 'bench' });
 const boss = new PgBoss({ connectionString: db.url, schema: bossSchema, max: 6, schedule: false, supervise: false });
 boss.on('error', (err) => console.error('pg-boss:', err));
@@ -58,15 +89,15 @@ interface JobEvent {
 
 const payload = (i: number) => ({ order: i, amount: 4200, currency: 'EUR', lines: [{ sku: 'A-1', qty: 2 }] });
 
-/** WRITERS loops of business transactions until `EVENTS` are written; transactions per second. */
-async function produce(step: (c: pg.PoolClient, i: number) => Promise<void>): Promise<number> {
+/** WRITERS loops of business transactions until `count` are written; transactions per second. */
+async function produce(count: number, step: (c: pg.PoolClient, i: number) => Promise<void>): Promise<number> {
   let next = 0;
   const started = performance.now();
   await Promise.all(
     Array.from({ length: WRITERS }, async () => {
       const c = await db.pool.connect();
       try {
-        for (let i = next++; i < EVENTS; i = next++) {
+        for (let i = next++; i < count; i = next++) {
           await c.query('BEGIN');
           await c.query(`UPDATE ${s}.accounts SET balance = balance + 1 WHERE id = $1`, [randomInt(1, ACCOUNTS + 1)]);
           await step(c, i);
@@ -77,7 +108,7 @@ async function produce(step: (c: pg.PoolClient, i: number) => Promise<void>): Pr
       }
     }),
   );
-  return EVENTS / ((performance.now() - started) / 1000);
+  return count / ((performance.now() - started) / 1000);
 }
 
 /**
@@ -89,9 +120,15 @@ async function steadyRate(done: () => number, total: number): Promise<number> {
   const t0 = performance.now();
   let t1 = 0;
   let c1 = 0;
+  let last = -1;
+  let lastMoved = t0;
   for (;;) {
     const c = done();
     const now = performance.now();
+    if (c !== last) {
+      last = c;
+      lastMoved = now;
+    } else if (now - lastMoved > STALL_MS) throw new Error(`the drain stalled at ${c} of ${total} events for ${STALL_MS / 1000} s`);
     if (t1 === 0 && c >= total / 10) {
       t1 = now;
       c1 = c;
@@ -105,18 +142,71 @@ async function steadyRate(done: () => number, total: number): Promise<number> {
   }
 }
 
-async function count(stream: TestStream): Promise<number> {
-  return (await stream.jsm.streams.info(stream.name)).state.messages;
+/**
+ * Reads the whole stream back: how many of the `expected` event ids arrived
+ * (lost = never), and how many messages were extra copies of one (duplicated).
+ */
+async function delivery(stream: TestStream, expected: number): Promise<{ messages: number; lost: number; duplicated: number }> {
+  const consumer = await jetstream(stream.nc).consumers.get(stream.name);
+  const messages = (await stream.jsm.streams.info(stream.name)).state.messages;
+  const seen = new Map<string, number>();
+  if (messages > 0) {
+    const iter = await consumer.fetch({ max_messages: messages, expires: 10_000 });
+    let n = 0;
+    for await (const m of iter) {
+      const id = m.headers?.get(WIRE_HEADERS.id) ?? '';
+      seen.set(id, (seen.get(id) ?? 0) + 1);
+      if (++n >= messages) break;
+    }
+  }
+  let duplicated = 0;
+  for (const c of seen.values()) duplicated += c - 1;
+  return { messages, lost: Math.max(0, expected - seen.size), duplicated };
 }
 
-async function trialFerry(stream: TestStream): Promise<{ producerTxPerSec: number; drainPerSec: number }> {
+/** Publishes an event encoded as the relay does (ce-* headers, Nats-Msg-Id = id). */
+async function publishEvent(js: ReturnType<typeof jetstream>, e: JobEvent): Promise<void> {
+  const enc = encodeEvent({
+    id: e.id,
+    key: e.key,
+    version: BigInt(e.version),
+    subject: e.subject,
+    type: e.type,
+    source: 'bench',
+    time: new Date(),
+    contentType: 'application/json',
+    data: Buffer.from(JSON.stringify(e.data)),
+    headers: {},
+  });
+  const h = headers();
+  for (const [k, v] of enc.headers) h.set(k, v);
+  await js.publish(enc.subject, enc.body, { headers: h });
+}
+
+/** The events the alternatives carry themselves (ferry's publisher assigns versions; they must be told). */
+function jobEvents(stream: TestStream, keys: number): (i: number) => JobEvent {
+  const versions = new Map<string, number>();
+  return (i) => {
+    const key = `order-${i % keys}`;
+    const version = (versions.get(key) ?? 0) + 1;
+    versions.set(key, version);
+    return { id: crypto.randomUUID(), key, version, subject: `${stream.prefix}.orders`, type: 'OrderPlaced', data: payload(i) };
+  };
+}
+
+interface Trial {
+  producerTxPerSec: number;
+  drainPerSec: number;
+}
+
+async function trialFerry(stream: TestStream, keys: number): Promise<Trial> {
   await db.pool.query(`TRUNCATE ${s}.outbox, ${s}.key_versions`);
-  const producerTxPerSec = await produce(async (c, i) => {
-    await publisher.publish(c, { subject: `${stream.prefix}.orders`, key: `order-${i % KEYS}`, type: 'OrderPlaced', data: payload(i) });
+  const producerTxPerSec = await produce(eventsFor(keys), async (c, i) => {
+    await publisher.publish(c, { subject: `${stream.prefix}.orders`, key: `order-${i % keys}`, type: 'OrderPlaced', data: payload(i) });
   });
   await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
   const { relay, marked } = await startRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } });
-  const drainPerSec = await steadyRate(marked, EVENTS);
+  const drainPerSec = await steadyRate(marked, eventsFor(keys));
   await relay.stop();
   return { producerTxPerSec, drainPerSec };
 }
@@ -156,51 +246,23 @@ async function trialNaive(stream: TestStream): Promise<number> {
   return await rate;
 }
 
-async function trialPgBoss(stream: TestStream, t: number): Promise<{ producerTxPerSec: number; drainPerSec: number }> {
-  const queue = `outbox-${t}`;
+let queues = 0;
+async function trialPgBoss(stream: TestStream, keys: number): Promise<Trial> {
+  const queue = `outbox-${queues++}`;
   await boss.createQueue(queue, { policy: 'key_strict_fifo' });
-  const versions = new Map<string, number>();
-  const producerTxPerSec = await produce(async (c, i) => {
-    const key = `order-${i % KEYS}`;
-    const version = (versions.get(key) ?? 0) + 1;
-    versions.set(key, version);
-    const job: JobEvent = {
-      id: crypto.randomUUID(),
-      key,
-      version,
-      subject: `${stream.prefix}.orders`,
-      type: 'OrderPlaced',
-      data: payload(i),
-    };
-    await boss.send(queue, job, { singletonKey: key, db: { executeSql: (text, values) => c.query(text, values) } });
+  const next = jobEvents(stream, keys);
+  const producerTxPerSec = await produce(eventsFor(keys), async (c, i) => {
+    const job = next(i);
+    await boss.send(queue, job, { singletonKey: job.key, db: { executeSql: (text, values) => c.query(text, values) } });
   });
   const js = jetstream(stream.nc);
   let done = 0;
-  const rate = steadyRate(() => done, EVENTS);
+  const rate = steadyRate(() => done, eventsFor(keys));
   await boss.work<JobEvent>(
     queue,
     { batchSize: 100, localConcurrency: 2, pollingIntervalSeconds: 0.5, burstWhenBatchFull: true },
     async (jobs) => {
-      await Promise.all(
-        jobs.map(async (job) => {
-          const e = job.data;
-          const enc = encodeEvent({
-            id: e.id,
-            key: e.key,
-            version: BigInt(e.version),
-            subject: e.subject,
-            type: e.type,
-            source: 'bench',
-            time: new Date(),
-            contentType: 'application/json',
-            data: Buffer.from(JSON.stringify(e.data)),
-            headers: {},
-          });
-          const h = headers();
-          for (const [k, v] of enc.headers) h.set(k, v);
-          await js.publish(enc.subject, enc.body, { headers: h });
-        }),
-      );
+      await Promise.all(jobs.map((job) => publishEvent(js, job.data)));
       done += jobs.length;
     },
   );
@@ -210,94 +272,243 @@ async function trialPgBoss(stream: TestStream, t: number): Promise<{ producerTxP
   return { producerTxPerSec, drainPerSec };
 }
 
+/** pg-transactional-outbox's logger: silent but for errors, which would otherwise hide a stalled drain. */
+const ptoErrors = new Set<string>();
+const ptoError = (err: unknown, ...rest: unknown[]) => {
+  const text = `${err instanceof Error ? err.message : String(err)} ${rest.join(' ')}`;
+  if (!ptoErrors.has(text)) console.error(`pg-transactional-outbox: ${text}`); // each distinct error once
+  ptoErrors.add(text);
+};
+const ptoLogger = { ...getDisabledLogger(), error: ptoError, fatal: ptoError } as ReturnType<typeof getDisabledLogger>;
+
+/** pg-transactional-outbox's own table and polling function, fresh for each trial. */
+async function setupPto(): Promise<void> {
+  const config = {
+    outboxOrInbox: 'outbox' as const,
+    database: 'unused',
+    schema: ptoSchema,
+    table: 'outbox',
+    listenerRole: 'unused',
+    nextMessagesName: 'next_outbox_messages',
+  };
+  await db.pool.query(DatabaseSetup.dropAndCreateTable(config));
+  await db.pool.query(DatabaseSetup.createPollingFunction(config));
+  // Its index statements name the indexes without a schema: run them with the search path on its schema.
+  const c = await db.pool.connect();
+  try {
+    await c.query(`SET search_path TO ${quoteIdentifier(ptoSchema)}`);
+    await c.query(DatabaseSetup.setupPollingIndexes(config));
+  } finally {
+    await c.query('RESET search_path');
+    c.release();
+  }
+}
+
+async function trialPto(stream: TestStream, keys: number): Promise<Trial> {
+  await setupPto();
+  const settings = {
+    dbSchema: ptoSchema,
+    dbTable: 'outbox',
+    enableMaxAttemptsProtection: true,
+    enablePoisonousMessageProtection: true,
+    nextMessagesFunctionSchema: ptoSchema,
+    nextMessagesFunctionName: 'next_outbox_messages',
+    nextMessagesBatchSize: 100,
+    nextMessagesPollingIntervalInMs: 100,
+  };
+  // Its listener pool polls; its handler pool runs one transaction per message (10 connections: node-postgres's default).
+  const config = {
+    outboxOrInbox: 'outbox' as const,
+    dbListenerConfig: { connectionString: db.url, max: 2 } as ClientConfig,
+    dbHandlerConfig: { connectionString: db.url, max: 10 } as ClientConfig,
+    settings,
+  };
+  const logger = ptoLogger;
+  const store = initializeMessageStorage(config, logger);
+  const next = jobEvents(stream, keys);
+  const producerTxPerSec = await produce(eventsFor(keys), async (c, i) => {
+    const e = next(i);
+    await store(
+      {
+        id: e.id,
+        aggregateType: 'order',
+        aggregateId: e.key,
+        messageType: e.type,
+        segment: e.key,
+        concurrency: 'sequential',
+        payload: e.data,
+        metadata: { version: e.version, subject: e.subject },
+      },
+      c,
+    );
+  });
+  const js = jetstream(stream.nc);
+  let done = 0;
+  const rate = steadyRate(() => done, eventsFor(keys));
+  const [shutdown] = initializePollingMessageListener(
+    config,
+    {
+      handle: async (m) => {
+        const meta = m.metadata as { version: number; subject: string };
+        await publishEvent(js, {
+          id: m.id,
+          key: m.aggregateId,
+          version: meta.version,
+          subject: meta.subject,
+          type: m.messageType,
+          data: m.payload,
+        });
+        done++;
+      },
+    },
+    logger,
+  );
+  try {
+    return { producerTxPerSec, drainPerSec: await rate };
+  } finally {
+    await shutdown();
+  }
+}
+
+const ALL_APPROACHES = ['ferry', 'pgboss', 'pto'] as const;
+type Approach = (typeof ALL_APPROACHES)[number];
+const APPROACHES = ALL_APPROACHES.filter((a) => arg('approaches', ALL_APPROACHES.join(',')).split(',').includes(a));
+interface Samples {
+  drain: number[];
+  producer: number[];
+  lost: number[];
+  duplicated: number[];
+}
+
 try {
   await db.pool.query(`CREATE TABLE ${s}.accounts (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`);
   await db.pool.query(`INSERT INTO ${s}.accounts (id) SELECT generate_series(1, ${ACCOUNTS})`);
   await boss.start();
-  const samples = {
-    ferry: [] as number[],
-    naive: [] as number[],
-    pgboss: [] as number[],
-    ferryTx: [] as number[],
-    pgbossTx: [] as number[],
+  const samples = new Map<string, Samples>();
+  const naive: number[] = [];
+  const record = (approach: Approach, keys: number, t: Trial, d: { lost: number; duplicated: number }) => {
+    const id = `${approach}/${keys}`;
+    const x = samples.get(id) ?? { drain: [], producer: [], lost: [], duplicated: [] };
+    x.drain.push(t.drainPerSec);
+    x.producer.push(t.producerTxPerSec);
+    x.lost.push(d.lost);
+    x.duplicated.push(d.duplicated);
+    samples.set(id, x);
   };
+  let turn = 0;
   for (let t = 0; t < TRIALS; t++) {
-    const order = [
-      ['ferry', 'pgboss'],
-      ['pgboss', 'ferry'],
-    ][t % 2] as string[];
-    for (const which of order) {
-      if (which === 'ferry') {
-        const a = await createTestStream({ prefix: 'benchaltf' });
-        const b = await createTestStream({ prefix: 'benchaltn' });
+    for (const keys of KEY_SPREADS) {
+      const order = APPROACHES.map((_, i) => APPROACHES[(i + turn) % APPROACHES.length] as Approach);
+      turn++;
+      for (const which of order) {
+        const stream = await createTestStream({ prefix: `benchalt${which}`, storage: 'file' });
         try {
-          const f = await trialFerry(a);
-          const naive = await trialNaive(b);
-          if ((await count(a)) !== EVENTS || (await count(b)) !== NAIVE_EVENTS) throw new Error('a stream is missing events');
-          samples.ferry.push(f.drainPerSec);
-          samples.ferryTx.push(f.producerTxPerSec);
-          samples.naive.push(naive);
+          const trial =
+            which === 'ferry'
+              ? await trialFerry(stream, keys)
+              : which === 'pgboss'
+                ? await trialPgBoss(stream, keys)
+                : await trialPto(stream, keys);
+          const d = await delivery(stream, eventsFor(keys));
+          record(which, keys, trial, d);
+          console.log(
+            `  trial ${t + 1}, ${keys} keys, ${which}: drain ${trial.drainPerSec.toFixed(0)} ev/s, producer ${trial.producerTxPerSec.toFixed(0)} tx/s, ${d.messages} messages, lost ${d.lost}, duplicated ${d.duplicated}`,
+          );
+          if (which === 'ferry' && keys === Math.max(...KEY_SPREADS)) {
+            const b = await createTestStream({ prefix: 'benchaltn', storage: 'file' });
+            try {
+              naive.push(await trialNaive(b));
+            } finally {
+              await b.close();
+            }
+          }
         } finally {
-          await a.close();
-          await b.close();
-        }
-      } else {
-        const st = await createTestStream({ prefix: 'benchaltb' });
-        try {
-          const p = await trialPgBoss(st, t);
-          if ((await count(st)) !== EVENTS) throw new Error('the pg-boss stream is missing events');
-          samples.pgboss.push(p.drainPerSec);
-          samples.pgbossTx.push(p.producerTxPerSec);
-        } finally {
-          await st.close();
+          await stream.close();
         }
       }
     }
   }
-  const ferry = summarize(samples.ferry);
-  const naive = summarize(samples.naive);
-  const pgboss = summarize(samples.pgboss);
-  const ferryTx = summarize(samples.ferryTx);
-  const pgbossTx = summarize(samples.pgbossTx);
-  const relayVsPgBossOutbox = ferry.median / pgboss.median;
-  const relayVsNaiveRelay = ferry.median / naive.median;
   const pct = (x: { spread: number }) => `±${(x.spread * 100).toFixed(0)}%`;
+  const NAMES: Record<Approach, string> = {
+    ferry: 'ferry relay',
+    pgboss: 'pg-boss key_strict_fifo queue + worker',
+    pto: 'pg-transactional-outbox polling, segment = key',
+  };
+  const results: Record<
+    string,
+    Record<Approach, { drainPerSec: Summary; producerTxPerSec: Summary; lost: number; duplicated: number; ferryVsThis: number }>
+  > = {};
+  const rows: Array<Array<string | number>> = [];
+  for (const keys of KEY_SPREADS) {
+    const ferry = summarize(samples.get(`ferry/${keys}`)?.drain ?? []);
+    const byApproach = {} as Record<
+      Approach,
+      { drainPerSec: Summary; producerTxPerSec: Summary; lost: number; duplicated: number; ferryVsThis: number }
+    >;
+    for (const a of APPROACHES) {
+      const x = samples.get(`${a}/${keys}`) ?? { drain: [], producer: [], lost: [], duplicated: [] };
+      const drainPerSec = summarize(x.drain);
+      const producerTxPerSec = summarize(x.producer);
+      const lost = x.lost.reduce((p, q) => p + q, 0);
+      const duplicated = x.duplicated.reduce((p, q) => p + q, 0);
+      byApproach[a] = { drainPerSec, producerTxPerSec, lost, duplicated, ferryVsThis: ferry.median / drainPerSec.median };
+      rows.push([
+        keys.toLocaleString('en'),
+        NAMES[a],
+        drainPerSec.median,
+        pct(drainPerSec),
+        a === 'ferry' ? '(baseline)' : `${(ferry.median / drainPerSec.median).toFixed(1)}x`,
+        producerTxPerSec.median,
+        `${lost} / ${duplicated}`,
+      ]);
+    }
+    results[keys] = byApproach;
+  }
+  const naiveS = summarize(naive);
+  const maxKeys = Math.max(...KEY_SPREADS);
+  const ferryAtMax = results[maxKeys]?.ferry.drainPerSec.median ?? Number.NaN;
+  rows.push([
+    maxKeys.toLocaleString('en'),
+    `naive relay (one row at a time; first ${NAIVE_EVENTS} rows)`,
+    naiveS.median,
+    pct(naiveS),
+    `${(ferryAtMax / naiveS.median).toFixed(1)}x`,
+    '(ferry)',
+    '',
+  ]);
   printTable(
-    `Alternatives: drain of ${EVENTS.toLocaleString('en')} events (${KEYS} keys), median of ${TRIALS} interleaved trials; producers: ${WRITERS} writers, 1 event per transaction`,
-    ['approach', 'drain ev/s', 'spread', 'ferry / this', 'producer tx/s', 'spread'],
-    [
-      ['ferry relay', ferry.median, pct(ferry), '(baseline)', ferryTx.median, pct(ferryTx)],
-      [
-        'pg-boss key_strict_fifo queue + worker',
-        pgboss.median,
-        pct(pgboss),
-        `${relayVsPgBossOutbox.toFixed(1)}x`,
-        pgbossTx.median,
-        pct(pgbossTx),
-      ],
-      [
-        `naive relay (one row at a time; first ${NAIVE_EVENTS} rows)`,
-        naive.median,
-        pct(naive),
-        `${relayVsNaiveRelay.toFixed(1)}x`,
-        '(same as ferry)',
-        '',
-      ],
-    ],
+    `Alternatives: drain of ${EVENTS.toLocaleString('en')} events (${FEW_KEY_EVENTS.toLocaleString('en')} below 100 keys), file storage, median of ${TRIALS} interleaved trials; producers: ${WRITERS} writers, 1 event per transaction; lost / duplicated summed over the trials`,
+    ['keys', 'approach', 'drain ev/s', 'spread', 'ferry / this', 'producer tx/s', 'lost / duplicated'],
+    rows,
   );
   const file = writeResult('alternatives', {
     scenario: 'alternatives',
-    params: { events: EVENTS, naiveEvents: NAIVE_EVENTS, trials: TRIALS, keys: KEYS, writers: WRITERS, quick: QUICK },
-    drainPerSec: { ferry, pgboss, naive },
-    producerTxPerSec: { ferry: ferryTx, pgboss: pgbossTx },
-    relayVsPgBossOutbox,
-    relayVsNaiveRelay,
-    producerFerryVsPgBoss: ferryTx.median / pgbossTx.median,
+    params: {
+      events: EVENTS,
+      fewKeyEvents: FEW_KEY_EVENTS,
+      naiveEvents: NAIVE_EVENTS,
+      trials: TRIALS,
+      keys: KEY_SPREADS,
+      writers: WRITERS,
+      storage: 'file',
+      quick: QUICK,
+    },
+    byKeys: results,
+    naive: naiveS,
+    relayVsPgBossOutbox: results[maxKeys]?.pgboss.ferryVsThis,
+    relayVsPgBossOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pgboss.ferryVsThis])),
+    relayVsTransactionalOutbox: results[maxKeys]?.pto.ferryVsThis,
+    relayVsTransactionalOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pto.ferryVsThis])),
+    relayVsNaiveRelay: ferryAtMax / naiveS.median,
+    exactlyOnce: Object.fromEntries(
+      APPROACHES.map((a) => [a, KEY_SPREADS.every((k) => results[k]?.[a].lost === 0 && results[k]?.[a].duplicated === 0)]),
+    ),
   });
   console.log(`wrote ${file}`);
 } finally {
   await boss.stop({ graceful: false }).catch(() => {});
   await db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(bossSchema)} CASCADE`).catch(() => {});
+  await db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(ptoSchema)} CASCADE`).catch(() => {});
   await db.close();
 }
 process.exit(0);

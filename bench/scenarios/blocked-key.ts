@@ -14,14 +14,22 @@
 import { quoteIdentifier } from '@ferry/core';
 import { claimBatchSql, RELAY_DEFAULTS } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
-import { numArg } from '../lib/args.js';
+import { declareFlags, hasFlag, numArg } from '../lib/args.js';
 import { generateRows, relayDrain } from '../lib/outbox.js';
-import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
+import { printTable, summarize, writeResult } from '../lib/stats.js';
 
-if (hasFlag('help')) {
-  console.log('usage: node bench/dist/scenarios/blocked-key.js [--quick] [--blocked N] [--backlog N] [--keys N] [--claims N] [--trials N]');
-  process.exit(0);
-}
+declareFlags(
+  'node bench/dist/scenarios/blocked-key.js',
+  "Claim cost and the other keys' drain with a blocked hot key, against the same lane unblocked.",
+  {
+    quick: 'a small run (20,000 blocked rows, 2,000 backlog, 10 claims, 1 trial)',
+    blocked: '<n> rows waiting behind the dead row (default 1,000,000)',
+    backlog: '<n> rows of other keys to drain (default 20,000)',
+    keys: '<n> other keys (default 1,000)',
+    claims: '<n> claims timed per trial (default 30)',
+    trials: '<n> trials (default 2)',
+  },
+);
 
 const QUICK = hasFlag('quick');
 const BLOCKED = numArg('blocked', QUICK ? 20_000 : 1_000_000);
@@ -53,7 +61,7 @@ async function claimMs(): Promise<number> {
 
 /** Events per second of a relay draining a backlog of other keys. */
 async function drain(): Promise<number> {
-  const stream = await createTestStream({ prefix: 'benchblocked' });
+  const stream = await createTestStream({ prefix: 'benchblocked', storage: 'file' });
   try {
     return await relayDrain(
       db.pool,

@@ -14,9 +14,21 @@ import { quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
-import { listArg, numArg } from '../lib/args.js';
+import { declareFlags, hasFlag, listArg, numArg } from '../lib/args.js';
 import { generateRows, relayDrain } from '../lib/outbox.js';
-import { hasFlag, percentile, printTable, summarize, writeResult } from '../lib/stats.js';
+import { percentile, printTable, summarize, writeResult } from '../lib/stats.js';
+
+declareFlags(
+  'node bench/dist/scenarios/growth.js',
+  'Relay drain and publish latency with retained published rows, each level against level 0.',
+  {
+    quick: 'a small run (levels 0, 10,000, 30,000)',
+    levels: '<n,n,…> retained published rows per level (default 0,1000000,5000000)',
+    backlog: '<n> events drained per level (default 20,000)',
+    publishes: '<n> publishes timed per level (default 1,000)',
+    trials: '<n> trials (default 2)',
+  },
+);
 
 const QUICK = hasFlag('quick');
 const LEVELS = listArg('levels', QUICK ? [0, 10_000, 30_000] : [0, 1_000_000, 5_000_000]);
@@ -42,7 +54,7 @@ async function sizes() {
 }
 
 async function drain(): Promise<number> {
-  const stream = await createTestStream({ prefix: 'benchgrowth' });
+  const stream = await createTestStream({ prefix: 'benchgrowth', storage: 'file' });
   try {
     return await relayDrain(
       db.pool,

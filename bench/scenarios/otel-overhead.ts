@@ -18,9 +18,9 @@ import { fileURLToPath } from 'node:url';
 import { otel, type Queryable, quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream } from '@ferry/testkit';
-import { arg, numArg } from '../lib/args.js';
+import { arg, declareFlags, hasFlag, numArg } from '../lib/args.js';
 import { relayDrain } from '../lib/outbox.js';
-import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
+import { printTable, summarize, writeResult } from '../lib/stats.js';
 import { loopNodePostgresWriters } from '../lib/writers.js';
 
 const MODES = ['absent', 'api', 'sdk'] as const;
@@ -35,6 +35,19 @@ interface TrialResult {
   drainCpuMsPer1k: number;
   spans: number;
 }
+
+declareFlags(
+  'node bench/dist/scenarios/otel-overhead.js',
+  'Tracing cost: Ferry without @opentelemetry/api, with the API and no SDK, with a recording SDK (not part of npm run bench).',
+  {
+    quick: 'a small run',
+    trials: '<n> trials (default 3)',
+    seconds: '<s> seconds per publish measurement (default 3)',
+    events: '<n> events drained per trial (default 20,000)',
+    writers: '<n> concurrent writers (default 8)',
+    child: '<mode> internal: run one mode (absent, api, sdk) and print its JSON',
+  },
+);
 
 const QUICK = hasFlag('quick');
 const TRIALS = numArg('trials', QUICK ? 1 : 3);

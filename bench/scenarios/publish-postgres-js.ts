@@ -12,28 +12,20 @@ import { fromPostgresJs } from '@ferry/publisher/postgres-js';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import postgres from 'postgres';
-import { numArg } from '../lib/args.js';
-import { hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
+import { declareFlags, hasFlag, numArg } from '../lib/args.js';
+import { printTable, summarize, writeResult } from '../lib/stats.js';
 import { loopNodePostgresWriters, loopWriters } from '../lib/writers.js';
 
-const HELP = `Publisher overhead through postgres.js and node-postgres, same run.
-
-  node bench/dist/scenarios/publish-postgres-js.js [options]
-
-  --writers N    concurrent writers (connections per driver)   default 8
-  --seconds S    length of one trial of one scenario           default 5 (1.5 with --quick)
-  --trials N     interleaved trials per scenario; the median   default 3 (2 with --quick)
-                 is reported, with the spread between trials
-  --quick        the short settings above
-  --help         this text
-
-Overhead = plain tx/s / publish tx/s through the same driver (1.00x = free).
-Prints a table and writes bench/results/publish-postgres-js.json.`;
-
-if (hasFlag('help')) {
-  console.log(HELP);
-  process.exit(0);
-}
+declareFlags(
+  'node bench/dist/scenarios/publish-postgres-js.js',
+  'Publisher overhead through postgres.js and node-postgres, same run. Overhead = plain tx/s / publish tx/s through the same driver (1.00x = free).',
+  {
+    quick: 'short trials (1.5 s, 2 trials)',
+    writers: '<n> concurrent writers (connections per driver; default 8)',
+    seconds: '<s> length of one trial of one scenario (default 5)',
+    trials: '<n> interleaved trials per scenario; the median is reported with the spread (default 3)',
+  },
+);
 
 const QUICK = hasFlag('quick');
 const WRITERS = numArg('writers', 8);

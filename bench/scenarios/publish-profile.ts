@@ -21,9 +21,19 @@ import { quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
-import { numArg } from '../lib/args.js';
+import { declareFlags, numArg } from '../lib/args.js';
 import { cpuSecondsOf } from '../lib/proc.js';
 import { printTable, writeResult } from '../lib/stats.js';
+
+declareFlags(
+  'node bench/dist/scenarios/publish-profile.js',
+  "Where the publisher's time goes: statement times, WAL and backend CPU per variant (not part of npm run bench).",
+  {
+    tx: '<n> transactions per variant (default 2,000)',
+    writers: '<n> concurrent writers in the wait-event sampling (default 8)',
+    seconds: '<s> seconds of concurrent writing (default 5)',
+  },
+);
 
 const TX = numArg('tx', 2000);
 const WRITERS = numArg('writers', 8);

@@ -16,9 +16,21 @@ import { quoteIdentifier, WIRE_HEADERS, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
-import { listArg, numArg, sleep, until } from '../lib/args.js';
+import { declareFlags, hasFlag, listArg, numArg, until } from '../lib/args.js';
+import { LatencyClock } from '../lib/latency.js';
 import { startRelay } from '../lib/outbox.js';
-import { hasFlag, percentile, printTable, writeResult } from '../lib/stats.js';
+import { percentile, printTable, writeResult } from '../lib/stats.js';
+import { openLoop } from '../lib/writers.js';
+
+declareFlags(
+  'node bench/dist/scenarios/relay-load.js',
+  'Commit-to-ack latency against offered load (% of the measured capacity), relay in process, LISTEN/NOTIFY and polling only; file storage.',
+  {
+    quick: 'a short run (2 s per load)',
+    seconds: '<s> seconds per run (default 10)',
+    loads: '<n,n,…> offered load, % of capacity (default 10,50,90)',
+  },
+);
 
 const QUICK = hasFlag('quick');
 const SECONDS = numArg('seconds', QUICK ? 2 : 10);
@@ -47,28 +59,15 @@ interface Run {
  */
 async function oneRun(listen: boolean, rate: number | undefined, seconds: number, warmupSeconds: number): Promise<Run> {
   await db.pool.query(`TRUNCATE ${s}.outbox, ${s}.key_versions`);
-  const stream = await createTestStream({ prefix: 'benchload' });
+  const stream = await createTestStream({ prefix: 'benchload', storage: 'file' });
   const prefix = `k${keyRun++}-`;
-  const committedAt = new Map<string, number>();
-  const arrivedAt = new Map<string, number>();
-  const latencies: number[] = [];
-  let received = 0;
+  const clock = new LatencyClock();
   let committed = 0;
   let measuring = false;
   const consumer = await jetstream(stream.nc).consumers.get(stream.name);
   const messages = await consumer.consume();
   const reading = (async () => {
-    for await (const m of messages) {
-      const now = performance.now();
-      received++;
-      const id = m.headers?.get(WIRE_HEADERS.id) ?? '';
-      const at = committedAt.get(id);
-      if (at === undefined) arrivedAt.set(id, now);
-      else {
-        latencies.push(now - at);
-        committedAt.delete(id);
-      }
-    }
+    for await (const m of messages) clock.arrived(m.headers?.get(WIRE_HEADERS.id) ?? '');
   })();
   const { relay } = await startRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() }, listen });
   const publisher = createPublisher({ schema: db.schema, source: 'bench', notify: listen });
@@ -83,30 +82,23 @@ async function oneRun(listen: boolean, rate: number | undefined, seconds: number
       data: { order: i + j, amount: 4200, currency: 'EUR' },
     }));
     const results = await withTransaction(db.pool, (tx) => publisher.publishMany(tx, events));
-    const now = performance.now();
     committed += PER_TX;
-    if (!measuring) return;
-    for (const r of results) {
-      const at = arrivedAt.get(r.id);
-      if (at === undefined) committedAt.set(r.id, now);
-      else {
-        // The message arrived before the COMMIT callback ran.
-        latencies.push(Math.max(0, at - now));
-        arrivedAt.delete(r.id);
-      }
-    }
+    clock.committed(
+      results.map((r) => r.id),
+      measuring,
+    );
   };
   const start = performance.now();
   const end = start + seconds * 1000;
   const backlog: Array<{ atMs: number; backlog: number }> = [];
-  const sampler = setInterval(() => backlog.push({ atMs: performance.now() - start, backlog: committed - received }), 100);
+  const sampler = setInterval(() => backlog.push({ atMs: performance.now() - start, backlog: committed - clock.received }), 100);
   const warmEnd = start + warmupSeconds * 1000;
   const warm = setTimeout(() => {
     measuring = true;
   }, warmupSeconds * 1000);
   let receivedAtWarm = 0;
   const markWarm = setTimeout(() => {
-    receivedAtWarm = received;
+    receivedAtWarm = clock.received;
   }, warmupSeconds * 1000);
   try {
     if (rate === undefined) {
@@ -116,26 +108,17 @@ async function oneRun(listen: boolean, rate: number | undefined, seconds: number
         }),
       );
     } else {
-      const inflight = new Set<Promise<void>>();
-      for (let k = 0; ; k++) {
-        const due = start + (k * PER_TX * 1000) / rate;
-        if (due >= end) break;
-        const wait = due - performance.now();
-        if (wait > 1) await sleep(wait);
-        const p: Promise<void> = commitOne().finally(() => inflight.delete(p));
-        inflight.add(p);
-      }
-      await Promise.all(inflight);
+      await openLoop(rate, PER_TX, seconds, commitOne);
     }
     const elapsedMs = performance.now() - start;
-    const receivedAtEnd = received;
+    const receivedAtEnd = clock.received;
     clearInterval(sampler);
-    await until(() => received >= committed, 'the relay to catch up', 60_000);
+    await until(() => clock.received >= committed, 'the relay to catch up', 60_000);
     const measuredSeconds = (Math.min(end, performance.now()) - Math.max(warmEnd, start)) / 1000;
     return {
       committed,
-      received: rate === undefined ? (receivedAtEnd - receivedAtWarm) / measuredSeconds : received,
-      latencies,
+      received: rate === undefined ? (receivedAtEnd - receivedAtWarm) / measuredSeconds : clock.received,
+      latencies: clock.latencies,
       backlog,
       elapsedMs,
     };

@@ -18,17 +18,21 @@ import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, NatsServer } from '@ferry/testkit';
 import { jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
+import { declareFlags, numArg } from '../lib/args.js';
 
-function arg(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  const v = i >= 0 ? Number(process.argv[i + 1]) : fallback;
-  if (!Number.isSafeInteger(v) || v < 0) throw new Error(`--${name} must be a non-negative integer`);
-  return v;
-}
+declareFlags(
+  'node bench/dist/scenarios/relay-memory.js',
+  'Peak RSS of a ferry relay child draining a large backlog of small events and one of large events (not part of npm run bench).',
+  {
+    small: '<n> small events (default 1,000,000)',
+    large: '<n> large events (default 2,000)',
+    'large-bytes': '<n> bytes per large event (default 1,000,000)',
+  },
+);
 
-const SMALL = arg('small', 1_000_000);
-const LARGE = arg('large', 2_000);
-const LARGE_BYTES = arg('large-bytes', 1_000_000);
+const SMALL = numArg('small', 1_000_000);
+const LARGE = numArg('large', 2_000);
+const LARGE_BYTES = numArg('large-bytes', 1_000_000);
 const FERRY_BIN = fileURLToPath(new URL('../../../apps/relay/bin/ferry.js', import.meta.url));
 const RESULT = fileURLToPath(new URL('../../results/relay-memory.json', import.meta.url));
 

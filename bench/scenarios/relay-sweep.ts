@@ -1,30 +1,37 @@
 /**
- * Scenario 2, relay drain: a backlog of 100,000 events (--quick: 3,000)
- * committed in one transaction while a relay is running, drained to the last
- * batch marked published, against the ceiling: raw pipelined JetStream
- * publishing of the same messages (same headers, same sizes) from one Node
- * connection with the same window of unacknowledged messages. Headline trials
- * at the relay defaults, raw and relay interleaved (order alternating); then a
- * sweep of batch size x max in flight on a smaller backlog (20,000), each
- * window's raw ceiling measured beside it, and the defaults recommended from
- * the data. Variants at the defaults: 100 and 10,000 keys (the relay keeps
- * each key's rows in order), and nats.js `noAsyncTraces` for relay and raw alike.
- *
- *   node bench/dist/scenarios/relay-sweep.js [--quick] [--events N] [--sweep-events N] [--trials N]
- *     [--batches 100,500,2000] [--windows 1000,5000,20000]
+ * Scenario 2b, the batch x in-flight sweep: a relay (in this process, so the
+ * options can vary) draining a 20,000-event backlog (--quick: 2,000) for each
+ * batch size x max in flight, each window's raw ceiling measured beside it
+ * (raw pipelined JetStream publishing of the same messages from one
+ * connection), and the defaults recommended from the data. Variants at the
+ * defaults: 100 and 10,000 keys, and nats.js `noAsyncTraces` for relay and raw
+ * alike. File-storage streams unless --storage memory. The headline drain
+ * figures (ferry relay as a process, defaults) are scenarios/relay-drain.ts.
  */
 import { quoteIdentifier } from '@ferry/core';
 import { RELAY_DEFAULTS } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { connect } from '@nats-io/transport-node';
-import { listArg, numArg } from '../lib/args.js';
+import { arg, declareFlags, hasFlag, listArg, numArg } from '../lib/args.js';
 import { makeRows, rawPublish, relayDrain } from '../lib/outbox.js';
-import { fmt, hasFlag, printTable, summarize, writeResult } from '../lib/stats.js';
+import { fmt, printTable, writeResult } from '../lib/stats.js';
+
+declareFlags(
+  'node bench/dist/scenarios/relay-sweep.js',
+  'Relay drain for each batch size x max in flight, beside the raw ceiling at each window; the defaults recommended from the data.',
+  {
+    quick: 'a small run (2,000 events, batch 500, windows 1000,5000)',
+    'sweep-events': '<n> events per point (default 20,000)',
+    batches: '<n,n,…> batch sizes (default 100,500,2000)',
+    windows: '<n,n,…> max in flight (default 1000,5000,20000)',
+    'variant-keys': '<n,n,…> key counts run at the defaults (default 100,10000)',
+    storage: '<file|memory> stream storage (default file)',
+  },
+);
 
 const QUICK = hasFlag('quick');
-const EVENTS = numArg('events', QUICK ? 3000 : 100_000);
 const SWEEP_EVENTS = numArg('sweep-events', QUICK ? 2000 : 20_000);
-const TRIALS = numArg('trials', QUICK ? 1 : 3);
+const STORAGE = arg('storage', 'file') === 'memory' ? 'memory' : 'file';
 const BATCHES = listArg('batches', QUICK ? [500] : [100, 500, 2000]);
 const WINDOWS = listArg('windows', QUICK ? [1000, 5000] : [1000, 5000, 20_000]);
 const KEYS = 1000;
@@ -43,7 +50,7 @@ interface Variant {
 }
 
 async function relayOnce(batchSize: number, maxInFlight: number, count: number, v: Variant = {}): Promise<number> {
-  const stream = await createTestStream({ prefix: 'benchsweep' });
+  const stream = await createTestStream({ prefix: 'benchsweep', storage: STORAGE });
   try {
     await db.pool.query(`TRUNCATE ${quoteIdentifier(db.schema)}.outbox`);
     const eps = await relayDrain(
@@ -67,7 +74,7 @@ async function relayOnce(batchSize: number, maxInFlight: number, count: number, 
 }
 
 async function rawOnce(window: number, count: number, v: Variant = {}): Promise<number> {
-  const stream = await createTestStream({ prefix: 'benchraw' });
+  const stream = await createTestStream({ prefix: 'benchraw', storage: STORAGE });
   const nc = v.noAsyncTraces ? await connect({ servers: natsUrl(), noAsyncTraces: true }) : stream.nc;
   try {
     const rows = makeRows({ count, keys: KEYS, keyPrefix: `w${run++}-`, subject: `${stream.prefix}.orders` });
@@ -83,27 +90,8 @@ async function rawOnce(window: number, count: number, v: Variant = {}): Promise<
 
 try {
   // Warm-up (JIT, connections), not counted.
-  await rawOnce(DEFAULT_WINDOW, Math.min(2000, EVENTS));
-  await relayOnce(DEFAULT_BATCH, DEFAULT_WINDOW, Math.min(2000, EVENTS));
-
-  const rawTrials: number[] = [];
-  const relayTrials: number[] = [];
-  const ratioTrials: number[] = [];
-  for (let t = 0; t < TRIALS; t++) {
-    let raw = 0;
-    let relay = 0;
-    if (t % 2 === 0) {
-      raw = await rawOnce(DEFAULT_WINDOW, EVENTS);
-      relay = await relayOnce(DEFAULT_BATCH, DEFAULT_WINDOW, EVENTS);
-    } else {
-      relay = await relayOnce(DEFAULT_BATCH, DEFAULT_WINDOW, EVENTS);
-      raw = await rawOnce(DEFAULT_WINDOW, EVENTS);
-    }
-    rawTrials.push(raw);
-    relayTrials.push(relay);
-    ratioTrials.push(relay / raw);
-  }
-  const headline = { raw: summarize(rawTrials), relay: summarize(relayTrials), ratio: summarize(ratioTrials) };
+  await rawOnce(DEFAULT_WINDOW, Math.min(2000, SWEEP_EVENTS));
+  await relayOnce(DEFAULT_BATCH, DEFAULT_WINDOW, Math.min(2000, SWEEP_EVENTS));
 
   const sweep: Array<{ batchSize: number; maxInFlight: number; relayPerSec: number; rawPerSec: number; ratio: number }> = [];
   const rawByWindow: Record<number, number> = {};
@@ -138,34 +126,7 @@ try {
   const atDefault = sweep.find((s) => s.batchSize === DEFAULT_BATCH && s.maxInFlight === DEFAULT_WINDOW);
 
   printTable(
-    `Relay drain of a ${EVENTS.toLocaleString('en')}-event backlog (${KEYS} keys, ${LANES} lanes, defaults batch ${DEFAULT_BATCH} x in-flight ${DEFAULT_WINDOW}); median of ${TRIALS} interleaved trials`,
-    ['path', 'events/s', 'spread', 'min', 'max'],
-    [
-      [
-        'raw pipelined JetStream (one connection)',
-        headline.raw.median,
-        `±${(headline.raw.spread * 100).toFixed(0)}%`,
-        headline.raw.min,
-        headline.raw.max,
-      ],
-      [
-        'ferry relay (claim, publish, PubAcks, mark)',
-        headline.relay.median,
-        `±${(headline.relay.spread * 100).toFixed(0)}%`,
-        headline.relay.min,
-        headline.relay.max,
-      ],
-      [
-        'ratio relay / raw (target >= 0.8)',
-        headline.ratio.median,
-        `±${(headline.ratio.spread * 100).toFixed(0)}%`,
-        headline.ratio.min,
-        headline.ratio.max,
-      ],
-    ],
-  );
-  printTable(
-    `Sweep on a ${SWEEP_EVENTS.toLocaleString('en')}-event backlog (1 trial per point; raw at the same window beside it)`,
+    `Sweep on a ${SWEEP_EVENTS.toLocaleString('en')}-event backlog, ${STORAGE} storage (1 trial per point; raw at the same window beside it)`,
     ['batch', 'in flight', 'relay ev/s', 'raw ev/s', 'ratio'],
     sweep.map((s) => [s.batchSize, s.maxInFlight, s.relayPerSec, s.rawPerSec, s.ratio.toFixed(2)]),
   );
@@ -179,9 +140,8 @@ try {
   );
   const file = writeResult('relay-sweep', {
     scenario: 'relay-sweep',
-    params: { events: EVENTS, sweepEvents: SWEEP_EVENTS, trials: TRIALS, keys: KEYS, lanes: LANES, quick: QUICK },
+    params: { sweepEvents: SWEEP_EVENTS, keys: KEYS, lanes: LANES, storage: STORAGE, quick: QUICK },
     defaults: { batchSize: DEFAULT_BATCH, maxInFlight: DEFAULT_WINDOW },
-    headline,
     sweep,
     rawByWindow,
     variants,

@@ -1,0 +1,177 @@
+/**
+ * The headline: every figure the issue sets a target for, each a ratio (or a
+ * latency) beside the baseline it is measured against in the same run, read
+ * from the scenarios' results. The runner prints it, latest.json keeps it,
+ * docs/benchmarks.md and README render it; one list so they cannot disagree.
+ */
+
+// biome-ignore lint/suspicious/noExplicitAny: scenario results are read back from JSON
+type Json = any;
+
+export interface HeadlineFigure {
+  /** Stable name (latest.json `ratios.<id>`). */
+  id: string;
+  figure: string;
+  value: number | undefined;
+  /** 'x': a ratio; 'ms': milliseconds. */
+  unit: 'x' | 'ms';
+  baseline: string;
+  target: string;
+  /** undefined when the figure was not measured in this run. */
+  met: boolean | undefined;
+}
+
+const num = (x: unknown): number | undefined => (typeof x === 'number' && Number.isFinite(x) ? x : undefined);
+
+function figure(
+  id: string,
+  figureText: string,
+  value: unknown,
+  unit: 'x' | 'ms',
+  baseline: string,
+  target: string,
+  ok: (v: number) => boolean,
+): HeadlineFigure {
+  const v = num(value);
+  return { id, figure: figureText, value: v, unit, baseline, target, met: v === undefined ? undefined : ok(v) };
+}
+
+export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
+  const pub = r.publisher?.ratios ?? {};
+  const drain = r['relay-drain']?.headline;
+  const lat = r['relay-latency']?.headline?.byRate ?? {};
+  const inbox = r.inbox?.results;
+  const alt = r.alternatives;
+  const plain = 'business UPDATE + plain INSERT of the same JSON';
+  const raw = 'raw pipelined JetStream publishing of the same messages, one connection';
+  const byKeys = drain?.byKeys ?? {};
+  return [
+    figure('publishOverhead', 'publish, 8 writers', pub['publish@8'], 'x', plain, '≤ 1.2× (floor 1.3×)', (v) => v <= 1.2),
+    figure('publishOverhead32', 'publish, 32 writers', pub['publish@32'], 'x', plain, '≤ 1.2× (floor 1.3×)', (v) => v <= 1.2),
+    figure('publishNotify', 'publish with `notify: true`, 8 writers', pub['publishNotify@8'], 'x', plain, '≤ 1.4×', (v) => v <= 1.4),
+    figure(
+      'publishMany100',
+      '`publishMany` of 100, 8 writers',
+      pub['publishMany100@8'],
+      'x',
+      'business UPDATE + one 100-row plain INSERT',
+      '≤ 1.5×',
+      (v) => v <= 1.5,
+    ),
+    ...[10, 1000, 100_000].map((k) =>
+      figure(
+        `relayVsRawJetStream${k}`,
+        `relay drain, ${k.toLocaleString('en')} keys, ${drain?.storage ?? 'file'} storage`,
+        byKeys[k],
+        'x',
+        raw,
+        '≥ 0.9×',
+        (v) => v >= 0.9,
+      ),
+    ),
+    figure(
+      'relayVsRawJetStreamMemory',
+      'relay drain, memory storage (worst key spread)',
+      drain?.worstMemoryRatio,
+      'x',
+      raw,
+      '(reported)',
+      () => true,
+    ),
+    figure('hotKeyVsRaw', 'relay drain, 1 hot key, file storage', drain?.hotKeyRatio, 'x', raw, '(reported)', () => true),
+    figure(
+      'twoRelaysVsOne',
+      `two relay processes / one, ${(drain?.atKeys ?? 1000).toLocaleString('en')} keys`,
+      drain?.twoInstancesVsOne,
+      'x',
+      'one relay process, same run',
+      '(reported)',
+      () => true,
+    ),
+    figure(
+      'latencyP99At20',
+      'commit → subscriber p99, 20 ev/s, defaults',
+      lat['20/default']?.p99Ms,
+      'ms',
+      'COMMIT returning, open-loop load',
+      '≤ 10 ms',
+      (v) => v <= 10,
+    ),
+    figure(
+      'latencyP99At1000',
+      'commit → subscriber p99, 1,000 ev/s, defaults',
+      lat['1000/default']?.p99Ms,
+      'ms',
+      'COMMIT returning, open-loop load',
+      '≤ 10 ms',
+      (v) => v <= 10,
+    ),
+    figure(
+      'inboxVsPlainConsumer',
+      'inbox, fresh events',
+      inbox?.fresh?.ratio,
+      'x',
+      'plain consumer, same handler SQL',
+      '≥ 0.8×',
+      (v) => v >= 0.8,
+    ),
+    figure(
+      'inboxDuplicates50',
+      'inbox, 50% duplicates',
+      inbox?.duplicates50?.ratio,
+      'x',
+      'plain consumer, same handler SQL',
+      '≥ 0.9×',
+      (v) => v >= 0.9,
+    ),
+    figure('inboxStale50', 'inbox, 50% stale', inbox?.stale50?.ratio, 'x', 'plain consumer, same handler SQL', '≥ 0.9×', (v) => v >= 0.9),
+    figure(
+      'relayVsPgBossOutbox10',
+      'relay / pg-boss as the outbox, 10 keys',
+      alt?.relayVsPgBossOutboxByKeys?.[10],
+      'x',
+      'pg-boss `key_strict_fifo` queue + worker',
+      '> 1×',
+      (v) => v > 1,
+    ),
+    figure(
+      'relayVsPgBossOutbox',
+      'relay / pg-boss as the outbox, 1,000 keys',
+      alt?.relayVsPgBossOutboxByKeys?.[1000],
+      'x',
+      'pg-boss `key_strict_fifo` queue + worker',
+      '> 1×',
+      (v) => v > 1,
+    ),
+    figure(
+      'relayVsTransactionalOutbox',
+      'relay / pg-transactional-outbox, 1,000 keys',
+      alt?.relayVsTransactionalOutboxByKeys?.[1000],
+      'x',
+      'its polling listener, segment = key',
+      '> 1×',
+      (v) => v > 1,
+    ),
+    figure(
+      'relayVsNaiveRelay',
+      'relay / a naive relay',
+      alt?.relayVsNaiveRelay,
+      'x',
+      'one row at a time, await each ack',
+      '> 1×',
+      (v) => v > 1,
+    ),
+  ];
+}
+
+/** A figure's value as text: `0.93×`, `4.2 ms`, or `n/a`. */
+export function formatFigure(f: HeadlineFigure): string {
+  if (f.value === undefined) return 'n/a';
+  if (f.unit === 'ms') return `${f.value >= 10 ? f.value.toFixed(0) : f.value.toFixed(1)} ms`;
+  return f.value >= 10 ? `${f.value.toFixed(0)}×` : `${f.value.toFixed(2)}×`;
+}
+
+export function metText(f: HeadlineFigure): string {
+  if (f.target.startsWith('(')) return '';
+  return f.met === undefined ? 'not run' : f.met ? 'met' : 'MISSED';
+}

@@ -1,0 +1,139 @@
+/**
+ * `ferry relay` as users start it: a child process running apps/relay/bin/ferry.js
+ * with the connection flags only (database URL, schema, NATS URL) and its own
+ * --http-port (so two instances can run side by side and /readyz says when its
+ * lanes are leased). Every tuning flag stays at its default unless the caller
+ * passes one in `extraArgs`. Also the CPU of the process and of the PostgreSQL
+ * backends serving it, from /proc (Linux only).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '@ferry/testkit';
+import type pg from 'pg';
+import { sleep, until } from './args.js';
+import { cpuSecondsOf, localPortsOf } from './proc.js';
+
+const FERRY_BIN = fileURLToPath(new URL('../../../apps/relay/bin/ferry.js', import.meta.url));
+
+export interface RelayProcess {
+  readonly pid: number;
+  readonly port: number;
+  /** The lanes it leases now (from /readyz), 0 when not ready. */
+  lanes(): Promise<number>;
+  /** utime + stime of the relay process, seconds. */
+  cpuSeconds(): number;
+  /** SIGTERM, wait for the clean exit (SIGKILL after 15 s). */
+  stop(): Promise<void>;
+}
+
+export interface RelayProcessOptions {
+  databaseUrl: string;
+  schema: string;
+  natsUrl: string;
+  /** Anything else, e.g. ['--no-listen']; empty for the defaults a user gets. */
+  extraArgs?: string[];
+}
+
+/** The command line `startRelayProcess` runs, for the reports (without the URLs). */
+export function relayCommandLine(extraArgs: string[] = []): string {
+  return ['ferry relay --database-url … --schema … --nats-url … --http-port …', ...extraArgs].join(' ');
+}
+
+export async function startRelayProcess(o: RelayProcessOptions): Promise<RelayProcess> {
+  const port = await freePort();
+  const args = [
+    FERRY_BIN,
+    'relay',
+    '--database-url',
+    o.databaseUrl,
+    '--schema',
+    o.schema,
+    '--nats-url',
+    o.natsUrl,
+    '--http-port',
+    String(port),
+    ...(o.extraArgs ?? []),
+  ];
+  // stdout (the info-level JSON log a user ships somewhere) goes to /dev/null; warnings and errors show.
+  const child: ChildProcess = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+  const pid = child.pid;
+  if (pid === undefined) throw new Error('could not start ferry relay');
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const lanes = async (): Promise<number> => {
+    try {
+      const res = await fetch(`http://127.0.0.1:${port}/readyz`);
+      const body = (await res.json()) as { ready?: boolean; lanes?: number };
+      return res.status === 200 && body.ready ? (body.lanes ?? 0) : 0;
+    } catch {
+      return 0;
+    }
+  };
+  const stop = async () => {
+    if (child.exitCode !== null) return;
+    child.kill('SIGTERM');
+    await Promise.race([exited, sleep(15_000)]);
+    if (child.exitCode === null) child.kill('SIGKILL');
+  };
+  try {
+    await until(async () => child.exitCode === null && (await lanes()) > 0, `ferry relay (pid ${pid}) to be ready`, 60_000);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { pid, port, lanes, cpuSeconds: () => cpuSecondsOf(pid) ?? 0, stop };
+}
+
+/**
+ * Starts `count` relay processes and waits until together they lease all
+ * `totalLanes` lanes, each at least one (lanesPerInstance auto: fair shares).
+ */
+export async function startRelayProcesses(count: number, totalLanes: number, o: RelayProcessOptions): Promise<RelayProcess[]> {
+  const relays: RelayProcess[] = [];
+  try {
+    for (let i = 0; i < count; i++) relays.push(await startRelayProcess(o));
+    await until(
+      async () => {
+        const owned = await Promise.all(relays.map((r) => r.lanes()));
+        return owned.every((n) => n > 0) && owned.reduce((a, b) => a + b, 0) === totalLanes;
+      },
+      `${count} relay(s) to share ${totalLanes} lanes`,
+      60_000,
+    );
+  } catch (err) {
+    await Promise.all(relays.map((r) => r.stop()));
+    throw err;
+  }
+  return relays;
+}
+
+/** PostgreSQL backend pids serving a process's connections (matched by client port). */
+export async function backendsOf(pool: pg.Pool, pid: number): Promise<number[]> {
+  const ports = localPortsOf(pid);
+  if (ports.length === 0) return [];
+  const { rows } = await pool.query<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity WHERE client_port = ANY($1::int[]) AND client_addr IN ('127.0.0.1', '::1')`,
+    [ports],
+  );
+  return rows.map((r) => r.pid);
+}
+
+/**
+ * CPU meter over some relay processes and their PostgreSQL backends: `start()`
+ * before the work, `stop()` after; seconds of each side. Backends that
+ * appear during the work (a pool growing) count from 0.
+ */
+export async function cpuMeter(pool: pg.Pool, relays: readonly RelayProcess[]) {
+  const backends0 = new Map<number, number>();
+  for (const r of relays) for (const p of await backendsOf(pool, r.pid)) backends0.set(p, cpuSecondsOf(p) ?? 0);
+  const relay0 = relays.map((r) => r.cpuSeconds());
+  return {
+    async stop(): Promise<{ relaySeconds: number; postgresSeconds: number; backends: number }> {
+      const relaySeconds = relays.reduce((sum, r, i) => sum + r.cpuSeconds() - (relay0[i] ?? 0), 0);
+      const all = new Set(backends0.keys());
+      for (const r of relays) for (const p of await backendsOf(pool, r.pid)) all.add(p);
+      let postgresSeconds = 0;
+      for (const p of all) postgresSeconds += (cpuSecondsOf(p) ?? backends0.get(p) ?? 0) - (backends0.get(p) ?? 0);
+      return { relaySeconds, postgresSeconds, backends: all.size };
+    },
+  };
+}
