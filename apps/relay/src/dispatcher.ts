@@ -254,18 +254,20 @@ export class Dispatcher {
       for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
       this.#estimateRowBytes(claimed);
       const found = claimed.reduce((n, rows) => n + rows.length, 0);
-      // Found nothing and sends nothing: ask publishers for a NOTIFY at commit (written before the next
-      // poll, so a commit that did not notify is found by it). Found rows, or chains still sending (each
-      // wakes the loop when it ends): the next poll is near, no NOTIFY needed.
+      // Found nothing and sends nothing: ask publishers for a NOTIFY at commit. A publish that ran
+      // before the record was written sent none and may commit just after this poll, so a new record
+      // is followed by a poll 5 ms later. Found rows, or chains still sending (each wakes the loop
+      // when it ends): the next poll is near, no NOTIFY needed.
       const waits = this.#d.waits;
-      if (found === 0 && this.#inflightRows === 0 && waits?.listening()) await waits.record.idle();
+      let recorded = false;
+      if (found === 0 && this.#inflightRows === 0 && waits?.listening()) recorded = await waits.record.idle();
       else waits?.record.busy();
       if (!probing && claimed.some((rows) => rows.length >= room || new Set(rows.map((r) => r.key)).size >= limit)) {
         this.#idleDelayMs = 0;
         continue;
       }
       // Adaptive: right after finding rows, look again soon; each empty poll doubles the wait up to the poll interval.
-      this.#idleDelayMs = found > 0 ? 5 : Math.min(o.pollIntervalMs, Math.max(5, this.#idleDelayMs * 2));
+      this.#idleDelayMs = found > 0 || recorded ? 5 : Math.min(o.pollIntervalMs, Math.max(5, this.#idleDelayMs * 2));
       await this.#pause(this.#idleDelayMs);
     }
   }

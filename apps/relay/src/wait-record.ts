@@ -40,12 +40,19 @@ export class WaitRecord {
     this.#logger = logger;
   }
 
-  /** Polls found nothing: record (or renew) the wait. Resolves once written, so a poll after it sees every commit that did not notify. */
-  idle(): Promise<void> {
+  /**
+   * Polls found nothing: record (or renew) the wait. Resolves once written,
+   * `true` when the record is new: a transaction that ran its publish before
+   * the record existed sent no NOTIFY, so the caller polls again soon to find
+   * it (it may commit just after the record).
+   */
+  async idle(): Promise<boolean> {
     const now = Date.now();
-    if (this.#unsupported || now - this.#since < this.#holdMs / 2) return this.#queue;
+    if (this.#unsupported || now - this.#since < this.#holdMs / 2) return false;
+    const fresh = this.#since === 0;
     this.#since = now;
-    return this.#run(this.#sql.start, [this.#instance, this.#holdMs]);
+    await this.#run(this.#sql.start, [this.#instance, this.#holdMs]);
+    return fresh;
   }
 
   /** Rows were found (or the LISTEN connection is down): publishers stop notifying. Not awaited by the loop. */
