@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { ConfigError, childLogger, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
+import { ConfigError, childLogger, laneCountSql, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
@@ -16,7 +16,6 @@ import { Notifier } from './notifier.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
 import { compileRelayOptions, RELAY_DEFAULTS } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
-import { laneCountSql } from './sql/lanes.js';
 import { readRetentionSql } from './sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
 import { WaitRecord } from './wait-record.js';

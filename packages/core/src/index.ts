@@ -51,6 +51,7 @@ export {
   DEFAULT_SCHEMA,
   foreignTables,
   foreignTablesError,
+  laneCountSql,
   listMigrations,
   MAX_LANES,
   MIGRATION_SETS,
