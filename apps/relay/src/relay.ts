@@ -1,3 +1,7 @@
+// The relay's lifecycle in one file (just over ~350 lines) because start() wires the parts in an
+// order that matters (settings checks, NATS, streams, dispatcher, janitor, lanes, notifier) and
+// stop/teardown undo it in reverse: the two orders are read against each other. The parts live one
+// job per file: dispatcher.ts, lane-leaser.ts, notifier.ts, janitor.ts, metrics.ts, sql/.
 import { randomBytes } from 'node:crypto';
 import { ConfigError, childLogger, laneCountSql, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
