@@ -1,4 +1,4 @@
-import { bossSchemaFor, startPgBoss } from '@ferry/core';
+import { bossSchemaFor, deleteInBatches, startPruner, stopPruner } from '@ferry/core';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { prunePublishedSql, pruneRecognisedIdsSql } from './sql/prune-published.js';
@@ -57,21 +57,26 @@ export class Janitor {
       cronWorkerIntervalSeconds: Math.min(5, o.cronMonitorIntervalSeconds),
       registerInstance: false,
     });
-    boss.on('error', (err) => o.logger.warn({ err }, 'pg-boss error'));
     this.#boss = boss;
-    await startPgBoss(() => boss.start());
-    await boss.createQueue(PRUNE_QUEUE, { retryLimit: 2, expireInSeconds: 15 * 60 });
-    // No retention in the job's data: pg-boss keeps the data of the last instance that called
-    // schedule() (an upsert), and the job reads the outbox's own retention when it runs.
-    await boss.schedule(PRUNE_QUEUE, o.pruneCron, {}, { tz: 'UTC' });
-    await boss.work(PRUNE_QUEUE, { pollingIntervalSeconds: Math.min(2, o.cronMonitorIntervalSeconds) }, async (jobs) => {
-      let deleted = 0;
-      for (const job of jobs) {
-        const n = await this.prune();
-        deleted += n;
-        o.onPrune(n, job.id);
-      }
-      return { deleted };
+    await startPruner(boss, {
+      ownBoss: { onError: (err) => o.logger.warn({ err }, 'pg-boss error') },
+      queue: PRUNE_QUEUE,
+      queueOptions: { retryLimit: 2, expireInSeconds: 15 * 60 },
+      cron: o.pruneCron,
+      // No retention in the job's data: pg-boss keeps the data of the last instance that called
+      // schedule() (an upsert), and the job reads the outbox's own retention when it runs.
+      data: {},
+      scheduleOptions: { tz: 'UTC' },
+      workOptions: { pollingIntervalSeconds: Math.min(2, o.cronMonitorIntervalSeconds) },
+      run: async (jobs) => {
+        let deleted = 0;
+        for (const job of jobs) {
+          const n = await this.prune();
+          deleted += n;
+          o.onPrune(n, job.id);
+        }
+        return { deleted };
+      },
     });
   }
 
@@ -91,16 +96,13 @@ export class Janitor {
   }
 
   /** Runs a bounded delete (`$1` retention, `$2` batch size) until a batch comes back short; returns rows deleted. */
-  async #inBatches(sql: string, retentionMs: number): Promise<number> {
+  #inBatches(sql: string, retentionMs: number): Promise<number> {
     const { pool, pruneBatchSize } = this.#o;
-    let total = 0;
-    for (let i = 0; i < MAX_BATCHES_PER_RUN; i++) {
-      const res = await pool.query(sql, [retentionMs, pruneBatchSize]);
-      const n = (res as { rowCount?: number | null }).rowCount ?? 0;
-      total += n;
-      if (n < pruneBatchSize) break;
-    }
-    return total;
+    return deleteInBatches(
+      async () => ((await pool.query(sql, [retentionMs, pruneBatchSize])) as { rowCount?: number | null }).rowCount ?? 0,
+      pruneBatchSize,
+      MAX_BATCHES_PER_RUN,
+    );
   }
 
   /** The outbox's stored retention (one per outbox, whichever instance asks). */
@@ -113,6 +115,6 @@ export class Janitor {
   async stop(): Promise<void> {
     const boss = this.#boss;
     this.#boss = undefined;
-    if (boss) await boss.stop({ graceful: true, timeout: 10_000 }).catch((err) => this.#o.logger.warn({ err }, 'pg-boss stop failed'));
+    if (boss) await stopPruner(boss, PRUNE_QUEUE, true).catch((err) => this.#o.logger.warn({ err }, 'pg-boss stop failed'));
   }
 }

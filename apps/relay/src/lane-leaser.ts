@@ -1,8 +1,9 @@
 import { randomInt } from 'node:crypto';
 import { hostname } from 'node:os';
+import { laneCountSql } from '@ferry/core';
 import pg from 'pg';
 import { NotMigratedError } from './errors.js';
-import { LIVE_INSTANCES_SQL, laneCountSql, TRY_LANES_SQL } from './sql/lanes.js';
+import { LIVE_INSTANCES_SQL, TRY_LANES_SQL } from './sql/lanes.js';
 import type { Logger } from './types.js';
 
 /**

@@ -1,5 +1,9 @@
+// The relay's lifecycle in one file (just over ~350 lines) because start() wires the parts in an
+// order that matters (settings checks, NATS, streams, dispatcher, janitor, lanes, notifier) and
+// stop/teardown undo it in reverse: the two orders are read against each other. The parts live one
+// job per file: dispatcher.ts, lane-leaser.ts, notifier.ts, janitor.ts, metrics.ts, sql/.
 import { randomBytes } from 'node:crypto';
-import { ConfigError, childLogger, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
+import { ConfigError, childLogger, laneCountSql, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
@@ -16,7 +20,6 @@ import { Notifier } from './notifier.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
 import { compileRelayOptions, RELAY_DEFAULTS } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
-import { laneCountSql } from './sql/lanes.js';
 import { readRetentionSql } from './sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
 import { WaitRecord } from './wait-record.js';

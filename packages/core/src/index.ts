@@ -51,6 +51,7 @@ export {
   DEFAULT_SCHEMA,
   foreignTables,
   foreignTablesError,
+  laneCountSql,
   listMigrations,
   MAX_LANES,
   MIGRATION_SETS,
@@ -75,6 +76,7 @@ export {
   traceHeaders,
 } from './otel.js';
 export { type PgBossDb, pgBossDb, startPgBoss } from './pg-boss.js';
+export { deleteInBatches, type PrunerBoss, type PrunerSchedule, startPruner, stopPruner } from './pruner.js';
 export { type ConnectionPool, guardConnection, type PooledConnection, protectPool, type Queryable } from './queryable.js';
 export { REPLAY_MSG_ID_EXTRA_BYTES, replayMsgIdSuffix } from './replay-msg-id.js';
 export { type TransactionControl, type TransactionOptions, withTransaction } from './transaction.js';

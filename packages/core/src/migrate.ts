@@ -13,6 +13,11 @@ export const DEFAULT_SCHEMA = 'ferry';
 export const DEFAULT_LANES = 16;
 export const MAX_LANES = 1024;
 
+/** The lane count fixed at the first outbox migrate (one row, `value` text); `schemaSql` is already quoted. */
+export function laneCountSql(schemaSql: string): string {
+  return `SELECT value FROM ${schemaSql}.settings WHERE name = 'lanes'`;
+}
+
 export interface Migration {
   readonly set: MigrationSet;
   readonly version: number;
@@ -152,7 +157,7 @@ export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
     }
     let lanes = options.lanes ?? DEFAULT_LANES;
     if (set === 'outbox' && done.size > 0) {
-      const stored = await client.query<{ value: string }>(`SELECT value FROM ${s}.settings WHERE name = 'lanes'`);
+      const stored = await client.query<{ value: string }>(laneCountSql(s));
       const current = Number(stored.rows[0]?.value ?? DEFAULT_LANES);
       if (options.lanes !== undefined && options.lanes !== current) {
         throw new MigrationError(

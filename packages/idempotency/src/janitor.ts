@@ -3,10 +3,12 @@ import {
   ConfigError,
   type ConnectionPool,
   DEFAULT_SCHEMA,
+  deleteInBatches,
   describeValue,
   quoteIdentifier,
   SILENT_LOGGER,
-  startPgBoss,
+  startPruner,
+  stopPruner,
   ValidationError,
   validateIdentifier,
 } from '@ferry/core';
@@ -138,14 +140,18 @@ class Janitor implements IdempotencyJanitor {
   async #start(): Promise<void> {
     this.#state = 'starting';
     try {
-      if (this.#ownsBoss) {
-        this.#boss.on('error', (err) => this.#logger.error({ event: 'idempotency:janitor:error', err }, 'pg-boss error'));
-        await startPgBoss(() => this.#boss.start());
-      }
-      await this.#boss.createQueue(this.queue, { policy: 'singleton' });
-      await this.#boss.schedule(this.queue, this.#cron, null, { tz: 'UTC' });
-      await this.#boss.work(this.queue, { pollingIntervalSeconds: this.#pollIntervalMs / 1000 }, async () => {
-        await this.pruneOnce();
+      await startPruner(this.#boss, {
+        ownBoss: this.#ownsBoss
+          ? { onError: (err) => this.#logger.error({ event: 'idempotency:janitor:error', err }, 'pg-boss error') }
+          : undefined,
+        queue: this.queue,
+        queueOptions: { policy: 'singleton' },
+        cron: this.#cron,
+        scheduleOptions: { tz: 'UTC' },
+        workOptions: { pollingIntervalSeconds: this.#pollIntervalMs / 1000 },
+        run: async () => {
+          await this.pruneOnce();
+        },
       });
       this.#state = 'running';
     } catch (err) {
@@ -166,8 +172,7 @@ class Janitor implements IdempotencyJanitor {
     await this.#starting?.catch(() => {});
     this.#state = 'stopping';
     try {
-      if (this.#ownsBoss) await this.#boss.stop({ graceful: true, timeout: 10_000 });
-      else await this.#boss.offWork(this.queue, { wait: true });
+      await stopPruner(this.#boss, this.queue, this.#ownsBoss);
     } finally {
       this.#state = 'stopped';
     }
@@ -179,13 +184,11 @@ class Janitor implements IdempotencyJanitor {
 
   async pruneOnce(): Promise<number> {
     const started = Date.now();
-    let deleted = 0;
-    for (let i = 0; i < this.#maxBatches; i++) {
-      const result = (await this.#pool.query(this.#sql, [this.#batchSize])) as { rowCount?: number | null };
-      const n = result.rowCount ?? 0;
-      deleted += n;
-      if (n < this.#batchSize) break;
-    }
+    const deleted = await deleteInBatches(
+      async () => ((await this.#pool.query(this.#sql, [this.#batchSize])) as { rowCount?: number | null }).rowCount ?? 0,
+      this.#batchSize,
+      this.#maxBatches,
+    );
     this.#logger.info(
       { event: 'idempotency:janitor:pruned', deleted, durationMs: Date.now() - started },
       'pruned expired idempotency keys',

@@ -1,4 +1,4 @@
-import { DEFAULT_SCHEMA, type Queryable, schemaIdentifier, validateIdentifier } from '@ferry/core';
+import { DEFAULT_SCHEMA, type Queryable, schemaIdentifier, startPruner, validateIdentifier } from '@ferry/core';
 import type { PgBoss } from 'pg-boss';
 import { type CompiledInboxOptions, pruneQueueName } from './options.js';
 import { pruneMessages } from './sql/prune-messages.js';
@@ -12,12 +12,14 @@ const PRUNE_CRON = '*/15 * * * *';
  * and works it; returns the worker's id.
  */
 export async function startDedupePrune(boss: PgBoss, o: CompiledInboxOptions, s: string): Promise<string> {
-  const prune = pruneQueueName(o.consumer);
-  await boss.createQueue(prune);
-  await boss.schedule(prune, PRUNE_CRON, null, { singletonKey: o.consumer });
-  return boss.work(prune, async () => {
-    const n = await pruneMessages(o.pool, s, o.consumer, o.dedupeRetentionMs);
-    o.logger.info({ consumer: o.consumer, pruned: n }, 'inbox pruned dedupe window');
+  return startPruner(boss, {
+    queue: pruneQueueName(o.consumer),
+    cron: PRUNE_CRON,
+    scheduleOptions: { singletonKey: o.consumer },
+    run: async () => {
+      const n = await pruneMessages(o.pool, s, o.consumer, o.dedupeRetentionMs);
+      o.logger.info({ consumer: o.consumer, pruned: n }, 'inbox pruned dedupe window');
+    },
   });
 }
 

@@ -3,7 +3,9 @@
 // gate.ts (version gate → handler → COMMIT), outcomes.ts (counts and onEvent),
 // park.ts (stream messages into the parking lot), early-versions.ts
 // (`sequential` versions that wait in inbox_early), park-worker.ts (the
-// parking lot's retries).
+// parking lot's retries). Just over ~350 lines because start() orders those
+// parts (tables check, consumer, pg-boss and its workers, consume loop, sweep)
+// and stop() undoes them in reverse: the two are read against each other.
 import {
   ConfigError,
   type ConnectionPool,

@@ -174,7 +174,6 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     ensureStreams: flags.ensureStream ?? [],
     logger,
   };
-  if (ctx.env.FERRY_CRON_MONITOR_INTERVAL_SECONDS) options.cronMonitorIntervalSeconds = Number(ctx.env.FERRY_CRON_MONITOR_INTERVAL_SECONDS);
   const stopTracing = traceExportWanted(flags.otel === true, ctx.env) ? await startTraceExporter(logger) : undefined;
   const relay = (ctx.createRelay ?? createRelay)(options);
   logger.info(

@@ -1,4 +1,4 @@
-import { quoteIdentifier } from '@ferry/core';
+import { laneCountSql, quoteIdentifier } from '@ferry/core';
 import { Command } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
 import { type RelayInstance, relayInstances } from '../cli/relay-instances.js';
@@ -8,7 +8,6 @@ import { count } from '../count.js';
 import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 import { countBlockedKeysSql } from '../sql/count-blocked-keys.js';
 import { laneBacklogSql } from '../sql/lane-backlog.js';
-import { laneCountSql } from '../sql/lanes.js';
 import { publishedRecentlySql } from '../sql/published-recently.js';
 
 export interface LaneStatus {

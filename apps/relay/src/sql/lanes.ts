@@ -1,8 +1,3 @@
-/** The lane count fixed at migrate time. */
-export function laneCountSql(schemaSql: string): string {
-  return `SELECT value FROM ${schemaSql}.settings WHERE name = 'lanes'`;
-}
-
 /**
  * Live relay instances of this schema: each holds a session advisory lock
  * `(instance namespace, its id)` for as long as its lease connection lives,

@@ -3,8 +3,8 @@
  * `$3` backoff delays in ms, `$4` dead flags. A dead row keeps its
  * next_attempt_at; a retried one waits until now() + its delay.
  */
-export function markFailedSql(schema: string): string {
-  return `UPDATE ${schema}.outbox o
+export function markFailedSql(schemaSql: string): string {
+  return `UPDATE ${schemaSql}.outbox o
    SET attempts = o.attempts + 1,
        last_error = f.error,
        next_attempt_at = CASE WHEN f.dead THEN o.next_attempt_at ELSE now() + f.delay_ms * interval '1 millisecond' END,

@@ -4,8 +4,8 @@
  * no row when a live record exists: then the request is a retry (or a misuse).
  * $1 scope, $2 key, $3 fingerprint, $4 retention in ms.
  */
-export const claimKeySql = (s: string) =>
-  `INSERT INTO ${s}.idempotency_keys AS k (scope, key, fingerprint, expires_at)
+export const claimKeySql = (schemaSql: string) =>
+  `INSERT INTO ${schemaSql}.idempotency_keys AS k (scope, key, fingerprint, expires_at)
    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 millisecond')
    ON CONFLICT (scope, key) DO UPDATE
      SET fingerprint = EXCLUDED.fingerprint, status = NULL, headers = '{}'::jsonb, body = NULL, body_kind = 'none',

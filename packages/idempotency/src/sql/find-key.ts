@@ -1,6 +1,6 @@
 /** The live (unexpired) record of a key, committed by an earlier request. */
-export const findKeySql = (s: string) =>
-  `SELECT fingerprint, status, headers, body, body_kind FROM ${s}.idempotency_keys
+export const findKeySql = (schemaSql: string) =>
+  `SELECT fingerprint, status, headers, body, body_kind FROM ${schemaSql}.idempotency_keys
     WHERE scope = $1 AND key = $2 AND expires_at > now()`;
 
 export interface KeyRow {

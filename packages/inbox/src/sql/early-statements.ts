@@ -18,7 +18,7 @@ import { literal } from './gate-statements.js';
  */
 export async function holdEarlyAndCommit(
   tx: Queryable,
-  schema: string,
+  schemaSql: string,
   consumer: string,
   key: string,
   version: bigint,
@@ -28,9 +28,9 @@ export async function holdEarlyAndCommit(
   const k = literal(key);
   const v = version.toString();
   const result = await tx.query(
-    `INSERT INTO ${schema}.inbox_versions (consumer, key, version) VALUES (${c}, ${k}, 0) ON CONFLICT DO NOTHING; ` +
-      `WITH row AS (SELECT version, parked FROM ${schema}.inbox_versions WHERE consumer = ${c} AND key = ${k} FOR UPDATE), ` +
-      `ins AS (INSERT INTO ${schema}.inbox_early (consumer, key, version, message) ` +
+    `INSERT INTO ${schemaSql}.inbox_versions (consumer, key, version) VALUES (${c}, ${k}, 0) ON CONFLICT DO NOTHING; ` +
+      `WITH row AS (SELECT version, parked FROM ${schemaSql}.inbox_versions WHERE consumer = ${c} AND key = ${k} FOR UPDATE), ` +
+      `ins AS (INSERT INTO ${schemaSql}.inbox_early (consumer, key, version, message) ` +
       `SELECT ${c}, ${k}, ${v}, ${literal(JSON.stringify(message))}::jsonb FROM row WHERE row.parked = 0 AND ${v} > row.version + 1 ` +
       'ON CONFLICT (consumer, key, version) DO NOTHING RETURNING 1) ' +
       'SELECT row.version::text AS version, row.parked, EXISTS (SELECT 1 FROM ins) AS held FROM row; COMMIT',
@@ -55,10 +55,10 @@ export interface ReadyEarly {
  * The run of stored versions that follow the key's recorded one without a
  * hole (at most `limit`), when due and the key has nothing parked. One round trip.
  */
-export async function readyEarlyRun(q: Queryable, schema: string, consumer: string, key: string, limit: number): Promise<ReadyEarly[]> {
+export async function readyEarlyRun(q: Queryable, schemaSql: string, consumer: string, key: string, limit: number): Promise<ReadyEarly[]> {
   const { rows } = await q.query<{ version: string; recorded: string; message: ParkedJobData; attempts: number }>(
-    `SELECT e.version::text AS version, v.version::text AS recorded, e.message, e.attempts FROM ${schema}.inbox_early e
-       JOIN ${schema}.inbox_versions v ON v.consumer = e.consumer AND v.key = e.key
+    `SELECT e.version::text AS version, v.version::text AS recorded, e.message, e.attempts FROM ${schemaSql}.inbox_early e
+       JOIN ${schemaSql}.inbox_versions v ON v.consumer = e.consumer AND v.key = e.key
       WHERE e.consumer = $1 AND e.key = $2 AND e.version > v.version AND e.version <= v.version + $3 AND v.parked = 0
         AND e.next_attempt_at <= now()
       ORDER BY e.version`,
@@ -74,21 +74,21 @@ export async function readyEarlyRun(q: Queryable, schema: string, consumer: stri
 }
 
 /** SQL (literals inlined) that removes one stored version: sent with the COMMIT that applied it. */
-export function deleteEarlySql(schema: string, consumer: string, key: string, version: bigint): string {
-  return `DELETE FROM ${schema}.inbox_early WHERE consumer = ${literal(consumer)} AND key = ${literal(key)} AND version = ${version.toString()}`;
+export function deleteEarlySql(schemaSql: string, consumer: string, key: string, version: bigint): string {
+  return `DELETE FROM ${schemaSql}.inbox_early WHERE consumer = ${literal(consumer)} AND key = ${literal(key)} AND version = ${version.toString()}`;
 }
 
 /** A failed attempt at a stored version: due again after `delayMs`. Returns the attempts so far. */
 export async function failEarly(
   q: Queryable,
-  schema: string,
+  schemaSql: string,
   consumer: string,
   key: string,
   version: bigint,
   delayMs: number,
 ): Promise<number> {
   const { rows } = await q.query<{ attempts: number }>(
-    `UPDATE ${schema}.inbox_early SET attempts = attempts + 1, next_attempt_at = now() + $4 * interval '1 millisecond'
+    `UPDATE ${schemaSql}.inbox_early SET attempts = attempts + 1, next_attempt_at = now() + $4 * interval '1 millisecond'
       WHERE consumer = $1 AND key = $2 AND version = $3 RETURNING attempts`,
     [consumer, key, version.toString(), delayMs],
   );
@@ -104,14 +104,14 @@ export interface StoredEarly {
 /** The key's lowest stored version above `above`, locked until the transaction ends. The caller holds the key's row lock. */
 export async function lockFirstEarly(
   tx: Queryable,
-  schema: string,
+  schemaSql: string,
   consumer: string,
   key: string,
   above: bigint,
 ): Promise<StoredEarly | undefined> {
   const { rows } = await tx.query<{ version: string; message: ParkedJobData; waited_ms: number }>(
     `SELECT version::text AS version, message, (extract(epoch FROM now() - received_at) * 1000)::float8 AS waited_ms
-       FROM ${schema}.inbox_early WHERE consumer = $1 AND key = $2 AND version > $3 ORDER BY version LIMIT 1 FOR UPDATE`,
+       FROM ${schemaSql}.inbox_early WHERE consumer = $1 AND key = $2 AND version > $3 ORDER BY version LIMIT 1 FOR UPDATE`,
     [consumer, key, above.toString()],
   );
   const r = rows[0];
@@ -119,8 +119,8 @@ export async function lockFirstEarly(
 }
 
 /** Removes one stored version (moved to the parking lot in the same transaction). */
-export async function deleteEarly(tx: Queryable, schema: string, consumer: string, key: string, version: bigint): Promise<void> {
-  await tx.query(`DELETE FROM ${schema}.inbox_early WHERE consumer = $1 AND key = $2 AND version = $3`, [
+export async function deleteEarly(tx: Queryable, schemaSql: string, consumer: string, key: string, version: bigint): Promise<void> {
+  await tx.query(`DELETE FROM ${schemaSql}.inbox_early WHERE consumer = $1 AND key = $2 AND version = $3`, [
     consumer,
     key,
     version.toString(),
@@ -142,21 +142,21 @@ export interface EarlyWork {
  */
 export async function findEarlyWork(
   q: Queryable,
-  schema: string,
+  schemaSql: string,
   consumer: string,
   gapTimeoutMs: number,
   limit: number,
 ): Promise<EarlyWork[]> {
   const { rows } = await q.query<EarlyWork>(
     `WITH stale AS (
-       DELETE FROM ${schema}.inbox_early e USING ${schema}.inbox_versions v
+       DELETE FROM ${schemaSql}.inbox_early e USING ${schemaSql}.inbox_versions v
         WHERE e.consumer = $1 AND v.consumer = e.consumer AND v.key = e.key AND e.version <= v.version
        RETURNING e.key
      )
      SELECT e.key,
             bool_or(e.version = v.version + 1 AND v.parked = 0 AND e.next_attempt_at <= now()) AS ready,
             min(e.received_at) < now() - $2 * interval '1 millisecond' AS expired
-       FROM ${schema}.inbox_early e JOIN ${schema}.inbox_versions v ON v.consumer = e.consumer AND v.key = e.key
+       FROM ${schemaSql}.inbox_early e JOIN ${schemaSql}.inbox_versions v ON v.consumer = e.consumer AND v.key = e.key
       WHERE e.consumer = $1 AND e.version > v.version
       GROUP BY e.key
      HAVING bool_or(e.version = v.version + 1 AND v.parked = 0 AND e.next_attempt_at <= now())

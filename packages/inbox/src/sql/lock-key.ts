@@ -14,11 +14,11 @@ export interface KeyRow {
  * waits on the unique index until the first commits, so even version 1 is
  * serialised across processes.
  */
-export async function lockKey(tx: Queryable, schema: string, consumer: string, key: string): Promise<KeyRow> {
-  const select = `SELECT version::text AS version, parked FROM ${schema}.inbox_versions WHERE consumer = $1 AND key = $2 FOR UPDATE`;
+export async function lockKey(tx: Queryable, schemaSql: string, consumer: string, key: string): Promise<KeyRow> {
+  const select = `SELECT version::text AS version, parked FROM ${schemaSql}.inbox_versions WHERE consumer = $1 AND key = $2 FOR UPDATE`;
   let { rows } = await tx.query<{ version: string; parked: number }>(select, [consumer, key]);
   if (rows.length === 0) {
-    await tx.query(`INSERT INTO ${schema}.inbox_versions (consumer, key, version) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING`, [
+    await tx.query(`INSERT INTO ${schemaSql}.inbox_versions (consumer, key, version) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING`, [
       consumer,
       key,
     ]);

@@ -1,8 +1,8 @@
 import type { Queryable } from '@ferry/core';
 
 /** Adds `delta` to a key's parked count (never below 0); the caller holds the row lock. */
-export async function addParked(tx: Queryable, schema: string, consumer: string, key: string, delta: number): Promise<void> {
-  await tx.query(`UPDATE ${schema}.inbox_versions SET parked = greatest(parked + $3, 0) WHERE consumer = $1 AND key = $2`, [
+export async function addParked(tx: Queryable, schemaSql: string, consumer: string, key: string, delta: number): Promise<void> {
+  await tx.query(`UPDATE ${schemaSql}.inbox_versions SET parked = greatest(parked + $3, 0) WHERE consumer = $1 AND key = $2`, [
     consumer,
     key,
     delta,
@@ -16,13 +16,13 @@ export async function addParked(tx: Queryable, schema: string, consumer: string,
  * still missing, it is remembered in `skipped` and the gate moves over it once
  * that earlier one applies. The caller holds the row lock.
  */
-export async function skipVersion(tx: Queryable, schema: string, consumer: string, key: string, version: bigint): Promise<void> {
+export async function skipVersion(tx: Queryable, schemaSql: string, consumer: string, key: string, version: bigint): Promise<void> {
   await tx.query(
-    `UPDATE ${schema}.inbox_versions
-        SET version = CASE WHEN version = $3::bigint - 1 THEN ${schema}.inbox_next_version($3::bigint, skipped) ELSE version END,
+    `UPDATE ${schemaSql}.inbox_versions
+        SET version = CASE WHEN version = $3::bigint - 1 THEN ${schemaSql}.inbox_next_version($3::bigint, skipped) ELSE version END,
             skipped = CASE
               WHEN version >= $3::bigint THEN skipped
-              WHEN version = $3::bigint - 1 THEN ARRAY(SELECT x FROM unnest(skipped) AS x WHERE x > ${schema}.inbox_next_version($3::bigint, skipped))
+              WHEN version = $3::bigint - 1 THEN ARRAY(SELECT x FROM unnest(skipped) AS x WHERE x > ${schemaSql}.inbox_next_version($3::bigint, skipped))
               ELSE ARRAY(SELECT DISTINCT x FROM unnest(skipped || $3::bigint) AS x ORDER BY x)
             END
       WHERE consumer = $1 AND key = $2`,

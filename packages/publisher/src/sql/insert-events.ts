@@ -11,10 +11,10 @@
  * (null: no notify), $12 whether any id was given by the caller (only those
  * can exist already) — arrays for the batch, scalars for one event.
  */
-export function insertEventsSql(schema: string): string {
-  return `SELECT id, seq, version, existing, same FROM ${schema}.publish_events($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::jsonb[], $10::timestamptz[], $11::text, $12::boolean)`;
+export function insertEventsSql(schemaSql: string): string {
+  return `SELECT id, seq, version, existing, same FROM ${schemaSql}.publish_events($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[], $9::jsonb[], $10::timestamptz[], $11::text, $12::boolean)`;
 }
 
-export function insertEventSql(schema: string): string {
-  return `SELECT id, seq, version, existing, same FROM ${schema}.publish_event($1::uuid, $2::text, $3::bigint, $4::text, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::timestamptz, $11::text, $12::boolean)`;
+export function insertEventSql(schemaSql: string): string {
+  return `SELECT id, seq, version, existing, same FROM ${schemaSql}.publish_event($1::uuid, $2::text, $3::bigint, $4::text, $5::text, $6::text, $7::text, $8::bytea, $9::jsonb, $10::timestamptz, $11::text, $12::boolean)`;
 }
