@@ -19,7 +19,7 @@ import { loopNodePostgresWriters } from './lib/writers.js';
 
 declareFlags(
   'node bench/dist/publish-overhead.js',
-  'Publisher overhead: (UPDATE + publish) against (UPDATE + a plain INSERT of the same JSON), notify: true, and publishMany(100) against a 100-row INSERT; interleaved trials, medians.',
+  'Publisher overhead: (UPDATE + publish, the defaults) against (UPDATE + a plain INSERT of the same JSON), the same with a relay waiting (every transaction NOTIFYs), and publishMany(100) against a 100-row INSERT; interleaved trials, medians.',
   {
     quick: 'short trials (8 writers, 1.5 s, 2 trials)',
     writers: '<n,n,…> concurrent writers, one table each (default 8,32)',
@@ -49,8 +49,18 @@ async function main() {
     await db.pool.query(`CREATE TABLE ${s}.accounts (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`);
     await db.pool.query(`INSERT INTO ${s}.accounts (id) SELECT generate_series(1, ${ACCOUNTS})`);
     await db.pool.query(`CREATE TABLE ${s}.plain_events (id bigserial PRIMARY KEY, key text NOT NULL, data jsonb NOT NULL)`);
+    // The defaults: notify is on, and the outbox sends the NOTIFY only while a relay has recorded that
+    // it waits (outbox migration 000007). `publish` runs with no relay waiting (what a busy relay's
+    // publishers pay); `publishNotify` with a wait record current throughout, so every transaction
+    // NOTIFYs (the most a relay that stays idle could cost its publishers).
     const quiet = createPublisher({ schema: db.schema, source: 'bench' });
-    const loud = createPublisher({ schema: db.schema, source: 'bench', notify: true });
+    const loud = quiet;
+    const relayWaits = (on: boolean) =>
+      db.pool.query(
+        on
+          ? `INSERT INTO ${s}.relay_waiting (instance, until) VALUES ('bench', now() + interval '1 hour') ON CONFLICT (instance) DO UPDATE SET until = excluded.until`
+          : `DELETE FROM ${s}.relay_waiting`,
+      );
     const payload = (i: number) => ({ orderId: `order-${i}`, total: 4999, currency: 'EUR', lines: [{ sku: 'sku-1', qty: 2 }] });
     const update = (c: pg.PoolClient) =>
       c.query(`UPDATE ${s}.accounts SET balance = balance + 1 WHERE id = $1`, [randomInt(1, ACCOUNTS + 1)]);
@@ -96,7 +106,9 @@ async function main() {
       await run(db.pool, writers, plain); // warm-up
       for (let t = 0; t < trials; t++) {
         for (const [name, step] of Object.entries(scenarios)) {
+          if (name === 'publishNotify') await relayWaits(true);
           samples[name]?.push(await run(db.pool, writers, step));
+          if (name === 'publishNotify') await relayWaits(false);
         }
       }
       results[writers] = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));

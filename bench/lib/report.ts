@@ -37,13 +37,15 @@ function publisherSection(pub: Json, lat: Json): string {
   const at = (rate: number, notify: string) => lat?.runs?.find((x: Json) => x.rate === rate && x.notify === notify);
   return `${table(['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead vs plain INSERT'], rows)}
 
-Each transaction is a business \`UPDATE\` of one of 10,000 accounts plus either \`publisher.publish\` (\`publish\`,
-\`publishNotify\` with \`notify: true\`) or a plain \`INSERT\` of the same JSON into a table with a bigserial key
+Each transaction is a business \`UPDATE\` of one of 10,000 accounts plus either \`publisher.publish\` with the defaults
+(\`publish\`: no relay waiting, so no NOTIFY, what a busy relay's publishers pay; \`publishNotify\`: a relay's wait record
+current throughout, so every transaction NOTIFYs) or a plain \`INSERT\` of the same JSON into a table with a bigserial key
 (\`plain\`, the baseline); \`publishMany100\` against one 100-row \`INSERT … SELECT unnest\` (\`plainMany100\`).
 Scenarios interleaved within each trial; ${pub.trials} trials of ${pub.seconds} s; medians.
 
-**What \`notify: true\` buys and costs.** With ${w} writers it costs ${Number.isFinite(notifyCost) ? `${(notifyCost * 100).toFixed(0)}%` : 'n/a'} of the publisher's
-transactions per second. Commit → subscriber p99 (section 3): ${n(at(20, 'default')?.p99Ms)} ms at 20 events/s with the default, ${n(at(20, 'true')?.p99Ms)} ms with
+**What the NOTIFY buys and costs.** A NOTIFY in every transaction costs ${Number.isFinite(notifyCost) ? `${(notifyCost * 100).toFixed(0)}%` : 'n/a'} of the publisher's
+transactions per second with ${w} writers; the default sends one only while a relay waits (its polls found nothing), so
+publishers of a busy relay pay none of it and an idle relay is woken at commit. Commit → subscriber p99 (section 3): ${n(at(20, 'default')?.p99Ms)} ms at 20 events/s with the default, ${n(at(20, 'true')?.p99Ms)} ms with
 \`notify: true\`; ${n(at(1000, 'default')?.p99Ms)} vs ${n(at(1000, 'true')?.p99Ms)} ms at 1,000 events/s.`;
 }
 
