@@ -48,7 +48,15 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
   return [
     figure('publishOverhead', 'publish, 8 writers', pub['publish@8'], 'x', plain, '≤ 1.2× (floor 1.3×)', (v) => v <= 1.2),
     figure('publishOverhead32', 'publish, 32 writers', pub['publish@32'], 'x', plain, '≤ 1.2× (floor 1.3×)', (v) => v <= 1.2),
-    figure('publishNotify', 'publish, every transaction NOTIFYs (a relay waits), 8 writers', pub['publishNotify@8'], 'x', plain, '≤ 1.4×', (v) => v <= 1.4),
+    figure(
+      'publishNotify',
+      'publish, every transaction NOTIFYs (a relay waits), 8 writers',
+      pub['publishNotify@8'],
+      'x',
+      plain,
+      '≤ 1.4×',
+      (v) => v <= 1.4,
+    ),
     figure(
       'publishMany100',
       '`publishMany` of 100, 8 writers',
