@@ -34,6 +34,13 @@ describe('migrate', () => {
     );
     assert.ok((await tables(schema)).includes('outbox'));
     assert.ok((await tables(schema)).includes('key_versions'));
+    // 000007 rewrote the publish check as PL/pgSQL (its plan kept per session) from 000005's stored rule text.
+    const { rows: check } = await pool.query<{ lang: string }>(
+      `SELECT l.lanname AS lang FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+        WHERE p.oid = $1::regprocedure`,
+      [`${quoteIdentifier(schema)}.publish_events_ok(text[], text[], text[], text[], text[], jsonb[])`],
+    );
+    assert.deepEqual(check, [{ lang: 'plpgsql' }]);
     const second = await migrate({ pool, schema });
     assert.deepEqual(second.applied, []);
     assert.deepEqual(await migrationStatus(pool, { schema }), { current: first.version, latest: first.version });

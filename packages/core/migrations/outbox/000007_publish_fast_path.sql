@@ -29,30 +29,25 @@ CREATE TABLE :SCHEMA.relay_waiting (
 -- (1e10) set off JIT compilation, 50-200 ms a publish.
 CREATE INDEX relay_waiting_until_idx ON :SCHEMA.relay_waiting (until);
 
-CREATE OR REPLACE FUNCTION :SCHEMA.publish_events_ok(
-  p_keys text[], p_subjects text[], p_types text[], p_sources text[], p_content_types text[], p_headers jsonb[]
-) RETURNS boolean LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+-- publish_events_ok as PL/pgSQL, rewritten from its own stored body so the
+-- rules stay written once (000005): `SELECT <expr>` becomes
+-- `BEGIN RETURN <expr>; END`. Refuses to run unless the body is the one
+-- 000005 wrote.
+DO $ok$
+DECLARE
+  v_fn constant regprocedure := ':SCHEMA.publish_events_ok(text[], text[], text[], text[], text[], jsonb[])'::regprocedure;
+  v_src text;
 BEGIN
-  RETURN NOT EXISTS (
-    SELECT 1 FROM unnest(p_keys, p_subjects, p_types, p_sources, p_content_types, p_headers) AS t(k, su, ty, so, ct, h)
-    WHERE NOT
-      coalesce(
-          char_length(t.k) BETWEEN 1 AND 256 AND t.k !~ '[\x01-\x1f\x7f]' AND btrim(t.k, E'\t\n\u000b\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff') = t.k
-          AND char_length(t.ty) BETWEEN 1 AND 256 AND t.ty !~ '[\x01-\x1f\x7f]' AND btrim(t.ty, E'\t\n\u000b\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff') = t.ty
-          AND char_length(t.so) BETWEEN 1 AND 1024 AND t.so !~ '[\x01-\x1f\x7f]' AND btrim(t.so, E'\t\n\u000b\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff') = t.so
-          AND char_length(t.ct) BETWEEN 1 AND 1024 AND t.ct !~ '[\x01-\x08\x0a-\x1f\x7f]'
-          AND char_length(t.su) BETWEEN 1 AND 1024
-          AND t.su ~ '^[^\t\n\u000b\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff\x01-\x1f\x7f.*>]+(\.[^\t\n\u000b\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff\x01-\x1f\x7f.*>]+)*$'
-          AND (t.h IS NULL OR t.h = '{}'::jsonb OR (jsonb_typeof(t.h) = 'object' AND (
-            SELECT count(*) <= 64 AND count(DISTINCT lower(h.key)) = count(*) AND coalesce(bool_and(
-                     h.key ~ '^[-!#$%&''*+.^_`|~0-9A-Za-z]+$' AND char_length(h.key) <= 128 AND h.key !~* '^(ce-|nats-)|^content-type$'
-                     AND jsonb_typeof(h.value) = 'string' AND char_length(h.value #>> '{}') <= 4096
-                     AND (h.value #>> '{}') !~ '[\x01-\x08\x0a-\x1f\x7f]' AND btrim((h.value #>> '{}'), E'\t\n\u000b\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff') = (h.value #>> '{}')), true)
-              FROM jsonb_each(t.h) AS h))),
-          false)
-  );
+  SELECT prosrc INTO v_src FROM pg_catalog.pg_proc WHERE oid = v_fn AND prolang = (SELECT oid FROM pg_catalog.pg_language WHERE lanname = 'sql');
+  IF v_src IS NULL OR v_src !~ '^\s*SELECT NOT EXISTS \(' THEN
+    RAISE EXCEPTION 'outbox migration 000007: % is not the LANGUAGE sql check 000005 created; was it changed by hand?', v_fn;
+  END IF;
+  EXECUTE format(
+    'CREATE OR REPLACE FUNCTION :SCHEMA.publish_events_ok(p_keys text[], p_subjects text[], p_types text[], p_sources text[], '
+    'p_content_types text[], p_headers jsonb[]) RETURNS boolean LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS %L',
+    regexp_replace(v_src, '^\s*SELECT ', E'\nBEGIN\n  RETURN ') || E';\nEND\n');
 END
-$fn$;
+$ok$;
 
 -- The NOTIFY condition, patched into 000006's definitions in place: the one
 -- line below is the only change, so the functions are not written out a
