@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { quoteIdentifier } from '@ferry/core';
 import { createRelay, type Relay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { assertExactlyOnceInKeyOrder, countPending, publishEvents, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
@@ -89,6 +90,9 @@ describe('relay under NATS outages', () => {
     const wall = (performance.now() - t0) / 1000;
     const linesDuring = logLines(child).length - linesBefore;
     ids.push(...(await during));
+    // A relay that cannot claim records no wait, so the commits of the outage sent no NOTIFY to wake it for nothing.
+    const waiting = await db.pool.query(`SELECT count(*)::int AS n FROM ${quoteIdentifier(db.schema)}.relay_waiting WHERE until > now()`);
+    assert.equal(waiting.rows[0].n, 0, 'no current wait record while NATS is down');
 
     await nats.restart();
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, {

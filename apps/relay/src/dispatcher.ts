@@ -222,6 +222,8 @@ export class Dispatcher {
       // cockatiel moves from open to half-open only when called after the cool-down: until then, claim nothing.
       const coolingMs = state === CircuitState.Open ? this.#openedAt + o.breakerCooldownMs - Date.now() : 0;
       if (lanes.length === 0 || !this.#d.natsUp() || coolingMs > 0 || state === CircuitState.Isolated) {
+        // Nothing would be claimed on a wake-up: publishers should not NOTIFY meanwhile (during an outage, every commit).
+        this.#d.waits?.record.busy();
         await this.#pause(coolingMs > 0 ? Math.min(o.pollIntervalMs, coolingMs) : o.pollIntervalMs);
         continue;
       }
