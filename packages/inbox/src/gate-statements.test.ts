@@ -58,6 +58,28 @@ describe('inbox gate statements', () => {
     assert.equal(await prepared(), 5);
   });
 
+  test('inbox - hostile keys and ids travel as literals through the prepared statements: each is its own key, nothing else changes', async () => {
+    const keys = ['__proto__', 'constructor', "x'); DELETE FROM inbox_versions; --", '$1', 'a\\b', 'ce-id', 'Nats-Msg-Id', 'ключ 🔑'];
+    for (const key of keys) {
+      assert.deepEqual(await gate(key, 3n), { won: true, recorded: 3n }, key);
+      assert.deepEqual(await gate(key, 2n), { won: false, recorded: 3n }, key);
+      assert.equal(await beginAndRecordMessage(client, s, 'c1', key), true, key);
+      await client.query('COMMIT');
+    }
+    const { rows } = await db.pool.query<{ key: string; v: number }>(
+      `SELECT key, version::int AS v FROM ${s}.inbox_versions WHERE consumer = 'c1' AND key = ANY ($1::text[])`,
+      [keys],
+    );
+    assert.deepEqual(new Set(rows.map((r) => r.key)), new Set(keys), 'one row per hostile key, stored as given');
+    assert.ok(
+      rows.every((r) => r.v === 3),
+      'each at its own version',
+    );
+    const all = await db.pool.query(`SELECT count(*)::int AS n FROM ${s}.inbox_versions`);
+    assert.equal(all.rows[0].n, keys.length + 2, "the first test's two keys are still there");
+    assert.equal(await prepared(), 5, 'no new statement per key: keys are arguments, not text');
+  });
+
   test('inbox - a connection that loses its prepared statements fails one attempt, then runs the text with the same answers', async () => {
     await client.query('DEALLOCATE ALL');
     await assert.rejects(beginGate(client, s, 'c1', 'lost', 1n, latest), (err: { code?: string }) => err.code === '26000');
