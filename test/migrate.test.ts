@@ -46,6 +46,49 @@ describe('migrate', () => {
     assert.deepEqual(await migrationStatus(pool, { schema }), { current: first.version, latest: first.version });
   });
 
+  test('migrate - 000008: the per-event check is the batch check, event by event, and PostgreSQL can inline it', async () => {
+    const schema = fresh();
+    await migrate({ pool, schema });
+    const s = quoteIdentifier(schema);
+    // LANGUAGE sql with no SET clause and no subquery: what lets the planner inline it into publish_event.
+    const { rows: fn } = await pool.query(
+      `SELECT l.lanname AS lang, p.proconfig, p.prosecdef FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.oid = $1::regprocedure`,
+      [`${s}.publish_event_ok(text, text, text, text, text, jsonb)`],
+    );
+    assert.deepEqual(fn, [{ lang: 'sql', proconfig: null, prosecdef: false }]);
+    const good = { k: 'order-1', su: 'orders.placed', ty: 'OrderPlaced', so: 'svc', ct: 'application/json', h: {} as unknown };
+    const cases: Array<[string, Partial<typeof good>, boolean]> = [
+      ['valid', {}, true],
+      ['valid headers', { h: { traceparent: '00-x', constructor: 'c', __proto__: 'p' } }, true],
+      ['null headers', { h: null }, true],
+      ['LF in key', { k: 'a\nb' }, false],
+      ['edge space in type', { ty: ' T' }, false],
+      ['NBSP-edged source', { so: 'svc\u00a0' }, false],
+      ['wildcard subject', { su: 'orders.*' }, false],
+      ['empty token', { su: 'orders..placed' }, false],
+      ['CR in content type', { ct: 'a\rb' }, false],
+      ['reserved ce- header', { h: { 'ce-id': 'x' } }, false],
+      ['reserved Nats- header', { h: { 'NATS-Msg-Id': 'x' } }, false],
+      ['content-type header', { h: { 'Content-Type': 'x' } }, false],
+      ['same header twice', { h: { a: '1', A: '2' } }, false],
+      ['number header value', { h: { a: 1 } }, false],
+      ['header array', { h: ['a'] }, false],
+      ['65 headers', { h: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`h${i}`, 'v'])) }, false],
+      ['bad header name', { h: { 'a b': 'v' } }, false],
+      ['long key', { k: 'k'.repeat(257) }, false],
+    ];
+    for (const [what, patch, ok] of cases) {
+      const e = { ...good, ...patch };
+      const h = e.h === null ? null : JSON.stringify(e.h);
+      const { rows } = await pool.query<{ one: boolean; batch: boolean }>(
+        `SELECT ${s}.publish_event_ok($1, $2, $3, $4, $5, $6::jsonb) AS one,
+                ${s}.publish_events_ok(ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[$4], ARRAY[$5], ARRAY[$6::jsonb]) AS batch`,
+        [e.k, e.su, e.ty, e.so, e.ct, h],
+      );
+      assert.deepEqual(rows[0], { one: ok, batch: ok }, what);
+    }
+  });
+
   test('migrate - two concurrent runs: one applies, the other waits and does nothing', async () => {
     const schema = fresh();
     const results = await Promise.all([migrate({ pool, schema }), migrate({ pool, schema }), migrate({ pool, schema })]);

@@ -1,6 +1,7 @@
 // Least privilege: three LOGIN roles get exactly what `ferry migrate --print-grants`
 // prints, and the whole path (publish → relay → inbox) runs with them.
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { quoteIdentifier, SQLSTATE, sqlState, withTransaction } from '@ferry/core';
 import { createInbox, type Inbox } from '@ferry/inbox';
@@ -116,8 +117,15 @@ describe('least privilege: --print-grants roles run the whole path', () => {
         Array.from({ length: 20 }, (_, i) => ({ subject: `${stream.prefix}.orders`, key: `k${i % 4}`, type: 'Set', data: { n: i } })),
       ),
     );
+    // One event: the short path (generated id, next version) and, with an id and a version, publish_event_full (000008).
+    await withTransaction(pool, async (tx) => {
+      await publisher.publish(tx, { subject: `${stream.prefix}.orders`, key: 'one', type: 'Set', data: { n: 1 } });
+      await publisher.publish(tx, { id: randomUUID(), subject: `${stream.prefix}.orders`, key: 'one', type: 'Set', data: { n: 2 }, version: 5 });
+    });
     const s = quoteIdentifier(db.schema);
     for (const sql of [
+      `SELECT ${s}.publish_event_ok('k', 'a.b', 't', 's', 'application/json', '{}')`,
+      `SELECT * FROM ${s}.publish_event_full(gen_random_uuid(), 'k', NULL, 'a.b', 't', 's', 'application/json', '\\x00', '{}', now(), NULL, false)`,
       `SELECT * FROM ${s}.outbox`,
       `UPDATE ${s}.outbox SET attempts = 0`,
       `DELETE FROM ${s}.outbox`,
@@ -127,7 +135,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     ]) {
       assert.equal(await deniedCode(pool.query(sql)), SQLSTATE.insufficientPrivilege, sql);
     }
-    assert.equal(await countPending(db.pool, db.schema), 20);
+    assert.equal(await countPending(db.pool, db.schema), 22);
   });
 
   test('security - the relay role (maintenance on) relays to the stream but cannot create tables', async () => {
@@ -144,7 +152,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
       '50',
     ]);
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 20_000, what: 'a drain by the relay role' });
-    assert.equal((await readStream(stream.nc, stream.name)).length, 20);
+    assert.equal((await readStream(stream.nc, stream.name)).length, 22);
     // Idle, the relay role records that it waits for a NOTIFY (its grants include relay_waiting).
     await waitFor(
       async () =>
@@ -194,7 +202,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     assert.deepEqual(errors, []);
     const pool = poolAs(roles.relay);
     const deleted = await pool.query(`DELETE FROM ${quoteIdentifier(db.schema)}.outbox WHERE published_at IS NOT NULL`);
-    assert.equal(deleted.rowCount, 20);
+    assert.equal(deleted.rowCount, 22);
   });
 
   test('security - the inbox role consumes and applies with its own handler table granted', async () => {
@@ -216,9 +224,9 @@ describe('least privilege: --print-grants roles run the whole path', () => {
       },
     });
     await inbox.start();
-    await waitFor(() => (inbox?.counts().applied ?? 0) === 20, { timeoutMs: 20_000, what: 'the inbox role applying 20 events' });
+    await waitFor(() => (inbox?.counts().applied ?? 0) === 22, { timeoutMs: 20_000, what: 'the inbox role applying 22 events' });
     const { rows } = await db.pool.query<{ n: string }>(`SELECT sum(n)::text AS n FROM ${ins}.effects`);
-    assert.equal(rows[0]?.n, '20');
+    assert.equal(rows[0]?.n, '22');
     assert.equal(await deniedCode(pool.query(`CREATE TABLE ${ins}.evil (x int)`)), '42501');
     await inbox.stop();
     assert.equal(inbox.state, 'stopped');
