@@ -104,7 +104,9 @@ describe('ferry migrate', () => {
     // A database at outbox version 2: the migrations after 2 are undone and unrecorded.
     assert.equal(ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]).code, 0);
     await pool.query(`DROP FUNCTION ${s}.publish_event, ${s}.publish_events, ${s}.event_digest CASCADE`);
-    await pool.query(`DROP FUNCTION ${s}.publish_event_full, ${s}.publish_events_ok, ${s}.publish_check_event, ${s}.publish_check_text`);
+    await pool.query(
+      `DROP FUNCTION ${s}.publish_event_full, ${s}.publish_events_full, ${s}.publish_events_ok, ${s}.publish_check_event, ${s}.publish_check_text`,
+    );
     await pool.query(`DROP FUNCTION ${s}.publish_event_ok, ${s}.publish_headers_ok`);
     await pool.query(`DROP INDEX ${s}.outbox_pending_key_idx`);
     await pool.query(`CREATE INDEX outbox_pending_lane_idx ON ${s}.outbox (lane, seq) WHERE published_at IS NULL`);

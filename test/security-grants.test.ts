@@ -120,7 +120,14 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     // One event: the short path (generated id, next version) and, with an id and a version, publish_event_full (000008).
     await withTransaction(pool, async (tx) => {
       await publisher.publish(tx, { subject: `${stream.prefix}.orders`, key: 'one', type: 'Set', data: { n: 1 } });
-      await publisher.publish(tx, { id: randomUUID(), subject: `${stream.prefix}.orders`, key: 'one', type: 'Set', data: { n: 2 }, version: 5 });
+      await publisher.publish(tx, {
+        id: randomUUID(),
+        subject: `${stream.prefix}.orders`,
+        key: 'one',
+        type: 'Set',
+        data: { n: 2 },
+        version: 5,
+      });
     });
     const s = quoteIdentifier(db.schema);
     for (const sql of [

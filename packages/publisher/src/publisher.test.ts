@@ -187,6 +187,26 @@ describe('publisher', () => {
     assert.equal(auto.version, 8n, 'automatic versions continue above explicit ones');
   });
 
+  test('publisher - publishMany continues each key from its recorded version, interleaved keys in input order', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('k-cont-x')));
+    const results = await withTransaction(db.pool, (tx) =>
+      publisher.publishMany(tx, [ev('k-cont-x'), ev('k-cont-y'), ev('k-cont-x'), ev('k-cont-y'), ev('k-cont-x')]),
+    );
+    assert.deepEqual(
+      results.map((r) => `${r.key}@${r.version}`),
+      ['k-cont-x@2', 'k-cont-y@1', 'k-cont-x@3', 'k-cont-y@2', 'k-cont-x@4'],
+    );
+    const seqs = results.map((r) => r.seq);
+    assert.deepEqual(
+      seqs,
+      [...seqs].sort((a, b) => (a < b ? -1 : 1)),
+      'stored in input order',
+    );
+    assert.equal(await keyVersion('k-cont-x'), 4);
+    assert.equal(await keyVersion('k-cont-y'), 2);
+  });
+
   test('publisher - publishMany writes the whole batch in one round trip, versions consecutive per key', async () => {
     const publisher = createPublisher({ schema: db.schema, source: 'svc' });
     const events = Array.from({ length: 100 }, (_, i) => ev(`k-many-${i % 7}`, { data: { i } }));

@@ -22,18 +22,19 @@
 --    which PL/pgSQL evaluates without starting an executor.
 --    publish_events_ok is redefined to call it: the same rules, in one place.
 --
--- 2. publish_event takes a short path when the publisher generated the id
---    (p_check false) and the key's next version is wanted (p_version null):
---    the version upsert and the insert, nothing else (what 000003's statement
---    does on that path). Any other call goes on to the 000006/000007 function,
---    renamed publish_event_full: ids recognised after prune, the version guard
---    and conflicts behave exactly as before. On the short path the NOTIFY is a
---    statement of its own instead of an extra result row (the publisher skips
---    that row either way).
+-- 2. publish_event and publish_events take a short path when the publisher
+--    generated the ids (p_check false) and every key's next version is wanted
+--    (no version given): the version upsert and the insert, nothing else (what
+--    000003's statements do on that path). Any other call goes on to the
+--    000006/000007 function, renamed publish_event_full/publish_events_full:
+--    ids recognised after prune, the version guard and conflicts behave
+--    exactly as before. On the short path the NOTIFY is a statement of its own
+--    instead of an extra result row (the publisher skips that row either way).
 DO $lean$
 DECLARE
   v_ok constant regprocedure := ':SCHEMA.publish_events_ok(text[], text[], text[], text[], text[], jsonb[])'::regprocedure;
   v_event constant regprocedure := ':SCHEMA.publish_event(uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean)'::regprocedure;
+  v_events constant regprocedure := ':SCHEMA.publish_events(uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text, boolean)'::regprocedure;
   v_src text;
   v_rules text;
   v_headers text;
@@ -61,18 +62,24 @@ BEGIN
     E'\nBEGIN\n  RETURN NOT EXISTS (\n    SELECT 1 FROM unnest(p_keys, p_subjects, p_types, p_sources, p_content_types, p_headers) AS t(k, su, ty, so, ct, h)\n'
     || E'    WHERE NOT :SCHEMA.publish_event_ok(t.k, t.su, t.ty, t.so, t.ct, t.h)\n  );\nEND\n');
 
-  -- The whole function, as it is, under a new name.
+  -- The whole functions, as they are, under new names.
   v_def := pg_get_functiondef(v_event);
   IF v_def !~ '^CREATE OR REPLACE FUNCTION [^(]*\.publish_event\(' THEN
     RAISE EXCEPTION 'outbox migration 000008: unexpected definition of %', v_event;
   END IF;
   EXECUTE regexp_replace(v_def, '\.publish_event\(', '.publish_event_full(');
+  v_def := pg_get_functiondef(v_events);
+  IF v_def !~ '^CREATE OR REPLACE FUNCTION [^(]*\.publish_events\(' THEN
+    RAISE EXCEPTION 'outbox migration 000008: unexpected definition of %', v_events;
+  END IF;
+  EXECUTE regexp_replace(v_def, '\.publish_events\(', '.publish_events_full(');
 END
 $lean$;
 
 REVOKE ALL ON FUNCTION :SCHEMA.publish_headers_ok(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION :SCHEMA.publish_event_ok(text, text, text, text, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION :SCHEMA.publish_event_full(uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION :SCHEMA.publish_events_full(uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text, boolean) FROM PUBLIC;
 
 -- CREATE OR REPLACE keeps the grants a publishing role was given.
 CREATE OR REPLACE FUNCTION :SCHEMA.publish_event(
@@ -103,6 +110,54 @@ BEGIN
     INSERT INTO :SCHEMA.outbox AS o (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
     SELECT p_id, p_key, b.version, p_subject, p_type, p_source, p_content_type, p_data, p_headers, p_occurred_at
     FROM bump b
+    RETURNING o.id, o.seq, o.version
+  )
+  SELECT i.id::text, i.seq, i.version, false, true FROM ins i;
+  IF p_channel IS NOT NULL AND EXISTS (SELECT 1 FROM :SCHEMA.relay_waiting w WHERE w.until > now()) THEN
+    PERFORM pg_notify(p_channel, '');
+  END IF;
+END
+$fn$;
+
+-- The batch. A key's events get the versions after its recorded one, in
+-- array order, and are inserted in array order (so seq order is version
+-- order); the upsert locks the keys in key order, as 000003's does.
+CREATE OR REPLACE FUNCTION :SCHEMA.publish_events(
+  p_ids uuid[], p_keys text[], p_versions bigint[], p_subjects text[], p_types text[], p_sources text[],
+  p_content_types text[], p_data bytea[], p_headers jsonb[], p_occurred_at timestamptz[], p_channel text, p_check boolean
+) RETURNS TABLE (id text, seq bigint, version bigint, existing boolean, same boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
+#variable_conflict use_column
+BEGIN
+  IF p_check OR cardinality(array_remove(p_versions, NULL)) > 0 THEN
+    RETURN QUERY SELECT * FROM :SCHEMA.publish_events_full(p_ids, p_keys, p_versions, p_subjects, p_types, p_sources,
+                                                           p_content_types, p_data, p_headers, p_occurred_at, p_channel, p_check);
+    RETURN;
+  END IF;
+  IF NOT :SCHEMA.publish_events_ok(p_keys, p_subjects, p_types, p_sources, p_content_types, p_headers) THEN
+    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
+      PERFORM :SCHEMA.publish_check_event(format('events[%s].', i - 1), p_keys[i], p_subjects[i], p_types[i], p_sources[i],
+                                          p_content_types[i], p_headers[i]);
+    END LOOP;
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', COLUMN = 'events', MESSAGE = 'an event failed the publish checks';
+  END IF;
+  RETURN QUERY
+  WITH input AS (
+    SELECT t.*, row_number() OVER (PARTITION BY t.key ORDER BY t.ord) AS rank, count(*) OVER (PARTITION BY t.key) AS n
+    FROM unnest(p_ids, p_keys, p_subjects, p_types, p_sources, p_content_types, p_data, p_headers, p_occurred_at)
+           WITH ORDINALITY AS t(id, key, subject, type, source, content_type, data, headers, occurred_at, ord)
+  ),
+  bump AS (
+    INSERT INTO :SCHEMA.key_versions AS kv (key, version)
+    SELECT i.key, count(*) FROM input i GROUP BY i.key ORDER BY i.key
+    ON CONFLICT (key) DO UPDATE SET version = kv.version + excluded.version
+    RETURNING kv.key, kv.version
+  ),
+  ins AS (
+    INSERT INTO :SCHEMA.outbox AS o (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
+    SELECT i.id, i.key, b.version - i.n + i.rank, i.subject, i.type, i.source, i.content_type, i.data, i.headers, i.occurred_at
+    FROM input i JOIN bump b ON b.key = i.key
+    ORDER BY i.ord
     RETURNING o.id, o.seq, o.version
   )
   SELECT i.id::text, i.seq, i.version, false, true FROM ins i;
