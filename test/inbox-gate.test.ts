@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { quoteIdentifier } from '@ferry/core';
 import { type Handler, isConsumerMismatchError, isValidationError, migrateInbox, pruneInboxMessages, pruneQueueName } from '@ferry/inbox';
 import { createTestStream, waitFor } from '@ferry/testkit';
 import { AckPolicy } from '@nats-io/jetstream';
@@ -329,8 +330,13 @@ describe('inbox gate', () => {
       const first = await migrateInbox({ pool: f.db.pool, schema });
       assert.deepEqual(
         first.applied.map((m) => m.name),
-        ['inbox', 'inbox_parked', 'inbox_early', 'inbox_skipped'],
+        ['inbox', 'inbox_parked', 'inbox_early', 'inbox_skipped', 'versions_fillfactor'],
       );
+      // Room on each page for the per-event update to stay HOT (inbox migration 000005).
+      const { rows: options } = await f.db.pool.query(`SELECT reloptions FROM pg_class WHERE oid = $1::regclass`, [
+        `${quoteIdentifier(schema)}.inbox_versions`,
+      ]);
+      assert.deepEqual(options[0]?.reloptions, ['fillfactor=70']);
       const { rows } = await f.db.pool.query(
         `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'inbox_versions' ORDER BY ordinal_position`,
         [schema],
