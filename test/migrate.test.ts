@@ -56,6 +56,12 @@ describe('migrate', () => {
       [`${s}.publish_event_ok(text, text, text, text, text, jsonb)`],
     );
     assert.deepEqual(fn, [{ lang: 'sql', proconfig: null, prosecdef: false }]);
+    const { rows: plan } = await pool.query<{ 'QUERY PLAN': string }>(
+      `EXPLAIN (VERBOSE, COSTS OFF) SELECT ${s}.publish_event_ok(g::text, 'orders.placed', 'T', 's', 'application/json', '{}') FROM generate_series(1, 2) g`,
+    );
+    const planText = plan.map((r) => r['QUERY PLAN']).join('\n');
+    assert.doesNotMatch(planText, /publish_event_ok\(/, 'inlined: the plan holds its expression, not a call');
+    assert.match(planText, /char_length/);
     const good = { k: 'order-1', su: 'orders.placed', ty: 'OrderPlaced', so: 'svc', ct: 'application/json', h: {} as unknown };
     const cases: Array<[string, Partial<typeof good>, boolean]> = [
       ['valid', {}, true],
