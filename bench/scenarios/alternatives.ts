@@ -114,10 +114,11 @@ async function produce(count: number, step: (c: pg.PoolClient, i: number) => Pro
 /**
  * Steady drain rate: events per second from the moment a tenth of `total` is
  * done to the last one, so that a cold start (first connections, JIT, the
- * first JetStream request) counts against no one.
+ * first JetStream request) counts against no one. When all of it is done at
+ * the first look, the rate is taken from `startedAt` (when the drain could begin).
  */
-async function steadyRate(done: () => number, total: number): Promise<number> {
-  const t0 = performance.now();
+async function steadyRate(done: () => number, total: number, startedAt = performance.now()): Promise<number> {
+  const t0 = startedAt;
   let t1 = 0;
   let c1 = 0;
   let last = -1;
@@ -128,7 +129,11 @@ async function steadyRate(done: () => number, total: number): Promise<number> {
     if (c !== last) {
       last = c;
       lastMoved = now;
-    } else if (now - lastMoved > STALL_MS) throw new Error(`the drain stalled at ${c} of ${total} events for ${STALL_MS / 1000} s`);
+    } else if (now - lastMoved > STALL_MS) {
+      // Counted, not thrown: what never arrives is reported as lost by delivery(), beside the rate until it stalled.
+      console.log(`  the drain stalled at ${c} of ${total} events for ${STALL_MS / 1000} s; the rest count as lost`);
+      return c1 > 0 && lastMoved > t1 ? (c - c1) / ((lastMoved - t1) / 1000) : c / ((lastMoved - t0) / 1000);
+    }
     if (t1 === 0 && c >= total / 10) {
       t1 = now;
       c1 = c;
@@ -205,8 +210,11 @@ async function trialFerry(stream: TestStream, keys: number): Promise<Trial> {
     await publisher.publish(c, { subject: `${stream.prefix}.orders`, key: `order-${i % keys}`, type: 'OrderPlaced', data: payload(i) });
   });
   await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+  // Timed from before the start: a small backlog can be drained before startRelay returns, and the
+  // rate must then cover the start, not the few milliseconds after it (run 3 reported 143,000 ev/s).
+  const startedAt = performance.now();
   const { relay, marked } = await startRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } });
-  const drainPerSec = await steadyRate(marked, eventsFor(keys));
+  const drainPerSec = await steadyRate(marked, eventsFor(keys), startedAt);
   await relay.stop();
   return { producerTxPerSec, drainPerSec };
 }
