@@ -83,6 +83,23 @@ describe('migrate', () => {
       ['bad header name', { h: { 'a b': 'v' } }, false],
       ['long key', { k: 'k'.repeat(257) }, false],
     ];
+    // The short path (generated id, next version) sends a failing event the long way, whose error names the field.
+    await assert.rejects(
+      pool.query(
+        `SELECT * FROM ${s}.publish_event(gen_random_uuid(), 'k', NULL, 'a.b', 't', 's', 'application/json', '\\x00', '{"ce-id": "x"}', now(), NULL, false)`,
+      ),
+      (err: { code?: string; column?: string }) => err.code === '22023' && err.column === 'headers.ce-id',
+    );
+    await assert.rejects(
+      pool.query(
+        `SELECT * FROM ${s}.publish_events(ARRAY[gen_random_uuid(), gen_random_uuid()], ARRAY['k', 'k'], ARRAY[NULL, NULL]::bigint[],
+           ARRAY['a.b', 'a.*'], ARRAY['t', 't'], ARRAY['s', 's'], ARRAY['application/json', 'application/json'],
+           ARRAY['\\x00', '\\x00']::bytea[], ARRAY['{}', '{}']::jsonb[], ARRAY[now(), now()], NULL, false)`,
+      ),
+      (err: { code?: string; column?: string }) => err.code === '22023' && err.column === 'events[1].subject',
+    );
+    const { rows: written } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.outbox`);
+    assert.deepEqual(written, [{ n: 0 }]);
     for (const [what, patch, ok] of cases) {
       const e = { ...good, ...patch };
       const h = e.h === null ? null : JSON.stringify(e.h);

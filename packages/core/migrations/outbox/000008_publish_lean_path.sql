@@ -28,7 +28,8 @@
 --    000003's statements do on that path). Any other call goes on to the
 --    000006/000007 function, renamed publish_event_full/publish_events_full:
 --    ids recognised after prune, the version guard and conflicts behave
---    exactly as before. On the short path the NOTIFY is a statement of its own
+--    exactly as before, and so does an event that fails the checks (the old
+--    function raises the precise error). On the short path the NOTIFY is a statement of its own
 --    instead of an extra result row (the publisher skips that row either way).
 DO $lean$
 DECLARE
@@ -89,11 +90,9 @@ CREATE OR REPLACE FUNCTION :SCHEMA.publish_event(
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-  IF NOT :SCHEMA.publish_event_ok(p_key, p_subject, p_type, p_source, p_content_type, p_headers) THEN
-    PERFORM :SCHEMA.publish_check_event('', p_key, p_subject, p_type, p_source, p_content_type, p_headers);
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', COLUMN = 'event', MESSAGE = 'the event failed the publish checks';
-  END IF;
-  IF p_check OR p_version IS NOT NULL THEN
+  -- An event that fails the checks goes the long way too: the old function raises the precise error.
+  IF p_check OR p_version IS NOT NULL
+     OR NOT :SCHEMA.publish_event_ok(p_key, p_subject, p_type, p_source, p_content_type, p_headers) THEN
     RETURN QUERY SELECT * FROM :SCHEMA.publish_event_full(p_id, p_key, p_version, p_subject, p_type, p_source,
                                                           p_content_type, p_data, p_headers, p_occurred_at, p_channel, p_check);
     RETURN;
@@ -129,17 +128,11 @@ CREATE OR REPLACE FUNCTION :SCHEMA.publish_events(
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
 #variable_conflict use_column
 BEGIN
-  IF p_check OR cardinality(array_remove(p_versions, NULL)) > 0 THEN
+  IF p_check OR cardinality(array_remove(p_versions, NULL)) > 0
+     OR NOT :SCHEMA.publish_events_ok(p_keys, p_subjects, p_types, p_sources, p_content_types, p_headers) THEN
     RETURN QUERY SELECT * FROM :SCHEMA.publish_events_full(p_ids, p_keys, p_versions, p_subjects, p_types, p_sources,
                                                            p_content_types, p_data, p_headers, p_occurred_at, p_channel, p_check);
     RETURN;
-  END IF;
-  IF NOT :SCHEMA.publish_events_ok(p_keys, p_subjects, p_types, p_sources, p_content_types, p_headers) THEN
-    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
-      PERFORM :SCHEMA.publish_check_event(format('events[%s].', i - 1), p_keys[i], p_subjects[i], p_types[i], p_sources[i],
-                                          p_content_types[i], p_headers[i]);
-    END LOOP;
-    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', COLUMN = 'events', MESSAGE = 'an event failed the publish checks';
   END IF;
   RETURN QUERY
   WITH input AS (
