@@ -65,7 +65,8 @@ describe('migrate', () => {
     const good = { k: 'order-1', su: 'orders.placed', ty: 'OrderPlaced', so: 'svc', ct: 'application/json', h: {} as unknown };
     const cases: Array<[string, Partial<typeof good>, boolean]> = [
       ['valid', {}, true],
-      ['valid headers', { h: { traceparent: '00-x', constructor: 'c', __proto__: 'p' } }, true],
+      // JSON.parse: an object literal's __proto__ sets the prototype and makes no property.
+      ['valid headers', { h: JSON.parse('{"traceparent": "00-x", "constructor": "c", "__proto__": "p"}') }, true],
       ['null headers', { h: null }, true],
       ['LF in key', { k: 'a\nb' }, false],
       ['edge space in type', { ty: ' T' }, false],

@@ -264,3 +264,36 @@ describe('publisher - transactions', () => {
     }
   });
 });
+
+describe('publisher - hostile names on the short path (generated id, next version)', () => {
+  test('publisher - a type, key and header names from Object.prototype are stored as given; ce-* and Nats-Msg-Id headers are refused before any SQL and other keys go on', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    const headers = JSON.parse('{"__proto__": "p", "constructor": "c", "toString": "t"}') as Record<string, string>;
+    assert.ok(Object.hasOwn(headers, '__proto__'));
+    const [stored] = await withTransaction(db.pool, (tx) =>
+      publisher.publishMany(tx, [ev('__proto__', { type: 'constructor', headers }), ev('constructor', { type: '__proto__' })]),
+    );
+    assert.equal(stored?.version, 1n);
+    const { rows } = await db.pool.query<{ key: string; type: string; headers: Record<string, string> }>(
+      `SELECT key, type, headers FROM ${s}.outbox WHERE key IN ('__proto__', 'constructor') ORDER BY seq`,
+    );
+    assert.deepEqual(
+      rows.map((r) => [r.key, r.type, Object.keys(r.headers).sort()]),
+      [
+        ['__proto__', 'constructor', ['__proto__', 'constructor', 'toString']],
+        ['constructor', '__proto__', []],
+      ],
+    );
+    for (const name of ['ce-id', 'CE-TYPE', 'Nats-Msg-Id', 'content-type']) {
+      const err = await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('hostile-h', { headers: { [name]: 'forged' } }))).catch(
+        (e: unknown) => e,
+      );
+      assert.ok(isValidationError(err), `${name}: ${String(err)}`);
+      assert.equal(err.field, `event.headers.${name}`);
+    }
+    assert.deepEqual(await versions('hostile-h'), []);
+    // The key next to them is not held back.
+    await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('hostile-next')));
+    assert.deepEqual(await versions('hostile-next'), [1]);
+  });
+});
