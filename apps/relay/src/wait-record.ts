@@ -52,7 +52,8 @@ export class WaitRecord {
     const fresh = this.#since === 0;
     this.#since = now;
     await this.#run(this.#sql.start, [this.#instance, this.#holdMs]);
-    return fresh;
+    // A failed write resets #since: nothing new was recorded, so no quick re-poll (else every poll would be 5 ms apart while it fails).
+    return fresh && this.#since !== 0;
   }
 
   /** Rows were found (or the LISTEN connection is down): publishers stop notifying. Not awaited by the loop. */
