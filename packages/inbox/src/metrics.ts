@@ -140,12 +140,14 @@ export function startLagSampler(
 ): () => void {
   let failing = false;
   let busy = false; // a slow answer is not asked for again meanwhile
+  let stopped = false; // an answer that arrives after stop must not bring the dropped gauges back
   const sample = () => {
-    if (busy) return;
+    if (busy || stopped) return;
     busy = true;
     void read()
       .then((info) => {
         failing = false;
+        if (stopped) return;
         metrics.lag({ pending: info.num_pending, ackPending: info.num_ack_pending, redelivered: info.num_redelivered });
       })
       .catch((err: unknown) => {
@@ -161,6 +163,7 @@ export function startLagSampler(
   const timer = setInterval(sample, everyMs);
   timer.unref();
   return () => {
+    stopped = true;
     clearInterval(timer);
     metrics.remove();
   };
