@@ -2,7 +2,6 @@
 // in-flight budget (rows and bytes) and the key set, and are being tuned together (docs/benchmarks.md);
 // the statements are in sql/, the marking batcher in marker.ts, the span in send-span.ts.
 import { backoffDelayMs, encodedSize, encodeEvent, eventFromOutboxRow } from '@ferry/core';
-import type { JetStreamClient } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import {
   BrokenCircuitError,
@@ -19,6 +18,7 @@ import { type Classified, classifyPublishError, NatsUnavailableError } from './e
 import type { LaneLeaser } from './lane-leaser.js';
 import { Marker } from './marker.js';
 import type { RelayMetrics } from './metrics.js';
+import type { PubAcks } from './pub-acks.js';
 import type { RelayEmitter, RelayTestHooks } from './relay-emitter.js';
 import { SendSpan } from './send-span.js';
 import { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
@@ -34,7 +34,8 @@ export interface DispatcherDeps {
   options: CompiledRelayOptions;
   schemaSql: string;
   pool: pg.Pool;
-  js: JetStreamClient;
+  /** JetStream publishing, PubAcks on one subscription. */
+  acks: PubAcks;
   leaser: LaneLeaser;
   breaker: CircuitBreakerPolicy;
   metrics: RelayMetrics;
@@ -471,7 +472,7 @@ export class Dispatcher {
       const h = natsHeaders();
       for (const [name, value] of encoded.headers) h.set(name, value);
       // A PubAck with duplicate: true means JetStream already holds this id: success as well.
-      const ack = await this.#d.js.publish(encoded.subject, encoded.body, { headers: h, timeout: this.#d.options.publishTimeoutMs });
+      const ack = await this.#d.acks.publish(encoded.subject, encoded.body, h);
       span?.acked(ack);
       return { ok: true, ackAt: Date.now() };
     } catch (err) {

@@ -53,8 +53,13 @@ export function classifyPublishError(err: unknown): Classified {
     return { reason: 'rejected', permanent: false, transport: false, message };
   }
   if (err instanceof natsErrors.TimeoutError) return { reason: 'timeout', permanent: false, transport: true, message };
-  // nats.js turns no responders into a JetStreamNotEnabled error (not exported from the package's public entry).
-  if ((err instanceof Error && err.name === 'JetStreamNotEnabled') || (err instanceof natsErrors.RequestError && err.isNoResponders())) {
+  // The relay's PubAcks raise NoRespondersError; nats.js's js.publish() a JetStreamNotEnabled error (not exported
+  // from the package's public entry) or a RequestError caused by it.
+  if (
+    err instanceof natsErrors.NoRespondersError ||
+    (err instanceof Error && err.name === 'JetStreamNotEnabled') ||
+    (err instanceof natsErrors.RequestError && err.isNoResponders())
+  ) {
     return { reason: 'no_responders', permanent: false, transport: false, message };
   }
   if (

@@ -4,7 +4,7 @@
 // job per file: dispatcher.ts, lane-leaser.ts, notifier.ts, janitor.ts, metrics.ts, sql/.
 import { randomBytes } from 'node:crypto';
 import { ConfigError, childLogger, laneCountSql, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
-import { type JetStreamClient, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
@@ -17,6 +17,7 @@ import { LaneLeaser } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
 import { connectWhenReachable, natsServerNames } from './nats-connect.js';
 import { Notifier } from './notifier.js';
+import { PubAcks } from './pub-acks.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
 import { compileRelayOptions, RELAY_DEFAULTS } from './relay-options.js';
 import { backlogSql } from './sql/backlog.js';
@@ -179,8 +180,8 @@ class RelayImpl implements Relay {
       }
     }
     // noAsyncTraces: nats.js otherwise builds an Error with a stack trace per
-    // request to improve async stack traces; profiled at 21% of the relay's
-    // CPU, and turning it off drained 1.35-1.75x faster (docs/benchmarks.md).
+    // request to improve async stack traces. Publishing no longer goes through
+    // requests (see pub-acks.ts); stream management still does.
     const natsOptions = { maxReconnectAttempts: -1, reconnectTimeWait: 1000, noAsyncTraces: true, name: this.#appName, ...o.nats };
     // A server that is down at start is waited for; a TLS verification failure is a misconfiguration
     // that waiting would never cure, so it ends the start with its reason instead of retrying forever.
@@ -194,13 +195,12 @@ class RelayImpl implements Relay {
     this.#metrics.natsConnected.set(1);
     this.#watchNats(nc);
     this.#log.info({ event: 'nats-connected', server: nc.getServer() }, 'connected to NATS');
-    const js: JetStreamClient = jetstream(nc, { timeout: o.publishTimeoutMs });
     if (o.ensureStreams.length > 0) await ensureStreams(await jetstreamManager(nc), o, this.#log);
     this.#dispatcher = new Dispatcher({
       options: o,
       schemaSql: this.#schemaSql,
       pool: this.#pool,
-      js,
+      acks: new PubAcks(nc, o.publishTimeoutMs, o.nats.inboxPrefix),
       leaser: this.#leaser,
       breaker: this.#breaker,
       metrics: this.#metrics,

@@ -1,0 +1,146 @@
+import { JetStreamApiError, type PubAck } from '@nats-io/jetstream';
+import {
+  ClosedConnectionError,
+  createInbox,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  NoRespondersError,
+  PermissionViolationError,
+  type Subscription,
+  TimeoutError,
+} from '@nats-io/transport-node';
+
+interface Pending {
+  subject: string;
+  deadline: number;
+  resolve: (ack: PubAck) => void;
+  reject: (err: Error) => void;
+}
+
+/**
+ * JetStream publishing with the PubAcks on one reply subscription of the
+ * relay's own. `js.publish()` makes each message a core request: a request
+ * object, a promise, a timer, and on success an Error built only to be
+ * dropped (nats.js cancels the finished request with a `RequestError`). On
+ * a drain of 60,000 events that was a quarter of the relay's CPU with the
+ * garbage it left (docs/benchmarks.md). Here a message is a `PUB` with a reply
+ * subject of this subscription and a map entry; one timer waits for the
+ * oldest deadline (every entry has the same timeout, so the map's insertion
+ * order is deadline order).
+ *
+ * The errors are nats.js's own, as `js.publish()` raises them, so the relay
+ * classifies them the same way: `TimeoutError`, `NoRespondersError` (no
+ * stream binds the subject), `JetStreamApiError` (the stream refused the
+ * message), `PermissionViolationError` (the server refused the publish or
+ * this subscription), `ClosedConnectionError`, and what `nc.publish()`
+ * throws at once (over max_payload, a closed or draining connection).
+ */
+export class PubAcks {
+  readonly #nc: NatsConnection;
+  readonly #timeoutMs: number;
+  readonly #prefix: string;
+  readonly #pending = new Map<string, Pending>();
+  readonly #sub: Subscription;
+  #next = 0;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(nc: NatsConnection, timeoutMs: number, inboxPrefix?: string) {
+    this.#nc = nc;
+    this.#timeoutMs = timeoutMs;
+    this.#prefix = `${createInbox(inboxPrefix)}.`;
+    this.#sub = nc.subscribe(`${this.#prefix}*`, { callback: (err, msg) => this.#answer(err, msg) });
+    this.#sub.closed.then(
+      () => this.#failAll(new ClosedConnectionError()),
+      (err: Error) => this.#failAll(err),
+    );
+    this.#watchPermissions();
+  }
+
+  /** Publishes one message and resolves with its PubAck (`duplicate: true` when the stream already held its id). */
+  publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+    return new Promise<PubAck>((resolve, reject) => {
+      const token = (this.#next++).toString(36);
+      try {
+        this.#nc.publish(subject, data, { headers, reply: this.#prefix + token });
+      } catch (err) {
+        reject(err);
+        return;
+      }
+      this.#pending.set(token, { subject, deadline: Date.now() + this.#timeoutMs, resolve, reject });
+      this.#timer ??= setTimeout(() => this.#expire(), this.#timeoutMs);
+    });
+  }
+
+  /** PubAcks still awaited. */
+  get pending(): number {
+    return this.#pending.size;
+  }
+
+  /** Stops listening; whatever is still awaited fails with ClosedConnectionError. */
+  close(): void {
+    this.#sub.unsubscribe();
+    this.#failAll(new ClosedConnectionError());
+  }
+
+  #answer(err: Error | null, msg: Msg): void {
+    if (err) {
+      // The subscription itself failed (say, no permission to subscribe to the inbox): nothing will be answered.
+      this.#failAll(err);
+      return;
+    }
+    const token = msg.subject.slice(this.#prefix.length);
+    const p = this.#pending.get(token);
+    if (!p) return; // answered after its timeout
+    this.#pending.delete(token);
+    if (msg.data.length === 0 && msg.headers?.code === 503) {
+      p.reject(new NoRespondersError(p.subject));
+      return;
+    }
+    let answer: PubAck & { error?: { code: number; err_code?: number; description: string } };
+    try {
+      answer = msg.json();
+    } catch (cause) {
+      p.reject(new Error(`the PubAck for ${p.subject} is not JSON`, { cause }));
+      return;
+    }
+    if (answer.error) p.reject(new JetStreamApiError({ err_code: 0, ...answer.error }));
+    else if (typeof answer.stream !== 'string' || answer.stream === '') p.reject(new Error(`invalid PubAck for ${p.subject}`));
+    else p.resolve({ ...answer, duplicate: answer.duplicate === true });
+  }
+
+  /** Fails the entries past their deadline (the oldest first) and waits for the next one. */
+  #expire(): void {
+    this.#timer = undefined;
+    const now = Date.now();
+    for (const [token, p] of this.#pending) {
+      if (p.deadline > now) {
+        this.#timer = setTimeout(() => this.#expire(), p.deadline - now);
+        return;
+      }
+      this.#pending.delete(token);
+      p.reject(new TimeoutError());
+    }
+  }
+
+  #failAll(err: Error): void {
+    for (const p of this.#pending.values()) p.reject(err);
+    this.#pending.clear();
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** A publish the server refused for permissions fails the messages awaited on that subject. */
+  #watchPermissions(): void {
+    (async () => {
+      for await (const s of this.#nc.status()) {
+        if (s.type !== 'error' || !(s.error instanceof PermissionViolationError) || s.error.operation !== 'publish') continue;
+        for (const [token, p] of this.#pending) {
+          if (p.subject !== s.error.subject) continue;
+          this.#pending.delete(token);
+          p.reject(s.error);
+        }
+      }
+    })().catch(() => {});
+  }
+}
