@@ -9,7 +9,6 @@ import {
   quoteIdentifier,
   replayMsgIdSuffix,
 } from '@ferry/core';
-import { jetstream } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
@@ -21,6 +20,7 @@ import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { PubAcks } from '../pub-acks.js';
 import { countReplaySql, replayPageSql } from '../sql/replay-rows.js';
 import { Progress, type ProgressMode } from './replay-progress.js';
 import { type ReplayFailure, resumeCommands, shellQuote } from './replay-resume.js';
@@ -264,7 +264,7 @@ async function publishAll(
   report: ReplayReport,
 ): Promise<void> {
   const nc = await connectNats(flags, 'ferry-replay');
-  const js = jetstream(nc, { timeout: flags.publishTimeoutMs });
+  const acks = new PubAcks(nc, flags.publishTimeoutMs);
   const progress = new Progress(flags.progress, report.matched, ctx);
   const inFlight = new Set<Promise<void>>();
   /** Each key's latest send, settled once its outcome is recorded. */
@@ -311,7 +311,7 @@ async function publishAll(
         const h = natsHeaders();
         for (const [name, value] of encoded.headers) h.set(name, value);
         // Sent in seq order on one connection, so the copies reach the stream in seq order.
-        const p = js.publish(encoded.subject, encoded.body, { headers: h }).then(
+        const p = acks.publish(encoded.subject, encoded.body, h).then(
           () => {
             report.replayed++;
             const seq = BigInt(row.seq);
