@@ -7,7 +7,10 @@
  * memory-storage one. Beside it, in the same run:
  * - the ceiling: raw pipelined JetStream publishing of the same messages (the
  *   same seven ce-* headers and Nats-Msg-Id, same bytes) from one connection
- *   of this process, the better of 100 and `maxInFlight` PubAcks outstanding;
+ *   of this process, the better of 100 and `maxInFlight` PubAcks outstanding,
+ *   with `js.publish()` on a connection that sets `noAsyncTraces` (nats.js's
+ *   fastest setting for it: with the defaults, raw drains about a quarter
+ *   slower and the relay would look better than it is);
  * - two relay processes sharing the lanes (is one Node connection the ceiling?);
  * - CPU seconds per 1,000 events of the relay process(es) and of the
  *   PostgreSQL backends serving them (utime + stime from /proc), and of the
@@ -60,7 +63,7 @@ type Storage = 'file' | 'memory';
 
 const db = await createTestDatabase({ prefix: 'bench_drain', lanes: LANES, max: 4 });
 const s = quoteIdentifier(db.schema);
-const rawNc = await connect({ servers: natsUrl(), name: 'ferry-bench-raw' });
+const rawNc = await connect({ servers: natsUrl(), name: 'ferry-bench-raw', noAsyncTraces: true });
 let run = 0;
 
 interface Sample {
