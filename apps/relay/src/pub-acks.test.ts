@@ -123,6 +123,44 @@ describe('relay PubAcks', () => {
     }
   });
 
+  test('relay - an answer that is not a PubAck (null, a list, a string error, no seq, not JSON) fails that message only; an API error is the stream refusing it', async () => {
+    const answers = [
+      'null',
+      '[]',
+      '{"error":"x"}',
+      '{"stream":"S"}',
+      '{"stream":"","seq":1}',
+      'not json',
+      '{"__proto__":{"stream":"S","seq":1}}',
+      '{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}',
+    ];
+    const forger = stream.nc.subscribe('pubacks-forged.>', {
+      callback: (_err, m) => {
+        m.respond(answers[Number(m.subject.split('.')[1])] ?? '');
+      },
+    });
+    const acks = new PubAcks(stream.nc, 5_000);
+    try {
+      const results = await Promise.allSettled(answers.map((_, i) => acks.publish(`pubacks-forged.${i}`, body, msgId(`f-${i}`))));
+      for (const [i, r] of results.entries()) {
+        assert.equal(r.status, 'rejected', `answer ${answers[i]} was taken for a PubAck`);
+        const reason = (r as PromiseRejectedResult).reason;
+        if (i === answers.length - 1) {
+          assert.ok(reason instanceof JetStreamApiError, String(reason));
+          assert.deepEqual(
+            [reason.code, reason.message, classifyPublishError(reason).reason],
+            [10077, 'maximum messages exceeded', 'rejected'],
+          );
+        } else assert.match(String(reason), /invalid PubAck for pubacks-forged\.\d/);
+      }
+      assert.equal((await acks.publish(`${stream.prefix}.after`, body, msgId('f-ok'))).duplicate, false, 'still publishing');
+      assert.equal(acks.pending, 0);
+    } finally {
+      forger.unsubscribe();
+      acks.close();
+    }
+  });
+
   test('relay - what nc.publish refuses at once (a subject with a space) rejects the promise, it does not throw', async () => {
     const acks = new PubAcks(stream.nc, 5_000);
     try {

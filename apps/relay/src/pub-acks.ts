@@ -67,7 +67,7 @@ export class PubAcks {
         reject(err);
         return;
       }
-      this.#pending.set(token, { subject, deadline: Date.now() + this.#timeoutMs, resolve, reject });
+      this.#pending.set(token, { subject, deadline: performance.now() + this.#timeoutMs, resolve, reject });
       this.#timer ??= setTimeout(() => this.#expire(), this.#timeoutMs);
     });
   }
@@ -97,25 +97,37 @@ export class PubAcks {
       p.reject(new NoRespondersError(p.subject));
       return;
     }
-    let answer: PubAck & { error?: { code: number; err_code?: number; description: string } };
+    let answer: unknown;
     try {
       answer = msg.json();
-    } catch (cause) {
-      p.reject(new Error(`the PubAck for ${p.subject} is not JSON`, { cause }));
-      return;
+    } catch {
+      answer = undefined;
     }
-    if (answer.error) p.reject(new JetStreamApiError({ err_code: 0, ...answer.error }));
-    else if (typeof answer.stream !== 'string' || answer.stream === '') p.reject(new Error(`invalid PubAck for ${p.subject}`));
-    else p.resolve({ ...answer, duplicate: answer.duplicate === true });
+    const ack = typeof answer === 'object' && answer !== null ? (answer as Partial<PubAck> & { error?: unknown }) : undefined;
+    const error = ack?.error;
+    if (typeof error === 'object' && error !== null) {
+      const e = error as { code?: unknown; err_code?: unknown; description?: unknown };
+      p.reject(
+        new JetStreamApiError({
+          code: typeof e.code === 'number' ? e.code : 0,
+          err_code: typeof e.err_code === 'number' ? e.err_code : 0,
+          description: typeof e.description === 'string' ? e.description : 'JetStream refused the message',
+        }),
+      );
+    } else if (ack && error === undefined && typeof ack.stream === 'string' && ack.stream !== '' && typeof ack.seq === 'number') {
+      p.resolve({ stream: ack.stream, seq: ack.seq, duplicate: ack.duplicate === true, ...(ack.domain ? { domain: ack.domain } : {}) });
+    } else {
+      p.reject(new Error(`invalid PubAck for ${p.subject}: ${JSON.stringify(msg.string().slice(0, 200))}`));
+    }
   }
 
   /** Fails the entries past their deadline (the oldest first) and waits for the next one. */
   #expire(): void {
     this.#timer = undefined;
-    const now = Date.now();
+    const now = performance.now();
     for (const [token, p] of this.#pending) {
       if (p.deadline > now) {
-        this.#timer = setTimeout(() => this.#expire(), p.deadline - now);
+        this.#timer = setTimeout(() => this.#expire(), Math.ceil(p.deadline - now));
         return;
       }
       this.#pending.delete(token);
