@@ -79,6 +79,7 @@ export { type PgBossDb, pgBossDb, startPgBoss } from './pg-boss.js';
 export { deleteInBatches, type PrunerBoss, type PrunerSchedule, startPruner, stopPruner } from './pruner.js';
 export { type ConnectionPool, guardConnection, type PooledConnection, protectPool, type Queryable } from './queryable.js';
 export { REPLAY_MSG_ID_EXTRA_BYTES, replayMsgIdSuffix } from './replay-msg-id.js';
+export { namedStatement } from './statement-name.js';
 export { type TransactionControl, type TransactionOptions, withTransaction } from './transaction.js';
 export {
   notInTransactionError,

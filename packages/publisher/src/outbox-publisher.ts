@@ -1,4 +1,4 @@
-import { createHash, randomFillSync } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import {
   ConflictError,
   DEFAULT_SCHEMA,
@@ -8,6 +8,7 @@ import {
   InternalError,
   LIMITS,
   MigrationError,
+  namedStatement,
   notifyChannel,
   type Queryable,
   quoteIdentifier,
@@ -114,10 +115,7 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   constructor(options: PublisherOptions) {
     this.options = compilePublisherOptions(options);
     const schema = quoteIdentifier(this.options.schema);
-    this.#statements = [insertEventsSql(schema), insertEventSql(schema)].map((text) => ({
-      name: `ferry_publish_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`,
-      text,
-    }));
+    this.#statements = [insertEventsSql(schema), insertEventSql(schema)].map((text) => namedStatement('publish', text));
     this.#channel = notifyChannel(this.options.schema);
   }
 

@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { type Queryable, sqlState } from '@ferry/core';
+import { namedStatement, type Queryable, sqlState } from '@ferry/core';
 import pg from 'pg';
 
 // The gate's hot path in as few round trips as possible: BEGIN travels with the
@@ -88,7 +87,7 @@ const INVALID_SQL_STATEMENT_NAME = '26000';
 function statement(types: string, body: string): { name: string; prepare: string } {
   let st = STATEMENTS.get(body);
   if (!st) {
-    const name = `ferry_inbox_${createHash('sha1').update(body).digest('hex').slice(0, 16)}`;
+    const { name } = namedStatement('inbox', body);
     st = { name, prepare: `PREPARE ${name}(${types}) AS ${body}` };
     STATEMENTS.set(body, st);
   }
