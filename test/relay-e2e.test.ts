@@ -38,6 +38,19 @@ describe('relay end to end', () => {
     assert.match(metrics, /ferry_outbox_backlog 0/);
   });
 
+  test('relay - 600 keys in flight at once (chains end without waking the claim loop each time): every event once, in key order', async () => {
+    // Over 64 keys in flight, a chain that ends does not wake the claim loop (the 5 ms poll or half the
+    // keys released does): no key may be left behind by it.
+    const wide = await createTestStream({ prefix: 'relaye2ewide' });
+    try {
+      const ids = await publishEvents(db.pool, db.schema, wide.prefix, 2400, { keys: 600, perTx: 600, keyPrefix: 'wide-' });
+      await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 30_000, what: 'the wide backlog to drain' });
+      assertExactlyOnceInKeyOrder(await readStream(wide.nc, wide.name), ids);
+    } finally {
+      await wide.close();
+    }
+  });
+
   test('relay - a row is marked published only with a PubAck, and a duplicate PubAck counts as success', async () => {
     // Reset one published row to unpublished: the re-send gets a duplicate PubAck and the row is marked again.
     const s = quoteIdentifier(db.schema);

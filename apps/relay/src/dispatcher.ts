@@ -57,6 +57,14 @@ export interface DispatcherDeps {
  * the claim and the mark, set its pace.
  */
 const CONTINUE_AT = 32;
+/**
+ * A chain that ends wakes the claim loop at once while fewer keys than this
+ * are in flight. With more, a claim walks every pending key of its lanes
+ * (in-flight keys included: they are skipped only after the walk) and frees
+ * little, so the loop waits until half the keys claimed are released or its
+ * next poll, 5 ms later.
+ */
+const WAKE_BELOW_KEYS = 64;
 /** Parallel claim queries per loop iteration (each on its own pool connection, over disjoint lanes). */
 const CLAIMERS = 2;
 /**
@@ -139,6 +147,8 @@ export class Dispatcher {
   readonly #chains = new Set<Promise<void>>();
   #inflightRows = 0;
   #inflightBytes = 0;
+  /** Keys in flight right after the last claim's chains started. */
+  #keysAfterClaim = 0;
   /** Running estimate of data bytes per claimed row (undefined before the first claim). */
   #rowBytes: number | undefined;
   #running = false;
@@ -258,12 +268,13 @@ export class Dispatcher {
         continue;
       }
       for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
+      this.#keysAfterClaim = this.#inflightKeys.size;
       this.#estimateRowBytes(claimed);
       const found = claimed.reduce((n, rows) => n + rows.length, 0);
       // Found nothing and sends nothing: ask publishers for a NOTIFY at commit. A publish that ran
       // before the record was written sent none and may commit just after this poll, so a new record
-      // is followed by a poll 5 ms later. Found rows, or chains still sending (each wakes the loop
-      // when it ends): the next poll is near, no NOTIFY needed.
+      // is followed by a poll 5 ms later. Found rows, or chains still sending (an ending chain wakes
+      // the loop, or the 5 ms poll below finds its key): the next poll is near, no NOTIFY needed.
       const waits = this.#d.waits;
       let recorded = false;
       if (found === 0 && this.#inflightRows === 0 && waits?.listening()) recorded = await waits.record.idle();
@@ -273,7 +284,9 @@ export class Dispatcher {
         continue;
       }
       // Adaptive: right after finding rows, look again soon; each empty poll doubles the wait up to the poll interval.
-      this.#idleDelayMs = found > 0 || recorded ? 5 : Math.min(o.pollIntervalMs, Math.max(5, this.#idleDelayMs * 2));
+      // Keys still in flight: poll again within 5 ms (a chain that ends may not wake the loop, see WAKE_BELOW_KEYS).
+      this.#idleDelayMs =
+        found > 0 || recorded || this.#inflightKeys.size > 0 ? 5 : Math.min(o.pollIntervalMs, Math.max(5, this.#idleDelayMs * 2));
       await this.#pause(this.#idleDelayMs);
     }
   }
@@ -330,8 +343,9 @@ export class Dispatcher {
           if (l === 0) this.#inflightLanes.delete(lane);
           else this.#inflightLanes.set(lane, l);
           this.#chains.delete(run);
-          // Capacity came back, and the key may have more rows: look again.
-          this.#wake?.();
+          // Capacity came back, and the key may have more rows: look again (at once unless many keys are still in flight).
+          const keys = this.#inflightKeys.size;
+          if (keys < WAKE_BELOW_KEYS || keys <= this.#keysAfterClaim / 2) this.#wake?.();
         });
       this.#chains.add(run);
     }
