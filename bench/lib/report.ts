@@ -56,7 +56,7 @@ function variantsTable(sw: Json, def: Json): string {
     ...sw.variants.map((v: Json) => [v.name, v.relayPerSec]),
   ];
   return `**What else moves it** (defaults, ${sw.params.sweepEvents.toLocaleString('en')}-event backlog, one trial each): the number of keys
-(the relay keeps each key's rows in order; raw at the default window: ${def?.rawPerSec ?? 'n/a'} events/s):
+(the relay keeps each key's rows in order; raw at the default window: ${n(def?.rawPerSec)} events/s):
 
 ${table(['variant', 'relay events/s'], rows)}
 
@@ -131,8 +131,10 @@ ${
 }\`${d.relayCommand}\` — a separate process with every tuning flag at its default — drains a backlog of
 ${d.params.events.toLocaleString('en')} events of about 200 bytes (${d.params.lanes} lanes, as \`ferry migrate\` creates; with more keys than events, every event has a key of its own), committed in one transaction
 while it runs, timed from COMMIT to the last row marked published (every message is in the stream by then; the count
-is checked). The ceiling: the same messages (the same seven \`ce-*\` headers and \`Nats-Msg-Id\`, the same bytes) published
-raw, pipelined, from one connection of the benchmark process, the better of 100 and 5,000 PubAcks outstanding. "2
+is checked), after a warm-up drain of the same size that is not counted (a relay runs for days). The ceiling: the same
+messages (the same seven \`ce-*\` headers and \`Nats-Msg-Id\`, the same bytes) published raw with \`js.publish()\`,
+pipelined, from one connection of the benchmark process that sets nats.js's \`noAsyncTraces\` (as the relay does), the
+better of 100 and 5,000 PubAcks outstanding. "2
 relays": two such processes sharing the lanes (does one Node connection cap the drain?). CPU: utime + stime from
 \`/proc\` of the relay process(es) and of the PostgreSQL backends serving them, before and after; the raw client's is
 the benchmark process's own (\`process.cpuUsage\`); nats-server's is not counted. ${d.params.trials} trials, order rotating
