@@ -172,13 +172,15 @@ describe('relay PubAcks', () => {
     }
   });
 
-  test('relay - close() fails what is still awaited with ClosedConnectionError', async () => {
+  test('relay - close() fails what is still awaited, and any later publish, with ClosedConnectionError', async () => {
     const silent = stream.nc.subscribe('pubacks-closing.>', { callback: () => {} });
     const acks = new PubAcks(stream.nc, 60_000);
     try {
       const p = acks.publish('pubacks-closing.a', body, msgId('c-1'));
       acks.close();
       await assert.rejects(p, (e: unknown) => e instanceof ClosedConnectionError);
+      await assert.rejects(acks.publish(`${stream.prefix}.late`, body, msgId('c-2')), (e: unknown) => e instanceof ClosedConnectionError);
+      assert.equal(acks.pending, 0, 'nothing sent after close');
       assert.equal(classifyPublishError(new ClosedConnectionError()).reason, 'connection');
     } finally {
       silent.unsubscribe();

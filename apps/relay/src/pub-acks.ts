@@ -44,6 +44,7 @@ export class PubAcks {
   readonly #sub: Subscription;
   #next = 0;
   #timer: NodeJS.Timeout | undefined;
+  #closed = false;
 
   constructor(nc: NatsConnection, timeoutMs: number, inboxPrefix?: string) {
     this.#nc = nc;
@@ -60,6 +61,10 @@ export class PubAcks {
   /** Publishes one message and resolves with its PubAck (`duplicate: true` when the stream already held its id). */
   publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
     return new Promise<PubAck>((resolve, reject) => {
+      if (this.#closed) {
+        reject(new ClosedConnectionError());
+        return;
+      }
       const token = (this.#next++).toString(36);
       try {
         this.#nc.publish(subject, data, { headers, reply: this.#prefix + token });
@@ -77,8 +82,9 @@ export class PubAcks {
     return this.#pending.size;
   }
 
-  /** Stops listening; whatever is still awaited fails with ClosedConnectionError. */
+  /** Stops listening; whatever is still awaited, and any later publish, fails with ClosedConnectionError. */
   close(): void {
+    this.#closed = true;
     this.#sub.unsubscribe();
     this.#failAll(new ClosedConnectionError());
   }
@@ -146,6 +152,7 @@ export class PubAcks {
   #watchPermissions(): void {
     (async () => {
       for await (const s of this.#nc.status()) {
+        if (this.#closed) break; // ends this status listener at the connection's next event
         if (s.type !== 'error' || !(s.error instanceof PermissionViolationError) || s.error.operation !== 'publish') continue;
         for (const [token, p] of this.#pending) {
           if (p.subject !== s.error.subject) continue;
