@@ -18,6 +18,7 @@ import { AckPolicy, DeliverPolicy, jetstream } from '@nats-io/jetstream';
 import { headers } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { arg, declareFlags, hasFlag } from './lib/args.js';
+import { cpuSecondsByCommand } from './lib/proc.js';
 import { printTable, summarize, writeResult } from './lib/stats.js';
 
 declareFlags(
@@ -112,12 +113,29 @@ function handlerSql(s: string, table: string): string {
 interface Timing {
   msgsPerSec: number;
   ms: number;
+  /** CPU per message, µs: this Node process, all of PostgreSQL's processes, nats-server. */
+  cpu: CpuPerMessage;
 }
 
+interface CpuPerMessage {
+  node: number;
+  postgres: number;
+  nats: number;
+}
+
+const SERVERS = ['postgres', 'nats-server'] as const;
+
+/** Wall time from the first message to the last; CPU from start() (or creation) to result(). */
 function timer() {
   let first = 0;
   let last = 0;
+  let node0 = process.cpuUsage();
+  let servers0 = cpuSecondsByCommand(SERVERS);
   return {
+    start() {
+      node0 = process.cpuUsage();
+      servers0 = cpuSecondsByCommand(SERVERS);
+    },
     tick() {
       const now = performance.now();
       if (first === 0) first = now;
@@ -125,9 +143,29 @@ function timer() {
     },
     result(n: number): Timing {
       const ms = last - first;
-      return { ms, msgsPerSec: ms > 0 ? (n / ms) * 1000 : Number.NaN };
+      const node = process.cpuUsage(node0);
+      const servers = cpuSecondsByCommand(SERVERS);
+      const perMessage = (seconds: number) => (seconds / n) * 1e6;
+      return {
+        ms,
+        msgsPerSec: ms > 0 ? (n / ms) * 1000 : Number.NaN,
+        cpu: {
+          node: (node.user + node.system) / n,
+          postgres: perMessage((servers.postgres ?? 0) - (servers0.postgres ?? 0)),
+          nats: perMessage((servers['nats-server'] ?? 0) - (servers0['nats-server'] ?? 0)),
+        },
+      };
     },
   };
+}
+
+function medianCpu(samples: CpuPerMessage[]): CpuPerMessage {
+  const median = (pick: (c: CpuPerMessage) => number) => Math.round(summarize(samples.map(pick)).median);
+  return { node: median((c) => c.node), postgres: median((c) => c.postgres), nats: median((c) => c.nats) };
+}
+
+function cpuText(c: CpuPerMessage): string {
+  return `${c.node} / ${c.postgres} / ${c.nats}`;
 }
 
 async function waitUntil(check: () => boolean, what: string): Promise<void> {
@@ -148,8 +186,8 @@ async function runPlain(pool: pg.Pool, stream: TestStream, s: string, table: str
     ack_wait: 30_000_000_000,
   });
   const consumer = await jetstream(stream.nc).consumers.get(stream.name, durable);
-  const messages = await consumer.consume({ max_messages: Math.min(CONCURRENCY * 2, 256) });
   const t = timer();
+  const messages = await consumer.consume({ max_messages: Math.min(CONCURRENCY * 2, 256) });
   const sql = handlerSql(s, table);
   let done = 0;
   let running = 0;
@@ -213,6 +251,7 @@ async function runInbox(
     },
   });
   await inbox.start();
+  t.start(); // CPU from here: pg-boss's install and start are not per-message work
   const settled = () => {
     const c = inbox.counts();
     return c.applied + c.stale + c.duplicate;
@@ -239,6 +278,7 @@ async function main() {
       await fill(stream, messages);
       const plain: number[] = [];
       const inbox: number[] = [];
+      const cpu: Record<'plain' | 'inbox', CpuPerMessage[]> = { plain: [], inbox: [] };
       let counts = { applied: 0, stale: 0, duplicate: 0 };
       // Trial 0 of the first stream warms up (JIT, pool connections, pg-boss install) and is not counted.
       const first = scenario === SCENARIOS[0] ? -1 : 0;
@@ -253,10 +293,16 @@ async function main() {
         for (const which of order) {
           if (which === 'plain') {
             const r = await runPlain(db.pool, stream, s, tPlain, tPlain, messages.length);
-            if (trial >= 0) plain.push(r.msgsPerSec);
+            if (trial >= 0) {
+              plain.push(r.msgsPerSec);
+              cpu.plain.push(r.cpu);
+            }
           } else {
             const r = await runInbox(db.pool, stream, db.schema, s, tInbox, tInbox, messages.length);
-            if (trial >= 0) inbox.push(r.msgsPerSec);
+            if (trial >= 0) {
+              inbox.push(r.msgsPerSec);
+              cpu.inbox.push(r.cpu);
+            }
             counts = { applied: r.applied, stale: r.stale, duplicate: r.duplicate };
           }
         }
@@ -278,6 +324,8 @@ async function main() {
         pairedRatios: paired,
         ratioOfMedians: i.median / p.median,
         inboxCounts: counts,
+        // Where the inbox's extra time goes: medians over trials, µs of CPU per message.
+        cpuUsPerMessage: { plain: medianCpu(cpu.plain), inbox: medianCpu(cpu.inbox) },
       };
       rows.push([
         scenario,
@@ -287,11 +335,23 @@ async function main() {
         ratio.toFixed(2),
         `${paired.min.toFixed(2)}..${paired.max.toFixed(2)}`,
         `${counts.applied}/${counts.stale}/${counts.duplicate}`,
+        cpuText(medianCpu(cpu.plain)),
+        cpuText(medianCpu(cpu.inbox)),
       ]);
     }
     printTable(
       `inbox vs plain JetStream consumer, msgs/s (median of ${TRIALS}; ${CONCURRENCY} concurrent; ${KEYS} keys)`,
-      ['stream', 'messages', 'plain msg/s', 'inbox msg/s', 'ratio (paired median)', 'ratio range', 'inbox applied/stale/dup'],
+      [
+        'stream',
+        'messages',
+        'plain msg/s',
+        'inbox msg/s',
+        'ratio (paired median)',
+        'ratio range',
+        'inbox applied/stale/dup',
+        'plain CPU µs/msg (node/pg/nats)',
+        'inbox CPU µs/msg',
+      ],
       rows,
     );
     const file = writeResult('inbox', {

@@ -70,3 +70,29 @@ export function localPortsOf(pid: number): number[] {
   }
   return ports;
 }
+
+/**
+ * CPU seconds (utime + stime) of every process whose command name (`/proc/<pid>/comm`) is one of
+ * `names`, summed per name: all of PostgreSQL's processes, say, with `['postgres']`. A process
+ * that ended since the last call drops out of the sum, so take differences over spans in which
+ * the servers' processes stay up.
+ */
+export function cpuSecondsByCommand(names: readonly string[]): Record<string, number> {
+  const out: Record<string, number> = Object.fromEntries(names.map((n) => [n, 0]));
+  let pids: string[] = [];
+  try {
+    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return out;
+  }
+  for (const pid of pids) {
+    let comm: string;
+    try {
+      comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    } catch {
+      continue; // ended meanwhile
+    }
+    if (comm in out) out[comm] = (out[comm] ?? 0) + (cpuSecondsOf(Number(pid)) ?? 0);
+  }
+  return out;
+}
