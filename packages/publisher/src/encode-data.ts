@@ -49,30 +49,27 @@ function mangledByJson(value: unknown): string | undefined {
   }
 }
 
+/** Thrown by `unchanged` at the first value JSON would mangle. */
+const MANGLED = new Error('mangled');
+
+/** A JSON.stringify replacer that changes nothing and throws MANGLED where `stringifyNamingTheCulprit` would name a value. */
+function unchanged(key: string, value: unknown): unknown {
+  if (mangledByJson(value) !== undefined || (key !== '' && typeof value === 'object' && value !== null && bytesOf(value) !== undefined)) {
+    throw MANGLED;
+  }
+  return value;
+}
+
 /**
- * An event's `data` as the bytes stored in the outbox and its content type:
- * binary types as they are (contentType required), anything else as JSON,
- * refusing what JSON.stringify would silently change. Throws ValidationError.
+ * JSON.stringify that refuses what it would silently change, naming the value
+ * by its path (`event.data.lines.0.when`): a ValidationError, as is any error
+ * JSON.stringify throws itself (a bigint, a cycle).
  */
-export function encodeData(data: unknown, contentType: unknown, field: string): { bytes: Buffer; contentType: string } {
-  if (contentType !== undefined && (typeof contentType !== 'string' || !CONTENT_TYPE.test(contentType))) {
-    throw new ValidationError(
-      `${field}.contentType`,
-      `${field}.contentType ${describeValue(contentType)} is not a MIME type such as "application/json"`,
-    );
-  }
-  const bytes = bytesOf(data);
-  if (bytes !== undefined) {
-    if (contentType === undefined) {
-      throw new ValidationError(`${field}.contentType`, `${field}.data is bytes: give contentType too, e.g. "application/octet-stream"`);
-    }
-    return { bytes, contentType: contentType as string };
-  }
-  let text: string | undefined;
+function stringifyNamingTheCulprit(data: unknown, field: string): string | undefined {
   // The path of each object being serialised, to name the value JSON would mangle.
   const paths = new WeakMap<object, string>();
   try {
-    text = JSON.stringify(data, function (this: object, key: string, value: unknown) {
+    return JSON.stringify(data, function (this: object, key: string, value: unknown) {
       const path = key === '' && paths.get(this) === undefined ? `${field}.data` : `${paths.get(this) ?? `${field}.data`}.${key}`;
       const mangled = mangledByJson(value) ?? (bytesOf(value) !== undefined && key !== '' ? 'bytes' : undefined);
       if (mangled !== undefined) {
@@ -93,6 +90,36 @@ export function encodeData(data: unknown, contentType: unknown, field: string): 
         cause: err,
       },
     );
+  }
+}
+
+/**
+ * An event's `data` as the bytes stored in the outbox and its content type:
+ * binary types as they are (contentType required), anything else as JSON,
+ * refusing what JSON.stringify would silently change. Throws ValidationError.
+ */
+export function encodeData(data: unknown, contentType: unknown, field: string): { bytes: Buffer; contentType: string } {
+  if (contentType !== undefined && (typeof contentType !== 'string' || !CONTENT_TYPE.test(contentType))) {
+    throw new ValidationError(
+      `${field}.contentType`,
+      `${field}.contentType ${describeValue(contentType)} is not a MIME type such as "application/json"`,
+    );
+  }
+  const bytes = bytesOf(data);
+  if (bytes !== undefined) {
+    if (contentType === undefined) {
+      throw new ValidationError(`${field}.contentType`, `${field}.data is bytes: give contentType too, e.g. "application/octet-stream"`);
+    }
+    return { bytes, contentType: contentType as string };
+  }
+  let text: string | undefined;
+  try {
+    // The common case: nothing to refuse, so no paths to keep (building a path string and a
+    // WeakMap entry for every value was most of a publish's Node time).
+    text = JSON.stringify(data, unchanged);
+  } catch {
+    // Something to refuse, or to wrap: the pass below says exactly what and where.
+    text = stringifyNamingTheCulprit(data, field);
   }
   if (text === undefined) {
     throw new ValidationError(
