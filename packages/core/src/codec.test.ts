@@ -2,7 +2,16 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { type CloudEvent, HTTP } from 'cloudevents';
 import fc from 'fast-check';
-import { decodeEvent, encodedSize, encodeEvent, formatSequence, headerReader, SEQUENCE_WIDTH, WIRE_HEADERS } from './codec.js';
+import {
+  decodeEvent,
+  encodedSize,
+  encodedSizeAtMost,
+  encodeEvent,
+  formatSequence,
+  headerReader,
+  SEQUENCE_WIDTH,
+  WIRE_HEADERS,
+} from './codec.js';
 import type { FerryEvent } from './envelope.js';
 import { ValidationError } from './errors.js';
 
@@ -88,6 +97,35 @@ describe('codec', () => {
     const enc = encodeEvent(event);
     const manual = `NATS/1.0\r\n${enc.headers.map(([n, v]) => `${n}: ${v}\r\n`).join('')}\r\n`;
     assert.equal(encodedSize(enc), Buffer.byteLength(manual) + enc.body.byteLength);
+  });
+
+  test('codec - encodedSizeAtMost is never below the exact size, for any strings and headers, and for a longer msgId', () => {
+    // Any UTF-16 text (astral characters, lone surrogates, 3-byte CJK), hostile header names, values that are not strings.
+    const text = fc.string({ unit: 'binary', minLength: 1, maxLength: 40 });
+    const anyEvent = fc.record({
+      id: text,
+      key: text,
+      version: fc.bigInt({ min: 1n, max: 9_223_372_036_854_775_807n }),
+      subject: text,
+      type: text,
+      source: text,
+      time: fc.date({ min: new Date(-8.64e15), max: new Date(8.64e15), noInvalidDate: true }),
+      contentType: text,
+      data: fc.uint8Array({ maxLength: 64 }),
+      headers: fc.dictionary(
+        fc.oneof(text, fc.constantFrom('__proto__', 'constructor', 'ce-id', 'Nats-Msg-Id', 'content-type')),
+        fc.oneof(text, fc.constant(7 as unknown as string)),
+      ),
+    });
+    fc.assert(
+      fc.property(anyEvent, text, (event, msgId) => {
+        assert.ok(encodedSizeAtMost(event) >= encodedSize(encodeEvent(event)));
+        assert.ok(encodedSizeAtMost(event, msgId.length) >= encodedSize(encodeEvent(event, { msgId })));
+      }),
+      { numRuns: 300 },
+    );
+    const cjk = { ...(fc.sample(eventArb, 1)[0] as FerryEvent), key: '鍵'.repeat(100), headers: { 'x-note': 'ü'.repeat(50) } };
+    assert.ok(encodedSizeAtMost(cjk) >= encodedSize(encodeEvent(cjk)));
   });
 
   test('codec - a message without Ferry headers is rejected naming the missing header', () => {

@@ -86,6 +86,42 @@ export function encodedSize(encoded: EncodedEvent): number {
   return size + encoded.body.byteLength;
 }
 
+/** What `encodedSizeAtMost` needs of an event: its strings, its headers and the length of its body. */
+export interface SizedEvent {
+  readonly id: string;
+  readonly source: string;
+  readonly type: string;
+  readonly subject: string;
+  readonly key: string;
+  readonly contentType: string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly data: Uint8Array;
+}
+
+/** The reserved headers' names and fixed framing, in bytes: 10 headers, each `name: value\r\n`. */
+const RESERVED_FRAMING = Object.values(WIRE_HEADERS).reduce((n, name) => n + name.length + 4, NATS_HEADER_PREAMBLE + 2);
+/** `ce-time` of any Date (`+275760-09-13T00:00:00.000Z` is the longest), `ce-sequence`, `ce-specversion`. */
+const FIXED_VALUES = 27 + SEQUENCE_WIDTH + SPEC_VERSION.length;
+
+/**
+ * An upper bound of `encodedSize(encodeEvent(event, { msgId }))` for a msgId
+ * of at most `msgIdLength` UTF-16 units, in a few additions: each string
+ * counts 3 bytes per UTF-16 unit, UTF-8's most. The publisher calls it on
+ * every event and encodes exactly only when the bound is over its limit.
+ */
+export function encodedSizeAtMost(event: SizedEvent, msgIdLength = event.id.length): number {
+  let units = msgIdLength + event.id.length + event.source.length + event.type.length + event.subject.length + event.key.length;
+  units += event.contentType.length;
+  let size = RESERVED_FRAMING + FIXED_VALUES;
+  for (const name in event.headers) {
+    if (!Object.hasOwn(event.headers, name)) continue;
+    const value = event.headers[name];
+    units += name.length + (typeof value === 'string' ? value.length : 0);
+    size += 4;
+  }
+  return size + 3 * units + event.data.byteLength;
+}
+
 /** Reads one header; `undefined` when absent. Works with nats.js `MsgHdrs` via `(n) => hdrs?.get(n) || undefined`. */
 export type HeaderReader = (name: string) => string | undefined;
 

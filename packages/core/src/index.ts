@@ -7,11 +7,13 @@ export {
   type EncodedEvent,
   type EncodeOptions,
   encodedSize,
+  encodedSizeAtMost,
   encodeEvent,
   formatSequence,
   type HeaderReader,
   headerReader,
   SEQUENCE_WIDTH,
+  type SizedEvent,
   SPEC_VERSION,
   WIRE_HEADERS,
 } from './codec.js';

@@ -4,6 +4,7 @@ import {
   DEFAULT_SCHEMA,
   describeValue,
   encodedSize,
+  encodedSizeAtMost,
   encodeEvent,
   InternalError,
   LIMITS,
@@ -160,26 +161,16 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     // The wire size of the longest form this event takes: a `ferry replay` copy, whose
     // Nats-Msg-Id is longer than the event id by REPLAY_MSG_ID_EXTRA_BYTES. Checking the
     // relay's form only let events within 32 bytes of the limit in that no replay could send.
-    const size =
-      encodedSize(
-        encodeEvent({
-          id,
-          key,
-          version: version ?? 1n,
-          subject,
-          type,
-          source: this.options.source,
-          time,
-          contentType,
-          data: bytes,
-          headers,
-        }),
-      ) + REPLAY_MSG_ID_EXTRA_BYTES;
-    if (size > this.options.maxPayloadBytes) {
-      throw new ValidationError(
-        `${field}.data`,
-        `event ${id} encodes to ${size} bytes (as a ferry replay copy, the longest form it takes), over maxPayloadBytes ${this.options.maxPayloadBytes}: store the payload elsewhere and send a reference, or raise maxPayloadBytes together with the NATS server's max_payload`,
-      );
+    // A bound in a few additions first; the exact encoding only for an event that may be over.
+    const sized = { id, key, subject, type, source: this.options.source, contentType, data: bytes, headers };
+    if (encodedSizeAtMost(sized) + REPLAY_MSG_ID_EXTRA_BYTES > this.options.maxPayloadBytes) {
+      const size = encodedSize(encodeEvent({ ...sized, version: version ?? 1n, time })) + REPLAY_MSG_ID_EXTRA_BYTES;
+      if (size > this.options.maxPayloadBytes) {
+        throw new ValidationError(
+          `${field}.data`,
+          `event ${id} encodes to ${size} bytes (as a ferry replay copy, the longest form it takes), over maxPayloadBytes ${this.options.maxPayloadBytes}: store the payload elsewhere and send a reference, or raise maxPayloadBytes together with the NATS server's max_payload`,
+        );
+      }
     }
     return { id, key, version, subject, type, contentType, data: bytes, headers, time };
   }

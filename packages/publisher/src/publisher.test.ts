@@ -2,7 +2,16 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ConflictError, type Queryable, quoteIdentifier, ValidationError, withTransaction } from '@ferry/core';
+import {
+  ConflictError,
+  encodedSize,
+  encodeEvent,
+  type Queryable,
+  quoteIdentifier,
+  REPLAY_MSG_ID_EXTRA_BYTES,
+  ValidationError,
+  withTransaction,
+} from '@ferry/core';
 import { createTestDatabase, type TestDatabase, waitFor } from '@ferry/testkit';
 import pg from 'pg';
 import { createPublisher, type PublishInput } from './index.js';
@@ -239,6 +248,38 @@ describe('publisher', () => {
     } finally {
       client.release();
     }
+  });
+
+  test('publisher - the size limit is exact: a replay copy of exactly maxPayloadBytes is published, one byte more is refused', async () => {
+    const max = 2048;
+    const publisher = createPublisher({ schema: db.schema, source: 'svc', maxPayloadBytes: max });
+    // Multi-byte text in the key and a header: the cheap bound counts them at 3 bytes a character, the check must not.
+    const key = 'size-édge';
+    const headers = { 'x-note': 'ü'.repeat(40) };
+    const sizeOf = (n: number) =>
+      encodedSize(
+        encodeEvent({
+          id: randomUUID(),
+          key,
+          version: 1n,
+          subject: 'orders.placed',
+          type: 'OrderPlaced',
+          source: 'svc',
+          time: new Date(),
+          contentType: 'application/json',
+          data: Buffer.from(JSON.stringify('x'.repeat(n))),
+          headers,
+        }),
+      ) + REPLAY_MSG_ID_EXTRA_BYTES;
+    const n = max - sizeOf(0);
+    assert.equal(sizeOf(n), max);
+    const published = await withTransaction(db.pool, (tx) => publisher.publish(tx, ev(key, { data: 'x'.repeat(n), headers })));
+    assert.equal(published.version, 1n);
+    await assert.rejects(
+      withTransaction(db.pool, (tx) => publisher.publish(tx, ev(key, { data: 'x'.repeat(n + 1), headers }))),
+      (e: unknown) => e instanceof ValidationError && e.field === 'event.data' && e.message.includes(`encodes to ${max + 1} bytes`),
+    );
+    assert.equal((await rows(key)).length, 1);
   });
 
   test('publisher - invalid events are refused with a ValidationError before any SQL', async () => {
