@@ -1,0 +1,75 @@
+/**
+ * The publisher's own Node.js work per event, with the database taken out: a
+ * stand-in connection that answers each publish statement at once with the
+ * rows PostgreSQL would return. What remains is validation, id generation,
+ * data serialisation, the size check and building the statement's values
+ * (node-postgres's own serialisation and the round trip are not counted).
+ * Rounds alternate publish and publishMany(100); the first round warms up.
+ *
+ *   node bench/dist/scenarios/publisher-node-cost.js [--rounds 5] [--events 100000]
+ */
+import { type Queryable, ValidationError } from '@ferry/core';
+import { createPublisher } from '@ferry/publisher';
+import { declareFlags, numArg } from '../lib/args.js';
+import { printTable, summarize, writeResult } from '../lib/stats.js';
+
+declareFlags(
+  'node bench/dist/scenarios/publisher-node-cost.js',
+  "The publisher's own Node.js CPU per event (validation, ids, JSON, size check, values) on a stand-in connection, without PostgreSQL (not part of npm run bench).",
+  {
+    rounds: '<n> measured rounds after one warm-up round (default 5)',
+    events: '<n> events per round and call kind (default 100,000)',
+  },
+);
+
+const ROUNDS = numArg('rounds', 5);
+const EVENTS = numArg('events', 100_000);
+
+/** Answers the publish functions' SELECT as PostgreSQL would for fresh events; stands in for an open transaction. */
+function standIn(): Queryable & { inTransaction(): boolean } {
+  let seq = 0;
+  return {
+    inTransaction: () => true,
+    async query<R>(text: string | { values?: unknown[] }, values?: unknown[]) {
+      const args = (typeof text === 'string' ? values : text.values) ?? [];
+      const ids = Array.isArray(args[0]) ? (args[0] as string[]) : [args[0] as string];
+      if (ids.some((id) => typeof id !== 'string')) throw new ValidationError('id', 'stand-in got no ids');
+      return { rows: ids.map((id) => ({ id, seq: String(++seq), version: '1', existing: false, same: true })) as R[] };
+    },
+  } as Queryable & { inTransaction(): boolean };
+}
+
+const payload = (i: number) => ({ orderId: `order-${i}`, total: 4999, currency: 'EUR', lines: [{ sku: 'sku-1', qty: 2 }] });
+const event = (i: number) => ({ subject: 'orders.placed', key: `order-${i % 5000}`, type: 'OrderPlaced', data: payload(i) });
+
+async function main() {
+  const publisher = createPublisher({ schema: 'bench', source: 'bench' });
+  const tx = standIn();
+  const samples: Record<'publish' | 'publishMany100', number[]> = { publish: [], publishMany100: [] };
+  for (let round = 0; round <= ROUNDS; round++) {
+    let started = performance.now();
+    for (let i = 0; i < EVENTS; i++) await publisher.publish(tx, event(i));
+    const one = ((performance.now() - started) / EVENTS) * 1000;
+    started = performance.now();
+    for (let i = 0; i < EVENTS; i += 100)
+      await publisher.publishMany(
+        tx,
+        Array.from({ length: 100 }, (_, j) => event(i + j)),
+      );
+    const many = ((performance.now() - started) / EVENTS) * 1000;
+    if (round > 0) {
+      samples.publish.push(one);
+      samples.publishMany100.push(many);
+    }
+  }
+  const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+  printTable(
+    `Publisher Node.js work per event, stand-in connection (median of ${ROUNDS} rounds of ${EVENTS} events)`,
+    ['call', 'µs per event (median)', 'spread'],
+    Object.entries(results).map(([k, r]) => [k, r.median.toFixed(2), `±${(r.spread * 100).toFixed(0)}%`]),
+  );
+  const file = writeResult('publisher-node-cost', { scenario: 'publisher-node-cost', rounds: ROUNDS, events: EVENTS, usPerEvent: results });
+  console.log(`\nwrote ${file}`);
+}
+
+await main();
