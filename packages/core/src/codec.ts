@@ -106,8 +106,11 @@ const FIXED_VALUES = 27 + SEQUENCE_WIDTH + SPEC_VERSION.length;
 /**
  * An upper bound of `encodedSize(encodeEvent(event, { msgId }))` for a msgId
  * of at most `msgIdLength` UTF-16 units, in a few additions: each string
- * counts 3 bytes per UTF-16 unit, UTF-8's most. The publisher calls it on
- * every event and encodes exactly only when the bound is over its limit.
+ * counts 3 bytes per UTF-16 unit, UTF-8's most. It holds for the event's
+ * `time` if that is a genuine Date (whose ISO form has at most 27 characters)
+ * and for any `version` that fits a PostgreSQL bigint (at most 20 digits);
+ * neither is read. The publisher calls it on every event and encodes exactly
+ * only when the bound is over its limit.
  */
 export function encodedSizeAtMost(event: SizedEvent, msgIdLength = event.id.length): number {
   let units = msgIdLength + event.id.length + event.source.length + event.type.length + event.subject.length + event.key.length;

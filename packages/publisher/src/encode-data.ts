@@ -49,11 +49,11 @@ function mangledByJson(value: unknown): string | undefined {
   }
 }
 
-/** Thrown by `unchanged` at the first value JSON would mangle. */
+/** Thrown by `throwIfMangled` at the first value JSON would mangle. */
 const MANGLED = new Error('mangled');
 
-/** A JSON.stringify replacer that changes nothing and throws MANGLED where `stringifyNamingTheCulprit` would name a value. */
-function unchanged(key: string, value: unknown): unknown {
+/** A JSON.stringify replacer that returns every value as it is and throws MANGLED where `stringifyNamingTheCulprit` would name one. */
+function throwIfMangled(key: string, value: unknown): unknown {
   if (mangledByJson(value) !== undefined || (key !== '' && typeof value === 'object' && value !== null && bytesOf(value) !== undefined)) {
     throw MANGLED;
   }
@@ -116,9 +116,10 @@ export function encodeData(data: unknown, contentType: unknown, field: string): 
   try {
     // The common case: nothing to refuse, so no paths to keep (building a path string and a
     // WeakMap entry for every value was most of a publish's Node time).
-    text = JSON.stringify(data, unchanged);
+    text = JSON.stringify(data, throwIfMangled);
   } catch {
-    // Something to refuse, or to wrap: the pass below says exactly what and where.
+    // Something to refuse, or to wrap: the pass below says exactly what and where. It runs the
+    // data's getters and toJSON methods a second time; only data that is refused pays that.
     text = stringifyNamingTheCulprit(data, field);
   }
   if (text === undefined) {

@@ -107,6 +107,22 @@ function pooledRandom16(): Uint8Array {
 }
 const UUID_OPTIONS = { rng: pooledRandom16 };
 
+/**
+ * A copy of a valid Date as a plain Date, read with Date.prototype's own
+ * getTime: a subclass's overridden getTime or toISOString cannot change the
+ * time that is stored, checked and sent. `undefined` for anything else.
+ */
+function plainDate(value: unknown): Date | undefined {
+  if (!(value instanceof Date)) return undefined;
+  let ms: number;
+  try {
+    ms = Date.prototype.getTime.call(value);
+  } catch {
+    return undefined; // an object with Date.prototype that is not a Date
+  }
+  return Number.isNaN(ms) ? undefined : new Date(ms);
+}
+
 class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   readonly options: Readonly<Required<PublisherOptions>>;
   /** [batch statement, single-event statement], each with its prepared-statement name. */
@@ -145,8 +161,8 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     let headers = validateHeaders(input.headers, `${field}.headers`);
     // Tracing: the creation context goes in before the size check, so the check counts it.
     if (spans) headers = spans.headers(headers, { id, key, subject, type }, input.id !== undefined);
-    const time = input.time ?? new Date();
-    if (!(time instanceof Date) || Number.isNaN(time.getTime())) {
+    const time = input.time === undefined ? new Date() : plainDate(input.time);
+    if (time === undefined) {
       throw new ValidationError(`${field}.time`, `${field}.time must be a valid Date, got ${describeValue(input.time)}`);
     }
     // ce-time is RFC 3339 (four-digit years) and PostgreSQL has no year 0: outside this range

@@ -194,6 +194,29 @@ describe('publisher - data', () => {
     assert.deepEqual(await versions('json'), []);
   });
 
+  test('publisher - a Date subclass cannot change the stored time or slip past the size check', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc', maxPayloadBytes: 2048 });
+    const at = Date.UTC(2026, 0, 2, 3, 4, 5);
+    class Lying extends Date {
+      override toISOString() {
+        return 'x'.repeat(5000);
+      }
+      override getTime() {
+        return 0;
+      }
+    }
+    const r = await withTransaction(db.pool, (tx) => publisher.publish(tx, ev('lying-date', { time: new Lying(at) })));
+    const { rows } = await db.pool.query<{ t: Date }>(`SELECT occurred_at AS t FROM ${s}.outbox WHERE id = $1`, [r.id]);
+    assert.equal(rows[0]?.t.getTime(), at);
+    const fake = Object.create(Date.prototype) as Date;
+    await withTransaction(db.pool, async (tx) => {
+      await assert.rejects(
+        publisher.publish(tx, ev('lying-date', { time: fake })),
+        (err: unknown) => isValidationError(err) && err.field === 'event.time',
+      );
+    });
+  });
+
   test('publisher - ordinary JSON data is unchanged: Dates, class instances with fields, undefined fields', async () => {
     const publisher = createPublisher({ schema: db.schema, source: 'svc' });
     class Order {
