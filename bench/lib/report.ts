@@ -195,6 +195,7 @@ reported (they would describe a queue, not the relay).`;
 
 function inboxSection(inbox: Json): string {
   if (!inbox) return '_not run_';
+  const cpu = (c: Json) => (c ? `${c.node} / ${c.postgres} / ${c.nats}` : '–');
   const rows = Object.entries<Json>(inbox.results).map(([mix, r]) => [
     mix,
     r.messages,
@@ -204,8 +205,24 @@ function inboxSection(inbox: Json): string {
     spread(r.inbox),
     `**${r.ratio.toFixed(2)}** ${r.pairedRatios ? `(${range(r.pairedRatios)})` : ''}`,
     `${r.inboxCounts.applied}/${r.inboxCounts.stale}/${r.inboxCounts.duplicate}`,
+    cpu(r.cpuUsPerMessage?.plain),
+    cpu(r.cpuUsPerMessage?.inbox),
   ]);
-  return `${table(['stream', 'messages', 'plain msgs/s', 'spread', 'inbox msgs/s', 'spread', 'inbox / plain, paired trials (target ≥ 0.7)', 'inbox applied/stale/dup'], rows)}
+  return `${table(
+    [
+      'stream',
+      'messages',
+      'plain msgs/s',
+      'spread',
+      'inbox msgs/s',
+      'spread',
+      'inbox / plain, paired trials (target ≥ 0.8 fresh, ≥ 0.9 otherwise)',
+      'inbox applied/stale/dup',
+      'plain CPU µs/msg: Node / PostgreSQL / nats-server',
+      'inbox CPU µs/msg',
+    ],
+    rows,
+  )}
 
 The inbox (\`latest\` mode: version gate, handler, version record, one transaction per message, concurrency
 ${inbox.params.concurrency}) against a plain JetStream pull consumer running the same handler SQL (a projection upsert) in its own
