@@ -211,4 +211,27 @@ describe('relay PubAcks', () => {
       await server.stop();
     }
   });
+
+  test("relay - PubAcks listen under the connection's own inbox prefix (ferry replay and the relay alike)", async () => {
+    const nc = await connect({ servers: stream.nc.getServer(), inboxPrefix: 'ferry_pubacks_test' });
+    const sniffer = await connect({ servers: stream.nc.getServer() });
+    try {
+      const seen: string[] = [];
+      sniffer.subscribe('ferry_pubacks_test.>', {
+        callback: (_err, m) => {
+          seen.push(m.subject);
+        },
+      });
+      await sniffer.flush();
+      const acks = new PubAcks(nc, 5_000);
+      const ack = await acks.publish(`${stream.prefix}.prefixed`, body, msgId('prefix-1'));
+      assert.equal(ack.stream, stream.name);
+      await sniffer.flush();
+      assert.equal(seen.length, 1, "the PubAck went to a reply subject under the connection's prefix");
+      acks.close();
+    } finally {
+      await nc.close();
+      await sniffer.close();
+    }
+  });
 });

@@ -46,9 +46,12 @@ export class PubAcks {
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
 
-  constructor(nc: NatsConnection, timeoutMs: number, inboxPrefix?: string) {
+  constructor(nc: NatsConnection, timeoutMs: number) {
     this.#nc = nc;
     this.#timeoutMs = timeoutMs;
+    // The connection's own inbox prefix, as nats.js's requests use it: a server that lets this user
+    // subscribe only under that prefix accepts the PubAck subscription too, whoever made the connection.
+    const inboxPrefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix;
     this.#prefix = `${createInbox(inboxPrefix)}.`;
     this.#sub = nc.subscribe(`${this.#prefix}*`, { callback: (err, msg) => this.#answer(err, msg) });
     this.#sub.closed.then(

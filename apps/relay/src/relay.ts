@@ -200,7 +200,7 @@ class RelayImpl implements Relay {
       options: o,
       schemaSql: this.#schemaSql,
       pool: this.#pool,
-      acks: new PubAcks(nc, o.publishTimeoutMs, o.nats.inboxPrefix),
+      acks: new PubAcks(nc, o.publishTimeoutMs),
       leaser: this.#leaser,
       breaker: this.#breaker,
       metrics: this.#metrics,
