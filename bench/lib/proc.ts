@@ -16,6 +16,23 @@ export function clockTicks(): number {
   return ticks;
 }
 
+/**
+ * Busy CPU seconds of the whole machine (every state of /proc/stat's `cpu` line but idle and
+ * iowait), summed over its cores: take a difference over a span and divide by the span times
+ * `os.availableParallelism()` for the share of the machine that was in use.
+ */
+export function machineBusySeconds(): number {
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0] ?? '';
+    const f = line.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal (guest time is already inside user and nice)
+    const busy = (f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0) + (f[7] ?? 0);
+    return busy / clockTicks();
+  } catch {
+    return 0;
+  }
+}
+
 /** utime + stime of a process in seconds, or undefined when it is gone. */
 export function cpuSecondsOf(pid: number): number | undefined {
   try {

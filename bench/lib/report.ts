@@ -145,7 +145,20 @@ function latencySection(l: Json): string {
   if (!l) return '_not run_';
   const p = l.params;
   return `${table(
-    ['events/s', 'publisher', 'p50 ms', 'p90 ms', 'p99 ms (target ≤ 10)', 'p99.9 ms', 'max ms', 'events measured', 'lost'],
+    [
+      'events/s',
+      'publisher',
+      'p50 ms',
+      'p90 ms',
+      'p99 ms (target ≤ 10)',
+      'p99.9 ms',
+      'max ms',
+      'events measured',
+      'lost',
+      'machine busy',
+      'relay CPU ms / 1k events',
+      'its PG backends ms / 1k',
+    ],
     l.runs.map((r: Json) => [
       r.rate,
       r.notify === 'true' ? '`notify: true`' : 'defaults',
@@ -156,6 +169,9 @@ function latencySection(l: Json): string {
       r.maxMs,
       r.measured,
       r.lost,
+      typeof r.machineBusy === 'number' ? `${Math.round(r.machineBusy * 100)}%` : '–',
+      r.relayCpuMsPer1k ?? '–',
+      r.postgresCpuMsPer1k ?? '–',
     ]),
   )}
 
@@ -163,7 +179,9 @@ What a user gets: \`${l.relayCommand}\` as a separate process, no tuning flag; \
 in the other rows, with \`notify: true\`); transactions of ${p.perTx} events started on a fixed schedule whatever happened to the
 earlier ones (open loop); latency from COMMIT returning in the producer to the message reaching a plain NATS core
 subscription on the subject, in the same process (one clock). ${p.storage} storage, ${p.keys} keys; ${p.lowSeconds} s runs below
-1,000 events/s, ${p.seconds} s at 1,000, the first ${p.warmupSeconds} s not counted.`;
+1,000 events/s, ${p.seconds} s at 1,000, the first ${p.warmupSeconds} s not counted. Machine busy: the share of all cores in use
+during the run (every process: the producer and subscriber, the relay, PostgreSQL, nats-server); the p99 grows with it, as
+CPU contention. Relay CPU and its PostgreSQL backends' CPU per 1,000 events committed (– : not measured in that run).`;
 }
 
 function loadSection(load: Json): string {

@@ -10,12 +10,20 @@
  * this process, so one clock); a message that arrives first counts as 0.
  * File-storage stream. The first second of each run is not counted.
  *
+ * Beside the percentiles, what the run cost over its whole open loop: the
+ * share of the machine's cores that were busy (every process: this one, the
+ * relay, PostgreSQL, nats-server), and the relay process's CPU and its
+ * PostgreSQL backends' CPU per 1,000 events committed. A tail that grows with
+ * the machine's load is CPU contention, not a wait in the relay.
+ *
  * The flags after --storage change one thing at a time from what users get,
  * to find out where a difference comes from (`--in-process`: createRelay in
  * this process, as the old bench did; `--subscriber jetstream`: an ordered
  * JetStream consumer instead of a core subscription; `--relay-args`: tuning
  * flags for the relay process).
  */
+
+import { availableParallelism } from 'node:os';
 import { WIRE_HEADERS, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
@@ -23,7 +31,8 @@ import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
 import { arg, declareFlags, hasFlag, listArg, numArg, until } from '../lib/args.js';
 import { LatencyClock } from '../lib/latency.js';
-import { relayCommandLine, startRelayProcesses } from '../lib/relay-process.js';
+import { machineBusySeconds } from '../lib/proc.js';
+import { cpuMeter, relayCommandLine, startRelayProcesses } from '../lib/relay-process.js';
 import { percentile, printTable, writeResult } from '../lib/stats.js';
 import { openLoop } from '../lib/writers.js';
 
@@ -76,6 +85,11 @@ interface LatencyRun {
   p99Ms: number;
   p999Ms: number;
   maxMs: number;
+  /** Share of all cores busy during the open loop, 0-1. */
+  machineBusy: number;
+  /** CPU ms of the relay process and of its PostgreSQL backends per 1,000 events committed (undefined in process). */
+  relayCpuMsPer1k?: number;
+  postgresCpuMsPer1k?: number;
 }
 
 async function oneRun(rate: number, notify: string, seconds: number): Promise<LatencyRun> {
@@ -102,6 +116,7 @@ async function oneRun(rate: number, notify: string, seconds: number): Promise<La
   await stream.nc.flush();
   const relayOptions = { databaseUrl: db.url, schema: db.schema, natsUrl: natsUrl(), extraArgs: RELAY_ARGS };
   let stopRelay: () => Promise<void>;
+  let meter: Awaited<ReturnType<typeof cpuMeter>> | undefined;
   if (IN_PROCESS) {
     const relay = createRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } });
     await relay.start();
@@ -110,6 +125,7 @@ async function oneRun(rate: number, notify: string, seconds: number): Promise<La
   } else {
     const relays = await startRelayProcesses(1, LANES, relayOptions);
     stopRelay = () => Promise.all(relays.map((r) => r.stop())).then(() => {});
+    meter = await cpuMeter(db.pool, relays);
   }
   const publisher = createPublisher({ schema: db.schema, source: 'bench', ...(notify === 'true' ? { notify: true } : {}) });
   let committed = 0;
@@ -133,12 +149,16 @@ async function oneRun(rate: number, notify: string, seconds: number): Promise<La
   };
   try {
     const start = performance.now();
+    const busy0 = machineBusySeconds();
     const warm = setTimeout(() => {
       measuring = true;
     }, WARMUP_SECONDS * 1000);
     await openLoop(rate, PER_TX, seconds, commitOne);
     clearTimeout(warm);
     const elapsed = (performance.now() - start) / 1000;
+    const busy = (machineBusySeconds() - busy0) / (elapsed * availableParallelism());
+    const cpu = await meter?.stop();
+    const per1k = (seconds: number) => (seconds * 1e6) / Math.max(1, committed);
     await until(() => clock.received >= committed, 'every message to arrive', 60_000).catch(() => {});
     const sorted = clock.sorted();
     return {
@@ -153,6 +173,8 @@ async function oneRun(rate: number, notify: string, seconds: number): Promise<La
       p99Ms: percentile(sorted, 99),
       p999Ms: percentile(sorted, 99.9),
       maxMs: sorted.at(-1) ?? Number.NaN,
+      machineBusy: busy,
+      ...(cpu ? { relayCpuMsPer1k: per1k(cpu.relaySeconds), postgresCpuMsPer1k: per1k(cpu.postgresSeconds) } : {}),
     };
   } finally {
     await stopRelay();
@@ -170,9 +192,22 @@ try {
   }
   const how = `${IN_PROCESS ? 'createRelay in process' : relayCommandLine(RELAY_ARGS)}; ${SUBSCRIBER} subscriber; ${STORAGE} storage; ${PER_TX} events per transaction`;
   printTable(
-    `Commit → message at a subscriber, open loop (${how}); ms`,
-    ['events/s', 'publisher notify', 'p50', 'p90', 'p99', 'p99.9', 'max', 'measured', 'lost'],
-    runs.map((r) => [r.rate, r.notify === 'true' ? 'true' : 'default', r.p50Ms, r.p90Ms, r.p99Ms, r.p999Ms, r.maxMs, r.measured, r.lost]),
+    `Commit → message at a subscriber, open loop (${how}); ms; machine busy: share of all cores during the run; relay and its PostgreSQL backends: CPU ms per 1,000 events`,
+    ['events/s', 'publisher notify', 'p50', 'p90', 'p99', 'p99.9', 'max', 'measured', 'lost', 'machine busy', 'relay CPU', 'PG CPU'],
+    runs.map((r) => [
+      r.rate,
+      r.notify === 'true' ? 'true' : 'default',
+      r.p50Ms,
+      r.p90Ms,
+      r.p99Ms,
+      r.p999Ms,
+      r.maxMs,
+      r.measured,
+      r.lost,
+      `${Math.round(r.machineBusy * 100)}%`,
+      r.relayCpuMsPer1k ?? '–',
+      r.postgresCpuMsPer1k ?? '–',
+    ]),
   );
   const byDefault = runs.filter((r) => r.notify === 'default');
   const file = writeResult('relay-latency', {
