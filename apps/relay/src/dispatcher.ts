@@ -65,7 +65,15 @@ const CONTINUE_AT = 32;
  * next poll, 5 ms later.
  */
 const WAKE_BELOW_KEYS = 64;
-/** Parallel claim queries per loop iteration (each on its own pool connection, over disjoint lanes). */
+/**
+ * Parallel claim queries per loop iteration (each on its own pool connection,
+ * over disjoint lanes) while there is a backlog: the last claim filled its
+ * room or its key limit. Otherwise one claim covers every leased lane: under
+ * a steady load below capacity a poll finds a transaction's rows or two, and
+ * a second statement for them costs more than it saves (at 1,000 events/s,
+ * half the relay's statements were claims, and a statement costs its
+ * round trip's CPU on both sides whatever it finds).
+ */
 const CLAIMERS = 2;
 /**
  * Event data bytes held at most (claimed, not yet acknowledged), besides the
@@ -151,6 +159,8 @@ export class Dispatcher {
   #keysAfterClaim = 0;
   /** Running estimate of data bytes per claimed row (undefined before the first claim). */
   #rowBytes: number | undefined;
+  /** The last claim filled its room or its key limit: a backlog, claimed by CLAIMERS statements at once. */
+  #backlog = true;
   #running = false;
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
@@ -249,9 +259,9 @@ export class Dispatcher {
         await this.#pause(o.pollIntervalMs);
         continue;
       }
-      // Claims for disjoint lane groups run in parallel, on separate pool connections: the claim
-      // round trip, not NATS, is what bounds a single claim loop.
-      const groups = probing ? [lanes] : this.#groups(lanes);
+      // With a backlog, claims for disjoint lane groups run in parallel, on separate pool connections:
+      // the claim round trip, not NATS, is what bounds a single claim loop.
+      const groups = probing || !this.#backlog ? [lanes] : this.#groups(lanes);
       // Up to batchSize keys per claim; the room for rows is shared among the keys found, so a
       // few keys get long chains (one hot key keeps its pipe full) and many keys a row or two each.
       const limit = probing ? 1 : Math.max(1, Math.min(o.batchSize, Math.floor(capacity / groups.length)));
@@ -279,7 +289,8 @@ export class Dispatcher {
       let recorded = false;
       if (found === 0 && this.#inflightRows === 0 && waits?.listening()) recorded = await waits.record.idle();
       else waits?.record.busy();
-      if (!probing && claimed.some((rows) => rows.length >= room || new Set(rows.map((r) => r.key)).size >= limit)) {
+      this.#backlog = !probing && claimed.some((rows) => rows.length >= room || new Set(rows.map((r) => r.key)).size >= limit);
+      if (this.#backlog) {
         this.#idleDelayMs = 0;
         continue;
       }
