@@ -1,7 +1,9 @@
-import { SQLSTATE, sqlState } from '@ferry/core';
+import { namedStatement, SQLSTATE, sqlState } from '@ferry/core';
 import type pg from 'pg';
 import { forgetWaitingSql, startWaitingSql, stopWaitingSql } from './sql/relay-waiting.js';
 import type { Logger } from './types.js';
+
+type Statement = { name: string; text: string };
 
 /**
  * How long a wait record holds without renewal: at least 10 s, and three poll
@@ -24,7 +26,9 @@ export function waitRecordMs(pollIntervalMs: number): number {
 export class WaitRecord {
   readonly #pool: pg.Pool;
   readonly #instance: string;
-  readonly #sql: { start: string; stop: string; forget: string };
+  // Named (prepared once per pool connection): at 1,000 events/s a relay that keeps catching up writes its record
+  // tens of times a second, and each unnamed statement was parsed and planned again.
+  readonly #sql: { start: Statement; stop: Statement; forget: Statement };
   readonly #logger: Logger;
   readonly #holdMs: number;
   /** When the current record was written (0: none current). */
@@ -36,7 +40,11 @@ export class WaitRecord {
     this.#pool = pool;
     this.#holdMs = waitRecordMs(pollIntervalMs);
     this.#instance = instance;
-    this.#sql = { start: startWaitingSql(schemaSql), stop: stopWaitingSql(schemaSql), forget: forgetWaitingSql(schemaSql) };
+    this.#sql = {
+      start: namedStatement('wait_start', startWaitingSql(schemaSql)),
+      stop: namedStatement('wait_stop', stopWaitingSql(schemaSql)),
+      forget: namedStatement('wait_forget', forgetWaitingSql(schemaSql)),
+    };
     this.#logger = logger;
   }
 
@@ -70,10 +78,10 @@ export class WaitRecord {
     return this.#run(this.#sql.forget, [this.#instance]);
   }
 
-  #run(text: string, values: unknown[]): Promise<void> {
+  #run(statement: Statement, values: unknown[]): Promise<void> {
     this.#queue = this.#queue.then(async () => {
       try {
-        await this.#pool.query(text, values);
+        await this.#pool.query({ ...statement, values });
       } catch (err) {
         this.#since = 0;
         const state = sqlState(err);
