@@ -67,8 +67,8 @@ const CONTINUE_AT = 32;
 const WAKE_BELOW_KEYS = 64;
 /**
  * Parallel claim queries per loop iteration (each on its own pool connection,
- * over disjoint lanes) while there is a backlog: the last claim filled its
- * room or its key limit. Otherwise one claim covers every leased lane: under
+ * over disjoint lanes) while there is a backlog: the last claim found more
+ * rows waiting (claimFoundBacklog). Otherwise one claim covers every leased lane: under
  * a steady load below capacity a poll finds a transaction's rows or two, and
  * a second statement for them costs more than it saves (at 1,000 events/s,
  * half the relay's statements were claims, and a statement costs its
@@ -102,6 +102,22 @@ export function chainsByKey(rows: readonly ClaimedRow[]): ClaimedRow[][] {
     else chains.set(row.key, [row]);
   }
   return [...chains.values()];
+}
+
+/**
+ * Whether a claim's rows suggest more are waiting: it found its limit of keys,
+ * or some key got its full share of the room (the claim gives each key found
+ * `max(1, floor(room / keys))` rows, so a key that filled its share may have
+ * more). Rows below every share mean each key found was claimed to its end.
+ */
+export function claimFoundBacklog(rows: readonly ClaimedRow[], keyLimit: number, room: number): boolean {
+  const perKey = new Map<string, number>();
+  for (const r of rows) perKey.set(r.key, (perKey.get(r.key) ?? 0) + 1);
+  if (perKey.size === 0) return false;
+  if (perKey.size >= keyLimit) return true;
+  const share = Math.max(1, Math.floor(room / perKey.size));
+  for (const n of perKey.values()) if (n >= share) return true;
+  return false;
 }
 
 /** A statement's retries: 5 attempts, full-jitter exponential backoff from 50 ms, capped at 2 s. */
@@ -159,7 +175,7 @@ export class Dispatcher {
   #keysAfterClaim = 0;
   /** Running estimate of data bytes per claimed row (undefined before the first claim). */
   #rowBytes: number | undefined;
-  /** The last claim filled its room or its key limit: a backlog, claimed by CLAIMERS statements at once. */
+  /** The last claim found more rows waiting (claimFoundBacklog): a backlog, claimed by CLAIMERS statements at once. */
   #backlog = true;
   #running = false;
   #loop: Promise<void> | undefined;
@@ -289,7 +305,7 @@ export class Dispatcher {
       let recorded = false;
       if (found === 0 && this.#inflightRows === 0 && waits?.listening()) recorded = await waits.record.idle();
       else waits?.record.busy();
-      this.#backlog = !probing && claimed.some((rows) => rows.length >= room || new Set(rows.map((r) => r.key)).size >= limit);
+      this.#backlog = !probing && claimed.some((rows) => claimFoundBacklog(rows, limit, room));
       if (this.#backlog) {
         this.#idleDelayMs = 0;
         continue;
