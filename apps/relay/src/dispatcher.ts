@@ -177,6 +177,8 @@ export class Dispatcher {
   #rowBytes: number | undefined;
   /** The last claim found more rows waiting (claimFoundBacklog): a backlog, claimed by CLAIMERS statements at once. */
   #backlog = true;
+  /** Claim rounds made: where the next round's walks start among their lanes. */
+  #claims = 0;
   #running = false;
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
@@ -284,7 +286,8 @@ export class Dispatcher {
       const room = probing ? 1 : Math.max(1, Math.floor(capacity / groups.length));
       let claimed: ClaimedRow[][];
       try {
-        claimed = await Promise.all(groups.map((g) => this.#claim(g, limit, room)));
+        const turn = this.#claims++;
+        claimed = await Promise.all(groups.map((g) => this.#claim(g, limit, room, turn)));
         if (this.#dbDown) this.#d.logger.info({ event: 'database-restored' }, 'database answering again: claiming resumed');
         this.#dbDown = false;
       } catch (err) {
@@ -326,7 +329,12 @@ export class Dispatcher {
     return groups;
   }
 
-  async #claim(lanes: readonly number[], keyLimit: number, room: number): Promise<ClaimedRow[]> {
+  async #claim(group: readonly number[], keyLimit: number, room: number, turn: number): Promise<ClaimedRow[]> {
+    // The walk takes each lane's next key in the order of $1: with fewer keys allowed than lanes
+    // with work (a full in-flight budget, large payloads), the first lanes would win every claim.
+    // Each claim starts one lane further on, so every lane gets its turn at the front.
+    const start = turn % group.length;
+    const lanes = [...group.slice(start), ...group.slice(0, start)];
     const afters = lanes.map((lane) => this.#cursors.get(lane) ?? '');
     const { rows } = await this.#d.pool.query<ClaimedRow>({
       ...this.#claimSql,

@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { quoteIdentifier } from '@ferry/core';
+import { createRelay, type Relay } from '@ferry/relay';
+import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { assertExactlyOnceInKeyOrder, countPending, publishEvents, readStream } from './relay-helpers.js';
+
+describe('relay claims are fair across lanes', () => {
+  let db: TestDatabase;
+  let stream: TestStream;
+  let relay: Relay | undefined;
+
+  before(async () => {
+    db = await createTestDatabase({ prefix: 'relay_fair', lanes: 4 });
+    stream = await createTestStream({ prefix: 'relayfair' });
+  });
+
+  after(async () => {
+    await relay?.stop();
+    await stream?.close();
+    await db?.close();
+  });
+
+  test('relay - with fewer keys per claim than lanes with work, a busy lane does not starve the others', async () => {
+    // One row per key, so no chain runs long; then lane 0 keeps 300 rows and every other lane one.
+    const all = await publishEvents(db.pool, db.schema, stream.prefix, 2000, { keys: 2000, perTx: 500, keyPrefix: 'fair-' });
+    const s = quoteIdentifier(db.schema);
+    await db.pool.query(
+      `DELETE FROM ${s}.outbox o USING (
+         SELECT seq, lane, row_number() OVER (PARTITION BY lane ORDER BY seq) AS n FROM ${s}.outbox) r
+       WHERE o.seq = r.seq AND r.n > CASE WHEN r.lane = 0 THEN 300 ELSE 1 END`,
+    );
+    const { rows: shape } = await db.pool.query<{ lane: number; n: number }>(
+      `SELECT lane, count(*)::int AS n FROM ${s}.outbox GROUP BY lane ORDER BY lane`,
+    );
+    assert.deepEqual(shape, [
+      { lane: 0, n: 300 },
+      { lane: 1, n: 1 },
+      { lane: 2, n: 1 },
+      { lane: 3, n: 1 },
+    ]);
+    const kept = new Set((await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.outbox`)).rows.map((r) => r.id));
+
+    // One key per claim: the walk's order of lanes decides which lane's key is taken.
+    relay = createRelay({
+      databaseUrl: db.url,
+      schema: db.schema,
+      nats: { servers: stream.nc.getServer() },
+      maintenance: false,
+      batchSize: 1,
+      maxInFlight: 2,
+    });
+    await relay.start();
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 60_000, what: 'the outbox to drain' });
+
+    // When each single-row lane's row went out, lane 0 had most of its rows still to send.
+    const { rows } = await db.pool.query<{ lane: number; before: number }>(
+      `SELECT o.lane, (SELECT count(*)::int FROM ${s}.outbox z WHERE z.lane = 0 AND z.published_at < o.published_at) AS before
+         FROM ${s}.outbox o WHERE o.lane <> 0 ORDER BY o.lane`,
+    );
+    assert.equal(rows.length, 3);
+    for (const r of rows) assert.ok(r.before < 150, `lane ${r.lane}'s row waited for ${r.before} of lane 0's 300 rows`);
+    assertExactlyOnceInKeyOrder(
+      await readStream(stream.nc, stream.name),
+      all.filter((id) => kept.has(id)),
+    );
+  });
+});
