@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
-import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import { type Logger, quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
+import { createTestDatabase, type TestDatabase, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 import { WaitRecord } from './wait-record.js';
 
@@ -35,6 +35,48 @@ describe('relay wait record', () => {
     } finally {
       locker.release();
       await pool.end();
+    }
+  });
+
+  // A schema without the table, or a role without the grant: not transient. The relay says the fix once and stops
+  // writing (each refusal would be an ERROR in the server's log), and keeps polling.
+  async function refusedOnce(pool: pg.Pool, schemaSql: string, fix: RegExp): Promise<void> {
+    const warnings: string[] = [];
+    const logger: Logger = { ...SILENT_LOGGER, warn: (obj, msg) => warnings.push(`${(obj as { event?: string }).event}: ${msg}`) };
+    const record = new WaitRecord(pool, schemaSql, 'relay-b', 500, logger);
+    assert.equal(await record.idle(), false, 'nothing was recorded');
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0] ?? '', /^wait-record-unsupported: /);
+    assert.match(warnings[0] ?? '', fix);
+    record.busy();
+    assert.equal(await record.idle(), false);
+    await record.forget();
+    assert.equal(warnings.length, 1, 'said once; no statement is sent again');
+  }
+
+  test('relay - a schema without relay_waiting: the wait record says to migrate, once, and the relay polls', async () => {
+    const bare = uniqueName('waitrec_bare');
+    await db.pool.query(`CREATE SCHEMA ${quoteIdentifier(bare)}`);
+    try {
+      await refusedOnce(db.pool, quoteIdentifier(bare), /run `ferry migrate`/);
+    } finally {
+      await db.pool.query(`DROP SCHEMA ${quoteIdentifier(bare)} CASCADE`);
+    }
+  });
+
+  test('relay - a role that may not write relay_waiting: the wait record names the grants, once', async () => {
+    const role = uniqueName('waitrec_role');
+    await db.pool.query(`CREATE ROLE ${quoteIdentifier(role)} LOGIN`);
+    await db.pool.query(`GRANT USAGE ON SCHEMA ${s} TO ${quoteIdentifier(role)}`);
+    const url = new URL(db.url);
+    url.username = role; // node-postgres takes the user from the URL over a `user` option
+    const pool = new pg.Pool({ connectionString: url.href, max: 1 });
+    try {
+      await refusedOnce(pool, s, /--print-grants --role <role> --for relay/);
+    } finally {
+      await pool.end();
+      await db.pool.query(`DROP OWNED BY ${quoteIdentifier(role)}`);
+      await db.pool.query(`DROP ROLE ${quoteIdentifier(role)}`);
     }
   });
 });
