@@ -17,19 +17,21 @@ export function clockTicks(): number {
 }
 
 /**
- * Busy CPU seconds of the whole machine (every state of /proc/stat's `cpu` line but idle and
- * iowait), summed over its cores: take a difference over a span and divide by the span times
- * `os.availableParallelism()` for the share of the machine that was in use.
+ * Busy CPU seconds of the whole machine, summed over its cores (every state of /proc/stat's `cpu`
+ * line but idle, iowait and steal: steal is time the hypervisor gave elsewhere, not this machine's
+ * use), and the number of cores /proc/stat lists: the busy share over a span is the difference of
+ * two samples divided by the span times `cores`. Undefined where /proc cannot be read.
  */
-export function machineBusySeconds(): number {
+export function machineBusySeconds(): { busy: number; cores: number } | undefined {
   try {
-    const line = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0] ?? '';
-    const f = line.trim().split(/\s+/).slice(1).map(Number);
+    const lines = readFileSync('/proc/stat', 'utf8').split('\n');
+    const f = (lines[0] ?? '').trim().split(/\s+/).slice(1).map(Number);
     // user nice system idle iowait irq softirq steal (guest time is already inside user and nice)
-    const busy = (f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0) + (f[7] ?? 0);
-    return busy / clockTicks();
+    const busy = (f[0] ?? 0) + (f[1] ?? 0) + (f[2] ?? 0) + (f[5] ?? 0) + (f[6] ?? 0);
+    const cores = lines.filter((l) => /^cpu\d+ /.test(l)).length;
+    return cores > 0 ? { busy: busy / clockTicks(), cores } : undefined;
   } catch {
-    return 0;
+    return undefined;
   }
 }
 

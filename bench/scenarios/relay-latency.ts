@@ -23,7 +23,6 @@
  * flags for the relay process).
  */
 
-import { availableParallelism } from 'node:os';
 import { WIRE_HEADERS, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
@@ -85,8 +84,8 @@ interface LatencyRun {
   p99Ms: number;
   p999Ms: number;
   maxMs: number;
-  /** Share of all cores busy during the open loop, 0-1. */
-  machineBusy: number;
+  /** Share of all cores busy during the open loop, 0-1; absent where /proc cannot be read. */
+  machineBusy?: number;
   /** CPU ms of the relay process and of its PostgreSQL backends per 1,000 events committed (undefined in process). */
   relayCpuMsPer1k?: number;
   postgresCpuMsPer1k?: number;
@@ -156,7 +155,8 @@ async function oneRun(rate: number, notify: string, seconds: number): Promise<La
     await openLoop(rate, PER_TX, seconds, commitOne);
     clearTimeout(warm);
     const elapsed = (performance.now() - start) / 1000;
-    const busy = (machineBusySeconds() - busy0) / (elapsed * availableParallelism());
+    const busy1 = machineBusySeconds();
+    const busy = busy0 && busy1 ? (busy1.busy - busy0.busy) / (elapsed * busy1.cores) : undefined;
     const cpu = await meter?.stop();
     const per1k = (seconds: number) => (seconds * 1e6) / Math.max(1, committed);
     await until(() => clock.received >= committed, 'every message to arrive', 60_000).catch(() => {});
@@ -173,7 +173,7 @@ async function oneRun(rate: number, notify: string, seconds: number): Promise<La
       p99Ms: percentile(sorted, 99),
       p999Ms: percentile(sorted, 99.9),
       maxMs: sorted.at(-1) ?? Number.NaN,
-      machineBusy: busy,
+      ...(busy === undefined ? {} : { machineBusy: busy }),
       ...(cpu ? { relayCpuMsPer1k: per1k(cpu.relaySeconds), postgresCpuMsPer1k: per1k(cpu.postgresSeconds) } : {}),
     };
   } finally {
@@ -204,7 +204,7 @@ try {
       r.maxMs,
       r.measured,
       r.lost,
-      `${Math.round(r.machineBusy * 100)}%`,
+      r.machineBusy === undefined ? '–' : `${Math.round(r.machineBusy * 100)}%`,
       r.relayCpuMsPer1k ?? '–',
       r.postgresCpuMsPer1k ?? '–',
     ]),
