@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createRelay, lockNamespace, type Relay } from '@ferry/relay';
+import { quoteIdentifier } from '@ferry/core';
+import { createRelay, type Relay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { assertExactlyOnceInKeyOrder, countPending, publishEvents, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
 
@@ -14,15 +15,11 @@ describe('relay scale-out and lost connections', () => {
   const procs: RelayProcess[] = [];
   const relays: Relay[] = [];
 
-  /** Lanes held per relay instance (by the lease connection's application_name). */
+  /** Lanes held per relay instance (unexpired lease rows, by owner). */
   async function leases(): Promise<Map<string, number>> {
     const { rows } = await db.pool.query<{ app: string; n: number }>(
-      `SELECT a.application_name AS app, count(*)::int AS n
-         FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::int::oid
-          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        GROUP BY 1`,
-      [lockNamespace(`ferry:lanes:${db.schema}`)],
+      `SELECT owner AS app, count(*)::int AS n FROM ${quoteIdentifier(db.schema)}.relay_leases
+        WHERE owner IS NOT NULL AND expires_at > now() GROUP BY 1`,
     );
     return new Map(rows.map((r) => [r.app, r.n]));
   }

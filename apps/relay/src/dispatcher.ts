@@ -30,6 +30,11 @@ import type { WaitRecord } from './wait-record.js';
 
 type Outcome = { ok: true; ackAt: number } | ({ ok: false } & Classified);
 
+/** A claimed row with the epoch its lane was held under when it was claimed: its mark or failure record carries it. */
+type LeasedRow = ClaimedRow & { epoch: string };
+/** A row to mark published: its seq and its lease epoch. */
+type Acked = { seq: string; epoch: string };
+
 export interface DispatcherDeps {
   options: CompiledRelayOptions;
   schemaSql: string;
@@ -37,6 +42,8 @@ export interface DispatcherDeps {
   /** JetStream publishing, PubAcks on one subscription. */
   acks: PubAcks;
   leaser: LaneLeaser;
+  /** This instance's id: the owner name in its lease rows, which every mark names. */
+  instance: string;
   breaker: CircuitBreakerPolicy;
   metrics: RelayMetrics;
   events: RelayEmitter;
@@ -159,7 +166,7 @@ export class Dispatcher {
   readonly #markPublishedSql: { name: string; text: string };
   readonly #markFailedSql: string;
   readonly #keyRowsSql: { name: string; text: string };
-  readonly #marker: Marker;
+  readonly #marker: Marker<Acked>;
   /** Keys claimed and not yet settled: the next claims leave them out. */
   readonly #inflightKeys = new Set<string>();
   /** Subjects that answered no responders since the last publish that succeeded (see #publishChain). */
@@ -183,10 +190,13 @@ export class Dispatcher {
   #loop: Promise<void> | undefined;
   #wake: (() => void) | undefined;
   #woken = false;
-  #lastTick = 0;
   #idleDelayMs: number;
   #dbDown = false;
   #openedAt = 0;
+  /** performance.now() when the claim in progress started (undefined between claims): see stuckMs(). */
+  #claimingSince: number | undefined;
+  /** The lanes of the last loop iteration, to forget the cursors of lanes lost. */
+  #lanesSeen = '';
 
   constructor(deps: DispatcherDeps) {
     this.#d = deps;
@@ -194,7 +204,7 @@ export class Dispatcher {
     this.#markPublishedSql = namedStatement('mark', markPublishedSql(deps.schemaSql));
     this.#markFailedSql = markFailedSql(deps.schemaSql);
     this.#keyRowsSql = namedStatement('key_rows', claimKeyRowsSql(deps.schemaSql));
-    this.#marker = new Marker((seqs) => this.#markPublished(seqs));
+    this.#marker = new Marker<Acked>((rows) => this.#markPublished(rows));
     this.#idleDelayMs = deps.options.pollIntervalMs;
     deps.breaker.onBreak(() => {
       this.#openedAt = Date.now();
@@ -203,6 +213,16 @@ export class Dispatcher {
 
   get inflightRows(): number {
     return this.#inflightRows;
+  }
+
+  /** How long the claim in progress has run (0 between claims): an instance stuck in one gives its lanes up. */
+  stuckMs(): number {
+    return this.#claimingSince === undefined ? 0 : performance.now() - this.#claimingSince;
+  }
+
+  /** Whether a row's lane is still held under the epoch it was claimed with, by this instance's own clock. */
+  #holds(row: LeasedRow): boolean {
+    return this.#d.leaser.epoch(row.lane) === row.epoch;
   }
 
   /** Lanes with rows in flight: the leaser must not release them. */
@@ -251,15 +271,12 @@ export class Dispatcher {
   async #run(): Promise<void> {
     const o = this.#d.options;
     while (this.#running) {
-      const now = Date.now();
-      if (now - this.#lastTick >= o.pollIntervalMs || this.#d.leaser.lanes.length === 0) {
-        this.#lastTick = now;
-        const lanes = await this.#d.leaser.tick(this.busy);
-        this.#d.metrics.lanesOwned.set(lanes.length);
-        this.#forgetCursors(lanes);
-        if (!this.#running) break;
-      }
+      // The leases are renewed by the leaser's own timer; each iteration only reads what is held now.
       const lanes = this.#d.leaser.lanes;
+      if (lanes.join() !== this.#lanesSeen) {
+        this.#lanesSeen = lanes.join();
+        this.#forgetCursors(lanes);
+      }
       const state = this.#d.breaker.state;
       // cockatiel moves from open to half-open only when called after the cool-down: until then, claim nothing.
       const coolingMs = state === CircuitState.Open ? this.#openedAt + o.breakerCooldownMs - Date.now() : 0;
@@ -284,9 +301,10 @@ export class Dispatcher {
       // few keys get long chains (one hot key keeps its pipe full) and many keys a row or two each.
       const limit = probing ? 1 : Math.max(1, Math.min(o.batchSize, Math.floor(capacity / groups.length)));
       const room = probing ? 1 : Math.max(1, Math.floor(capacity / groups.length));
-      let claimed: ClaimedRow[][];
+      let claimed: LeasedRow[][];
       try {
         const turn = this.#claims++;
+        this.#claimingSince = performance.now();
         claimed = await Promise.all(groups.map((g) => this.#claim(g, limit, room, turn)));
         if (this.#dbDown) this.#d.logger.info({ event: 'database-restored' }, 'database answering again: claiming resumed');
         this.#dbDown = false;
@@ -295,6 +313,8 @@ export class Dispatcher {
         this.#dbDown = true;
         await this.#pause(o.pollIntervalMs);
         continue;
+      } finally {
+        this.#claimingSince = undefined;
       }
       for (const rows of claimed) if (rows.length > 0) this.#launch(rows);
       this.#keysAfterClaim = this.#inflightKeys.size;
@@ -329,19 +349,29 @@ export class Dispatcher {
     return groups;
   }
 
-  async #claim(group: readonly number[], keyLimit: number, room: number, turn: number): Promise<ClaimedRow[]> {
+  async #claim(group: readonly number[], keyLimit: number, room: number, turn: number): Promise<LeasedRow[]> {
     // The walk takes each lane's next key in the order of $1: with fewer keys allowed than lanes
     // with work (a full in-flight budget, large payloads), the first lanes would win every claim.
     // Each claim starts one lane further on, so every lane gets its turn at the front.
     const start = turn % group.length;
     const lanes = [...group.slice(start), ...group.slice(0, start)];
     const afters = lanes.map((lane) => this.#cursors.get(lane) ?? '');
-    const { rows } = await this.#d.pool.query<ClaimedRow>({
+    // The epochs before the claim: a lane lost or taken again meanwhile has another one, and its rows are dropped below.
+    const epochs = new Map(lanes.map((lane) => [lane, this.#d.leaser.epoch(lane)]));
+    const { rows } = await this.#d.pool.query<LeasedRow>({
       ...this.#claimSql,
       values: [lanes, afters, [...this.#inflightKeys], keyLimit, room],
     });
-    for (const r of rows) this.#cursors.set(r.lane, r.cursor);
-    return rows;
+    const held: LeasedRow[] = [];
+    for (const r of rows) {
+      const epoch = epochs.get(r.lane);
+      if (epoch === undefined) continue;
+      r.epoch = epoch;
+      if (!this.#holds(r)) continue;
+      this.#cursors.set(r.lane, r.cursor);
+      held.push(r);
+    }
+    return held;
   }
 
   /** Forgets the cursors of lanes no longer leased (a lane leased again starts from its first key). */
@@ -361,8 +391,8 @@ export class Dispatcher {
     this.#rowBytes = this.#rowBytes === undefined ? avg : (this.#rowBytes + avg) / 2;
   }
 
-  #launch(claimed: ClaimedRow[]): void {
-    for (const chain of chainsByKey(claimed)) {
+  #launch(claimed: LeasedRow[]): void {
+    for (const chain of chainsByKey(claimed) as LeasedRow[][]) {
       const head = chain[0];
       if (head === undefined) continue;
       const { key, lane } = head;
@@ -404,10 +434,10 @@ export class Dispatcher {
    * marked and its failure, if any, recorded: the next claim then starts from
    * the right row.
    */
-  async #runChain(first: ClaimedRow[]): Promise<void> {
+  async #runChain(first: LeasedRow[]): Promise<void> {
     const started = performance.now();
     const marks: Promise<void>[] = [];
-    let failure: { row: ClaimedRow; outcome: Classified } | undefined;
+    let failure: { row: LeasedRow; outcome: Classified } | undefined;
     let segment = first;
     while (segment.length > 0) {
       const next = this.#running && segment.length >= CONTINUE_AT ? this.#nextRows(segment) : undefined;
@@ -420,12 +450,12 @@ export class Dispatcher {
         if (next) this.#release(await next);
         throw err;
       }
-      const acked: string[] = [];
+      const acked: Acked[] = [];
       for (const row of segment) {
         const x = outcomes.get(row);
         if (!x) break;
         if (x.ok) {
-          acked.push(row.seq);
+          acked.push({ seq: row.seq, epoch: row.epoch });
           this.#d.metrics.commitToAck.observe(Math.max(0, x.ackAt - row.created_at.getTime()) / 1000);
         } else failure = { row, outcome: x };
       }
@@ -445,9 +475,10 @@ export class Dispatcher {
     this.#d.metrics.batchDuration.observe((performance.now() - started) / 1000);
   }
 
-  /** The key's due rows after `segment`, as many again, held as in flight; none when the byte budget is spent. */
-  async #nextRows(segment: readonly ClaimedRow[]): Promise<ClaimedRow[]> {
-    const last = segment.at(-1) as ClaimedRow;
+  /** The key's due rows after `segment`, as many again, held as in flight; none when the byte budget is spent or the lane is lost. */
+  async #nextRows(segment: readonly LeasedRow[]): Promise<LeasedRow[]> {
+    const last = segment.at(-1) as LeasedRow;
+    if (!this.#holds(last) || !this.#d.leaser.keeps(last.lane)) return [];
     const bytes = segment.reduce((n, r) => n + r.data.byteLength, 0);
     if (this.#inflightBytes + bytes > MAX_IN_FLIGHT_BYTES) return [];
     try {
@@ -455,7 +486,8 @@ export class Dispatcher {
         ...this.#keyRowsSql,
         values: [last.lane, last.key, last.seq, segment.length],
       });
-      const due = chainsByKey(rows)[0] ?? [];
+      const due = (chainsByKey(rows)[0] ?? []) as LeasedRow[];
+      for (const r of due) r.epoch = last.epoch;
       this.#hold(due);
       return due;
     } catch (err) {
@@ -465,7 +497,7 @@ export class Dispatcher {
   }
 
   /** Sends one segment of a chain through the circuit breaker; a row missing from the result was not sent. */
-  async #send(segment: ClaimedRow[]): Promise<Map<ClaimedRow, Outcome>> {
+  async #send(segment: LeasedRow[]): Promise<Map<ClaimedRow, Outcome>> {
     try {
       return await this.#d.breaker.execute(() => this.#publishChain(segment));
     } catch (err) {
@@ -483,9 +515,13 @@ export class Dispatcher {
    * re-sends what was on the wire), no later row of its key can reach the
    * stream before it.
    */
-  async #publishChain(rows: readonly ClaimedRow[]): Promise<Map<ClaimedRow, Outcome>> {
+  async #publishChain(rows: readonly LeasedRow[]): Promise<Map<ClaimedRow, Outcome>> {
     const outcomes = new Map<ClaimedRow, Outcome>();
     for (const row of rows) {
+      // Fencing by the clock, before every send: JetStream cannot check an epoch, so a lane lost
+      // (a freeze, a partition) must stop the chain here. A row left out was not sent: the chain
+      // ends without a failure, and the lane's new holder claims it.
+      if (!this.#holds(row)) break;
       const outcome = await this.#publishOne(row);
       outcomes.set(row, outcome);
       if (!outcome.ok) break;
@@ -541,11 +577,16 @@ export class Dispatcher {
   }
 
   /** The Marker's flush: one statement for every row acknowledged since the previous flush. */
-  async #markPublished(seqs: string[]): Promise<void> {
-    const { pool, logger, metrics, events } = this.#d;
+  async #markPublished(acked: Acked[]): Promise<void> {
+    const { pool, logger, metrics, events, instance } = this.#d;
     const started = performance.now();
+    const seqs = acked.map((a) => a.seq);
     try {
-      await withRetries('marking published', logger, () => pool.query({ ...this.#markPublishedSql, values: [seqs] }));
+      const r = await withRetries('marking published', logger, () =>
+        pool.query({ ...this.#markPublishedSql, values: [seqs, acked.map((a) => a.epoch), instance] }),
+      );
+      const fenced = seqs.length - (r.rowCount ?? 0);
+      if (fenced > 0) logger.debug({ fenced }, 'acknowledged rows of lanes lost meanwhile were left for their new holder');
       metrics.published.inc(seqs.length);
       events.emit('relay:batch:published', {
         rows: seqs.length,
@@ -562,15 +603,18 @@ export class Dispatcher {
   }
 
   /** A chain's failed row: backoff (or dead), and its key stays held behind it. */
-  async #recordFailure(row: ClaimedRow, outcome: Classified): Promise<void> {
-    const { options: o, metrics, pool, logger, events } = this.#d;
+  async #recordFailure(row: LeasedRow, outcome: Classified): Promise<void> {
+    const { options: o, metrics, pool, logger, events, instance } = this.#d;
     metrics.failures.inc({ reason: outcome.reason });
     const attempt = row.attempts + 1;
     const dead = outcome.permanent || attempt >= o.maxAttempts;
     const error = `${outcome.reason}: ${outcome.message}`;
     const delay = backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs);
     try {
-      await withRetries('recording a failure', logger, () => pool.query(this.#markFailedSql, [[row.seq], [error], [delay], [dead]]));
+      const r = await withRetries('recording a failure', logger, () =>
+        pool.query(this.#markFailedSql, [[row.seq], [error], [delay], [dead], [row.epoch], instance]),
+      );
+      if (r.rowCount === 0) return; // fenced: the lane was lost, its new holder decides about the row
     } catch (err) {
       logger.error({ err, id: row.id }, 'could not record a failed attempt; the row will be tried again');
     }

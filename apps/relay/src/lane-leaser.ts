@@ -1,9 +1,8 @@
-import { randomInt } from 'node:crypto';
 import { hostname } from 'node:os';
-import { laneCountSql } from '@ferry/core';
+import { laneCountSql, protectPool } from '@ferry/core';
 import pg from 'pg';
 import { NotMigratedError } from './errors.js';
-import { LIVE_INSTANCES_SQL, TRY_LANES_SQL } from './sql/lanes.js';
+import { forgetInstanceSql, leaseCountsSql, pruneInstancesSql, releaseLeasesSql, renewLeasesSql, takeLeasesSql } from './sql/leases.js';
 import type { Logger } from './types.js';
 
 /**
@@ -26,153 +25,346 @@ export function lockNamespace(text: string): number {
   return h & 0x7fffffff;
 }
 
+/**
+ * The part of the term a holder keeps for itself: it treats a lease as lost
+ * this long before the database would let another instance take it, so a
+ * late check (a pause between the check and the send) still falls inside
+ * the term. A quarter: renewals come every third, so two in a row may fail.
+ */
+export function leaseSafetyMarginMs(termMs: number): number {
+  return Math.ceil(termMs / 4);
+}
+
 export interface LaneLeaserOptions {
   databaseUrl: string;
-  schema: string;
   /** Quoted schema identifier. */
   schemaSql: string;
+  /** The owner name written in the lease rows: the relay's instance id. */
+  instance: string;
   applicationName: string;
   lanesPerInstance: number | 'auto';
+  /** The lease term: a lease not renewed for this long may be taken by another instance. */
+  leaseTermMs: number;
+  /** Extra `pg` client settings of the lease connection (connect timeout, keepalive, server options). */
+  pg?: pg.PoolConfig;
+  /** False while this instance cannot do its work (NATS unreachable): it gives its lanes up and takes none. */
+  healthy?: () => boolean;
+  /** A lane was taken from an instance whose term ran out. */
+  onTakeover?: (lane: number) => void;
   logger: Logger;
 }
 
+interface Held {
+  epoch: string;
+  /** performance.now() at the start of the statement that last confirmed this lease. */
+  confirmedAt: number;
+}
+
 /**
- * Leases lanes with session advisory locks `(lane namespace, lane)` on a
- * connection of its own, so the leases die with the connection: a crashed
- * instance's lanes are free at once, and every `tick()` of the others (one
- * per poll interval) picks them up.
+ * Leases lanes as rows of `relay_leases` with a term (outbox migration
+ * 000011). The database's clock alone decides when a term ends (`now()`); the
+ * holder renews all its lanes in one statement every third of the term, and
+ * stops by its own monotonic clock: a lane whose last confirmed renewal
+ * started more than the term less a safety margin ago counts as lost
+ * (`holds()`), before any other instance may take it. So an instance that
+ * is frozen, cut off from PostgreSQL either way, or stuck in a statement
+ * loses its lanes within the term, and a live one takes them on its next
+ * poll after that. Nothing ever waits on a lock: a take skips rows another
+ * take holds.
  *
- * Fair share without a table: each instance also holds one advisory lock
- * `(instance namespace, random id)`; `pg_locks` counts the live instances N,
- * and each instance keeps at most ceil(lanes / N) lanes (or
- * `lanesPerInstance`). An instance over its share releases lanes it has
- * nothing in flight on; an instance under it takes free ones.
+ * Fair share: each instance renews a heartbeat row in `relay_instances` with
+ * its leases; the unexpired rows count the live instances N, and each keeps
+ * at most ceil(lanes / N) lanes (or `lanesPerInstance`). An instance over its
+ * share releases lanes it has nothing in flight on; one under it takes free
+ * or expired ones.
  */
 export class LaneLeaser {
   readonly #o: LaneLeaserOptions;
-  readonly #laneNs: number;
-  readonly #instanceNs: number;
-  readonly #instanceKey = randomInt(1, 2 ** 31 - 1);
-  #client: pg.Client | undefined;
-  #connecting: Promise<pg.Client> | undefined;
+  readonly #pool: pg.Pool;
+  readonly #marginMs: number;
+  readonly #sql: { counts: string; renew: string; take: string; release: string; forget: string };
+  readonly #held = new Map<number, Held>();
+  /** Lanes over the fair share, to be released once nothing is in flight on them: no new claims meanwhile. */
+  readonly #releasing = new Set<number>();
   #laneCount = 0;
-  #lanes: number[] = [];
   #live = 1;
-  #rotation = 0;
-  #lost = false;
+  #free = 0;
+  #rotation = Math.floor(Math.random() * 1024);
+  #lastRenewAt = Number.NEGATIVE_INFINITY;
+  #failing = false;
+  #stopped = false;
+  #loop: Promise<void> | undefined;
+  #client: pg.PoolClient | undefined;
+  #wake: (() => void) | undefined;
 
   constructor(options: LaneLeaserOptions) {
     this.#o = options;
-    this.#laneNs = lockNamespace(`ferry:lanes:${options.schema}`);
-    this.#instanceNs = lockNamespace(`ferry:relays:${options.schema}`);
+    this.#marginMs = leaseSafetyMarginMs(options.leaseTermMs);
+    const s = options.schemaSql;
+    this.#sql = {
+      counts: leaseCountsSql(s),
+      renew: renewLeasesSql(s),
+      take: takeLeasesSql(s),
+      release: releaseLeasesSql(s),
+      forget: forgetInstanceSql(s),
+    };
+    // One connection of its own, so a busy or hung relay pool never delays a renewal. Every wait on
+    // it is bounded by a third of the term: a renewal that cannot finish by then is not worth waiting for.
+    const bound = Math.max(100, Math.floor(options.leaseTermMs / 3));
+    this.#pool = new pg.Pool({
+      keepAlive: true,
+      ...options.pg,
+      connectionTimeoutMillis: Math.min(bound, options.pg?.connectionTimeoutMillis ?? bound),
+      connectionString: options.databaseUrl,
+      application_name: leaseApplicationName(options.applicationName),
+      max: 1,
+      // Never closed when idle: the heartbeat names this connection's backend, and others take the lanes of an
+      // instance whose connection is gone.
+      idleTimeoutMillis: 0,
+      query_timeout: bound,
+      statement_timeout: bound,
+    });
+    this.#pool.on('error', () => {});
+    protectPool(this.#pool); // a connection terminated between two statements must not crash the process
   }
 
-  /** Lanes held now, ascending. */
+  /** Lanes held now by this instance's own clock, ascending, less those being released: the lanes to claim from. */
   get lanes(): readonly number[] {
-    return this.#lanes;
+    this.#expire();
+    return [...this.#held.keys()].filter((l) => !this.#releasing.has(l)).sort((a, b) => a - b);
+  }
+
+  /** Whether `lane` is held and not being released: a chain goes on fetching its key's next rows only then. */
+  keeps(lane: number): boolean {
+    return this.holds(lane) && !this.#releasing.has(lane);
   }
 
   get liveInstances(): number {
     return this.#live;
   }
 
+  /** The database answered the last lease statement. */
   get connected(): boolean {
-    return this.#client !== undefined;
-  }
-
-  async #connect(): Promise<pg.Client> {
-    if (this.#client) return this.#client;
-    this.#connecting ??= (async () => {
-      const client = new pg.Client({
-        connectionString: this.#o.databaseUrl,
-        application_name: leaseApplicationName(this.#o.applicationName),
-        keepAlive: true,
-      });
-      client.on('error', (err) => this.#dropped(client, err));
-      client.on('end', () => this.#dropped(client, new Error('lease connection ended')));
-      try {
-        await client.connect();
-        const { rows } = await client.query<{ value: string }>(laneCountSql(this.#o.schemaSql));
-        const n = Number(rows[0]?.value);
-        if (!Number.isInteger(n) || n < 1)
-          throw new NotMigratedError(`no lane count in ${this.#o.schemaSql}.settings: run ferry migrate first`);
-        this.#laneCount = n;
-        await client.query('SELECT pg_advisory_lock($1::int, $2::int)', [this.#instanceNs, this.#instanceKey]);
-      } catch (err) {
-        client.removeAllListeners('end');
-        client.on('error', () => {});
-        await client.end().catch(() => {});
-        throw err;
-      }
-      this.#client = client;
-      if (this.#lost) this.#o.logger.info({ event: 'lease-connection-restored' }, 'lease connection restored');
-      this.#lost = false;
-      return client;
-    })().finally(() => {
-      this.#connecting = undefined;
-    });
-    return this.#connecting;
-  }
-
-  #dropped(client: pg.Client, err: Error): void {
-    if (this.#client !== client) return;
-    this.#client = undefined;
-    if (this.#lanes.length > 0 || !this.#lost) {
-      this.#o.logger.warn({ err, lanes: this.#lanes }, 'lease connection lost: all lanes dropped until it is back');
-    }
-    this.#lanes = [];
-    this.#lost = true;
-    client.on('error', () => {});
+    return !this.#failing && this.#laneCount > 0;
   }
 
   /**
-   * Re-checks the leases: counts live instances, releases lanes over the fair
-   * share that `busy` says have nothing in flight, takes free lanes up to it.
-   * Returns the lanes held. Never throws: a lost connection means no lanes.
+   * Whether this instance holds `lane` now, by its own monotonic clock: the
+   * check before every send and every continuation. False from the moment
+   * the last confirmed renewal is older than the term less the margin, even
+   * if no tick has run since (a process woken from a freeze sees it at once).
    */
-  async tick(busy: (lane: number) => boolean = () => false): Promise<readonly number[]> {
-    try {
-      const client = await this.#connect();
-      const live = await client.query<{ n: number }>(LIVE_INSTANCES_SQL, [this.#instanceNs]);
-      this.#live = Math.max(1, live.rows[0]?.n ?? 1);
-      const share =
-        this.#o.lanesPerInstance === 'auto' ? Math.ceil(this.#laneCount / this.#live) : Math.min(this.#o.lanesPerInstance, this.#laneCount);
-      if (this.#lanes.length > share) {
-        const extra = this.#lanes.filter((l) => !busy(l)).slice(share - this.#lanes.length);
-        for (const lane of extra) await client.query('SELECT pg_advisory_unlock($1::int, $2::int)', [this.#laneNs, lane]);
-        if (extra.length > 0) {
-          const gone = new Set(extra);
-          this.#lanes = this.#lanes.filter((l) => !gone.has(l));
-        }
-      } else if (this.#lanes.length < share) {
-        this.#rotation = (this.#rotation + 1) % this.#laneCount;
-        const start = (this.#instanceKey + this.#rotation) % this.#laneCount;
-        const { rows } = await client.query<{ lane: number }>(TRY_LANES_SQL, [
-          this.#laneNs,
-          this.#laneCount,
-          this.#lanes,
-          start,
-          share - this.#lanes.length,
-        ]);
-        if (rows.length > 0) this.#lanes = [...this.#lanes, ...rows.map((r) => r.lane)].sort((a, b) => a - b);
-      }
-    } catch (err) {
-      if (!this.#lost) this.#o.logger.warn({ err }, 'lane lease check failed: holding no lanes until the database answers');
-      this.#lost = true;
-      await this.stop();
-    }
-    return this.#lanes;
+  holds(lane: number): boolean {
+    const h = this.#held.get(lane);
+    return h !== undefined && performance.now() - h.confirmedAt < this.#o.leaseTermMs - this.#marginMs;
   }
 
-  /** Releases every lease by closing the connection (a check that failed does the same, and tries again later). */
+  /** The epoch `lane` is held under (undefined when not held): every mark of its rows carries it. */
+  epoch(lane: number): string | undefined {
+    return this.holds(lane) ? this.#held.get(lane)?.epoch : undefined;
+  }
+
+  /** Drops the lanes this instance's clock says are lost. */
+  #expire(): void {
+    for (const lane of this.#held.keys()) {
+      if (!this.holds(lane)) this.#lost([lane], 'not renewed within the term (by this instance’s clock)');
+    }
+  }
+
+  #lost(lanes: number[], reason: string): void {
+    for (const lane of lanes) {
+      const h = this.#held.get(lane);
+      if (!h) continue;
+      this.#held.delete(lane);
+      this.#releasing.delete(lane);
+      this.#o.logger.warn({ event: 'lease-lost', lane, epoch: h.epoch, reason }, `lease lost: lane ${lane} epoch ${h.epoch} (${reason})`);
+    }
+  }
+
+  async #query<R extends pg.QueryResultRow>(text: string, values: unknown[]): Promise<R[]> {
+    const client = await this.#pool.connect();
+    if (client !== this.#client) {
+      // A new connection: the heartbeat must name its backend before anything else, or the
+      // others would think this instance gone and take its lanes.
+      this.#client = client;
+      this.#lastRenewAt = Number.NEGATIVE_INFINITY;
+    }
+    try {
+      const { rows } = await client.query<R>(text, values);
+      client.release();
+      return rows;
+    } catch (err) {
+      // A timed-out statement may leave a half-open socket behind: never reuse that connection.
+      client.release(err as Error);
+      throw err;
+    }
+  }
+
+  async #laneCountOnce(): Promise<void> {
+    if (this.#laneCount > 0) return;
+    const rows = await this.#query<{ value: string }>(laneCountSql(this.#o.schemaSql), []);
+    const n = Number(rows[0]?.value);
+    if (!Number.isInteger(n) || n < 1)
+      throw new NotMigratedError(`no lane count in ${this.#o.schemaSql}.settings: run ferry migrate first`);
+    this.#laneCount = n;
+    await this.#query(pruneInstancesSql(this.#o.schemaSql), []);
+  }
+
+  /**
+   * One poll's lease work: renews every third of the term (with the
+   * heartbeat), otherwise reads the counts; releases lanes over the fair
+   * share that `busy` says have nothing in flight; takes free or expired
+   * lanes up to it. Returns the lanes held. Never throws: a database that
+   * does not answer only means no renewal, and the clock ends the leases.
+   */
+  async tick(busy: (lane: number) => boolean = () => false): Promise<readonly number[]> {
+    if (this.#stopped) return [];
+    this.#expire();
+    try {
+      await this.#laneCountOnce();
+      if (this.#o.healthy && !this.#o.healthy()) {
+        if (this.#held.size > 0) await this.#release([...this.#held.keys()], 'this instance cannot reach NATS');
+        return this.lanes;
+      }
+      const now = performance.now();
+      if (now - this.#lastRenewAt >= this.#o.leaseTermMs / 3) await this.#renew(now);
+      else {
+        const rows = await this.#query<{ live: number; free: number }>(this.#sql.counts, [this.#o.instance]);
+        this.#live = Math.max(1, rows[0]?.live ?? 1);
+        this.#free = rows[0]?.free ?? 0;
+        // That statement ran on a new connection: renew now, so the heartbeat names it.
+        if (this.#lastRenewAt === Number.NEGATIVE_INFINITY) await this.#renew(performance.now());
+      }
+      const share =
+        this.#o.lanesPerInstance === 'auto' ? Math.ceil(this.#laneCount / this.#live) : Math.min(this.#o.lanesPerInstance, this.#laneCount);
+      if (this.#held.size > share) {
+        // Over the share: lanes with nothing in flight go at once; busy ones are claimed from no more and go
+        // when their chains end (under a steady backlog a lane is never idle between two claims).
+        const keys = [...this.#held.keys()].filter((l) => !this.#releasing.has(l));
+        const extra = [...keys.filter((l) => !busy(l)), ...keys.filter((l) => busy(l))];
+        for (const l of extra.slice(0, Math.max(0, this.#held.size - share - this.#releasing.size))) this.#releasing.add(l);
+        const now = [...this.#releasing].filter((l) => !busy(l));
+        if (now.length > 0) await this.#release(now, `over the fair share of ${share} with ${this.#live} instances`);
+      } else if (this.#releasing.size > 0) {
+        this.#releasing.clear(); // back within the share (an instance left): keep them
+      }
+      if (this.#held.size < share && this.#free > 0) {
+        await this.#take(share - this.#held.size);
+      }
+      if (this.#failing) this.#o.logger.info({ event: 'lease-database-restored' }, 'lease statements answer again');
+      this.#failing = false;
+    } catch (err) {
+      if (!this.#failing) {
+        this.#o.logger.warn(
+          { err, lanes: this.lanes },
+          `lane lease check failed: the lanes held end with their term (${this.#o.leaseTermMs} ms) unless a renewal gets through`,
+        );
+      }
+      this.#failing = true;
+    }
+    return this.lanes;
+  }
+
+  async #renew(startedAt: number): Promise<void> {
+    this.#lastRenewAt = startedAt;
+    const held = [...this.#held.entries()];
+    const rows = await this.#query<{ live: number; free: number; lanes: number[] }>(this.#sql.renew, [
+      this.#o.instance,
+      leaseApplicationName(this.#o.applicationName),
+      this.#o.leaseTermMs,
+      held.map(([lane]) => lane),
+      held.map(([, h]) => h.epoch),
+    ]);
+    const r = rows[0];
+    this.#live = Math.max(1, r?.live ?? 1);
+    this.#free = r?.free ?? 0;
+    const renewed = new Set((r?.lanes ?? []).map(Number));
+    for (const [lane, h] of held) {
+      // Only leases still in the map are confirmed: one the clock dropped meanwhile stays dropped.
+      if (renewed.has(lane) && this.#held.get(lane) === h) h.confirmedAt = startedAt;
+    }
+    this.#lost(
+      held.filter(([lane]) => !renewed.has(lane)).map(([lane]) => lane),
+      'taken by another instance after its term ran out',
+    );
+  }
+
+  async #take(n: number): Promise<void> {
+    this.#rotation = (this.#rotation + 1) % this.#laneCount;
+    const startedAt = performance.now();
+    const rows = await this.#query<{ lane: number; epoch: string; prev: string | null }>(this.#sql.take, [
+      this.#o.instance,
+      this.#o.leaseTermMs,
+      this.#rotation,
+      this.#laneCount,
+      n,
+    ]);
+    for (const r of rows) {
+      this.#held.set(r.lane, { epoch: r.epoch, confirmedAt: startedAt });
+      const takeover = r.prev !== null && r.prev !== this.#o.instance;
+      if (takeover) this.#o.onTakeover?.(r.lane);
+      this.#o.logger.info(
+        { event: 'lease-taken', lane: r.lane, epoch: r.epoch, from: r.prev },
+        takeover
+          ? `lease taken: lane ${r.lane} epoch ${r.epoch} from ${r.prev}, whose term ran out`
+          : `lease taken: lane ${r.lane} epoch ${r.epoch}`,
+      );
+    }
+    this.#free = Math.max(0, this.#free - rows.length);
+  }
+
+  async #release(lanes: number[], reason: string): Promise<void> {
+    // Dropped here first: whatever the statement does, this instance no longer acts on them.
+    this.#lost(lanes, `released: ${reason}`);
+    await this.#query(this.#sql.release, [this.#o.instance, lanes]);
+  }
+
+  /**
+   * Ticks on a timer of its own, every poll interval (at most a sixth of the
+   * term), so renewals do not wait for the claim loop (a relay polling once a
+   * minute still renews in time). A blocked event loop blocks the timer too:
+   * then the clock ends the leases, as it should. `changed` runs when the
+   * lanes held change.
+   */
+  start(intervalMs: number, busy: (lane: number) => boolean, changed: (lanes: readonly number[]) => void): void {
+    if (this.#loop || this.#stopped) return;
+    const every = Math.max(10, Math.min(intervalMs, Math.floor(this.#o.leaseTermMs / 6)));
+    this.#loop = (async () => {
+      let before = this.lanes.join();
+      while (!this.#stopped) {
+        const lanes = await this.tick(busy);
+        if (lanes.join() !== before) {
+          before = lanes.join();
+          changed(lanes);
+        }
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, every);
+          this.#wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+      }
+    })();
+  }
+
+  /** Releases every lease and the heartbeat, so the others take the lanes on their next poll. */
   async stop(): Promise<void> {
-    const client = this.#client;
-    this.#client = undefined;
-    this.#lanes = [];
-    if (client) {
-      client.removeAllListeners('end');
-      client.on('error', () => {});
-      await client.end().catch(() => {});
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#wake?.();
+    await this.#loop;
+    const lanes = [...this.#held.keys()];
+    this.#held.clear();
+    try {
+      if (this.#laneCount > 0) {
+        await this.#query(this.#sql.release, [this.#o.instance, lanes]);
+        await this.#query(this.#sql.forget, [this.#o.instance]);
+      }
+    } catch (err) {
+      this.#o.logger.warn({ err, lanes }, 'could not release the leases: they end with their term');
+    } finally {
+      await this.#pool.end().catch(() => {});
     }
   }
 }

@@ -5,21 +5,21 @@
  * when idle). A chain awaits its rows' marks before its key can be claimed
  * again; a row is never marked before its PubAck.
  */
-export class Marker {
-  readonly #flush: (seqs: string[]) => Promise<void>;
+export class Marker<T = string> {
+  readonly #flush: (items: T[]) => Promise<void>;
   readonly #delayMs: number;
-  #next: { seqs: string[]; done: Promise<void>; resolve: () => void } | undefined;
+  #next: { seqs: T[]; done: Promise<void>; resolve: () => void } | undefined;
   #flushing: Promise<void> | undefined;
   #timer: NodeJS.Timeout | undefined;
 
   /** `flush` must not throw (it logs and gives up: an unmarked row is sent again, and JetStream drops the copy). */
-  constructor(flush: (seqs: string[]) => Promise<void>, delayMs = 5) {
+  constructor(flush: (items: T[]) => Promise<void>, delayMs = 5) {
     this.#flush = flush;
     this.#delayMs = delayMs;
   }
 
   /** Resolves once `seqs` were marked (or the attempt to mark them gave up). */
-  mark(seqs: readonly string[]): Promise<void> {
+  mark(seqs: readonly T[]): Promise<void> {
     if (seqs.length === 0) return Promise.resolve();
     if (!this.#next) {
       let resolve = () => {};

@@ -17,6 +17,7 @@ export class RelayMetrics {
   readonly batchDuration: Histogram;
   readonly commitToAck: Histogram;
   readonly lanesOwned: Gauge;
+  readonly leaseTakeovers: Counter;
   readonly natsConnected: Gauge;
   readonly circuitState: Gauge;
 
@@ -44,6 +45,11 @@ export class RelayMetrics {
       name: 'ferry_commit_to_ack_seconds',
       help: 'From the row insert (created_at) to its PubAck',
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    this.leaseTakeovers = new Counter({
+      name: 'ferry_relay_lease_takeovers_total',
+      help: 'Lanes this instance took from an instance whose lease term ran out (frozen, cut off or stuck)',
       registers,
     });
     this.lanesOwned = new Gauge({ name: 'ferry_lanes_owned', help: 'Lanes this instance leases', registers });

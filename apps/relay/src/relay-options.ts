@@ -21,6 +21,12 @@ export const RELAY_DEFAULTS = Object.freeze({
   breakerCooldownMs: 5000,
   applicationName: 'ferry-relay',
   cronMonitorIntervalSeconds: 30,
+  leaseTermMs: 10_000,
+  pgConnectTimeoutMs: 5000,
+  pgStatementTimeoutMs: 30_000,
+  pgKeepaliveMs: 10_000,
+  natsPingIntervalMs: 5000,
+  natsMaxPingOut: 3,
 });
 
 /**
@@ -41,6 +47,12 @@ export const RELAY_LIMITS = Object.freeze({
   breakerThreshold: [1, 1000],
   breakerCooldownMs: [10, 600_000],
   cronMonitorIntervalSeconds: [1, 45],
+  leaseTermMs: [500, 600_000],
+  pgConnectTimeoutMs: [100, 600_000],
+  pgStatementTimeoutMs: [100, 3_600_000],
+  pgKeepaliveMs: [1000, 3_600_000],
+  natsPingIntervalMs: [100, 600_000],
+  natsMaxPingOut: [1, 100],
 } as const satisfies Record<string, readonly [number, number]>);
 
 type Limited = keyof typeof RELAY_LIMITS;
@@ -113,6 +125,12 @@ export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions
     ensureStreams: options.ensureStreams ?? [],
     applicationName: options.applicationName ?? d.applicationName,
     cronMonitorIntervalSeconds: int('cronMonitorIntervalSeconds', options.cronMonitorIntervalSeconds ?? d.cronMonitorIntervalSeconds),
+    leaseTermMs: int('leaseTermMs', options.leaseTermMs ?? d.leaseTermMs),
+    pgConnectTimeoutMs: int('pgConnectTimeoutMs', options.pgConnectTimeoutMs ?? d.pgConnectTimeoutMs),
+    pgStatementTimeoutMs: int('pgStatementTimeoutMs', options.pgStatementTimeoutMs ?? d.pgStatementTimeoutMs),
+    pgKeepaliveMs: int('pgKeepaliveMs', options.pgKeepaliveMs ?? d.pgKeepaliveMs),
+    natsPingIntervalMs: int('natsPingIntervalMs', options.natsPingIntervalMs ?? d.natsPingIntervalMs),
+    natsMaxPingOut: int('natsMaxPingOut', options.natsMaxPingOut ?? d.natsMaxPingOut),
     logger: options.logger ?? SILENT_LOGGER,
   };
   if (compiled.backoffMaxMs < compiled.backoffBaseMs) {

@@ -13,7 +13,7 @@ import { formatDuration } from './duration.js';
 import { ensureStreams } from './ensure-streams.js';
 import { NatsUnavailableError, NotMigratedError } from './errors.js';
 import { Janitor } from './janitor.js';
-import { LaneLeaser } from './lane-leaser.js';
+import { LaneLeaser, leaseSafetyMarginMs } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
 import { connectWhenReachable, natsServerNames } from './nats-connect.js';
 import { Notifier } from './notifier.js';
@@ -45,6 +45,10 @@ class RelayImpl implements Relay {
   #tornDown: Promise<void> | undefined;
   #nc: NatsConnection | undefined;
   #natsUp = false;
+  /** performance.now() when the last NATS ping that came back was sent. */
+  #natsOkAt = 0;
+  #natsUnhealthy = false;
+  #natsProbe: NodeJS.Timeout | undefined;
   #dispatcher: Dispatcher | undefined;
   #notifier: Notifier | undefined;
   #janitor: Janitor | undefined;
@@ -62,11 +66,11 @@ class RelayImpl implements Relay {
     this.#schemaSql = quoteIdentifier(this.#o.schema);
     // synchronous_commit off: a mark lost in a server crash only means a re-send, which JetStream drops as a duplicate.
     this.#pool = new pg.Pool({
+      ...pgBounds(this.#o),
       connectionString: this.#o.databaseUrl,
       max: 4,
       application_name: this.#appName,
-      keepAlive: true,
-      options: '-c synchronous_commit=off',
+      options: `-c synchronous_commit=off ${pgBounds(this.#o).options}`,
     });
     // An idle client killed by the server must not crash the process; the pool replaces it.
     this.#pool.on('error', (err) => this.#log.debug({ err }, 'idle PostgreSQL connection lost'));
@@ -90,12 +94,59 @@ class RelayImpl implements Relay {
     });
     this.#leaser = new LaneLeaser({
       databaseUrl: this.#o.databaseUrl,
-      schema: this.#o.schema,
       schemaSql: this.#schemaSql,
+      instance: this.instanceId,
       applicationName: this.#appName,
       lanesPerInstance: this.#o.lanesPerInstance,
+      leaseTermMs: this.#o.leaseTermMs,
+      pg: pgBounds(this.#o),
+      healthy: () => this.#healthy(),
+      onTakeover: () => this.#metrics.leaseTakeovers.inc(),
       logger: childLogger(this.#log, { component: 'lane-leaser' }),
     });
+  }
+
+  /**
+   * Whether this instance can do the work its leases promise: NATS answered a
+   * ping within the term less its margin, and the claim loop is not stuck. An
+   * instance that cannot gives its lanes up (the leaser releases them), so an
+   * instance that can reach NATS takes them on its next poll.
+   */
+  #healthy(): boolean {
+    const limit = this.#o.leaseTermMs - leaseSafetyMarginMs(this.#o.leaseTermMs);
+    if (!this.#nc) return true; // before the start connected: nothing to prove yet
+    if (!this.#natsUp || performance.now() - this.#natsOkAt > limit) {
+      if (!this.#natsUnhealthy) this.#log.warn({ event: 'nats-unproven' }, 'NATS has not answered within the lease term: lanes given up');
+      this.#natsUnhealthy = true;
+      return false;
+    }
+    this.#natsUnhealthy = false;
+    return (this.#dispatcher?.stuckMs() ?? 0) <= limit;
+  }
+
+  /** Pings NATS every third of the term (a round trip: a connection that only looks open does not count). */
+  #probeNats(nc: NatsConnection): void {
+    const every = Math.max(100, Math.floor(this.#o.leaseTermMs / 3));
+    const probe = async () => {
+      if (nc.isClosed()) return;
+      const started = performance.now();
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), every);
+      });
+      const outcome = await Promise.race([
+        nc.flush().then(
+          () => 'ok' as const,
+          () => 'late' as const,
+        ),
+        late,
+      ]);
+      clearTimeout(timer);
+      if (outcome === 'ok') this.#natsOkAt = started;
+      this.#natsProbe = setTimeout(probe, every);
+    };
+    this.#natsOkAt = performance.now();
+    this.#natsProbe = setTimeout(probe, every);
   }
 
   get state(): RelayState {
@@ -182,7 +233,15 @@ class RelayImpl implements Relay {
     // noAsyncTraces: nats.js otherwise builds an Error with a stack trace per
     // request to improve async stack traces. Publishing no longer goes through
     // requests (see pub-acks.ts); stream management still does.
-    const natsOptions = { maxReconnectAttempts: -1, reconnectTimeWait: 1000, noAsyncTraces: true, name: this.#appName, ...o.nats };
+    const natsOptions = {
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 1000,
+      noAsyncTraces: true,
+      name: this.#appName,
+      pingInterval: o.natsPingIntervalMs,
+      maxPingOut: o.natsMaxPingOut,
+      ...o.nats,
+    };
     // A server that is down at start is waited for; a TLS verification failure is a misconfiguration
     // that waiting would never cure, so it ends the start with its reason instead of retrying forever.
     const nc = await connectWhenReachable(natsOptions, {
@@ -194,6 +253,7 @@ class RelayImpl implements Relay {
     this.#natsUp = true;
     this.#metrics.natsConnected.set(1);
     this.#watchNats(nc);
+    this.#probeNats(nc);
     this.#log.info({ event: 'nats-connected', server: nc.getServer() }, 'connected to NATS');
     if (o.ensureStreams.length > 0) await ensureStreams(await jetstreamManager(nc), o, this.#log);
     this.#dispatcher = new Dispatcher({
@@ -202,6 +262,7 @@ class RelayImpl implements Relay {
       pool: this.#pool,
       acks: new PubAcks(nc, o.publishTimeoutMs),
       leaser: this.#leaser,
+      instance: this.instanceId,
       breaker: this.#breaker,
       metrics: this.#metrics,
       events: this.#events,
@@ -240,7 +301,12 @@ class RelayImpl implements Relay {
     }
     await this.#leaser.tick();
     this.#metrics.lanesOwned.set(this.#leaser.lanes.length);
-    this.#dispatcher.start();
+    const dispatcher = this.#dispatcher;
+    this.#leaser.start(o.pollIntervalMs, dispatcher.busy, (lanes) => {
+      this.#metrics.lanesOwned.set(lanes.length);
+      dispatcher.wake();
+    });
+    dispatcher.start();
     if (o.listen) {
       this.#notifier = new Notifier({
         databaseUrl: o.databaseUrl,
@@ -312,7 +378,13 @@ class RelayImpl implements Relay {
       ['notifier', () => this.#notifier?.stop()],
       ['janitor', () => this.#janitor?.stop()],
       ['leases', () => this.#leaser.stop()],
-      ['nats', () => this.#drainNats()],
+      [
+        'nats',
+        () => {
+          clearTimeout(this.#natsProbe);
+          return this.#drainNats();
+        },
+      ],
       ['postgres', () => this.#pool.end()],
     ];
     for (const [name, step] of steps) {
@@ -343,6 +415,26 @@ class RelayImpl implements Relay {
       throw new ConfigError('maintenance', 'maintenance is off for this relay: prune() needs a relay created with maintenance: true');
     return this.#janitor.prune();
   }
+}
+
+/**
+ * Every wait on PostgreSQL bounded, for the relay's pool and its lease
+ * connection: connecting, each statement (server side, and the client gives
+ * up a second later in case the server never answers), and a dead peer found
+ * by TCP keepalive on both sides in seconds rather than hours; the server
+ * also drops a peer that acknowledges nothing for 3 x the keepalive time
+ * (`tcp_user_timeout`), ending an orphaned backend in a partition.
+ */
+function pgBounds(o: CompiledRelayOptions) {
+  const idleS = Math.max(1, Math.round(o.pgKeepaliveMs / 1000));
+  return {
+    connectionTimeoutMillis: o.pgConnectTimeoutMs,
+    statement_timeout: o.pgStatementTimeoutMs,
+    query_timeout: o.pgStatementTimeoutMs + 1000,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: o.pgKeepaliveMs,
+    options: `-c tcp_keepalives_idle=${idleS} -c tcp_keepalives_interval=${idleS} -c tcp_keepalives_count=3 -c tcp_user_timeout=${3 * o.pgKeepaliveMs}`,
+  };
 }
 
 /**

@@ -70,6 +70,24 @@ export interface RelayOptions {
   logger?: Logger;
   /** pg-boss polling intervals in seconds (tests shorten them). Default 30. */
   cronMonitorIntervalSeconds?: number;
+  /**
+   * The lane lease term: an instance that has not renewed its leases for this
+   * long (frozen, cut off from PostgreSQL or NATS, stuck in a statement)
+   * loses them, and another instance takes them on its next poll. The holder
+   * itself stops a quarter of the term earlier, by its own monotonic clock.
+   * Default 10000.
+   */
+  leaseTermMs?: number;
+  /** Bound on opening a PostgreSQL connection. Default 5000. */
+  pgConnectTimeoutMs?: number;
+  /** Server-side `statement_timeout` of the relay's statements (the client gives up 1 s later). Default 30000. */
+  pgStatementTimeoutMs?: number;
+  /** TCP keepalive idle time of PostgreSQL connections, both sides; the server also drops a peer that acknowledges nothing for 3 x this. Default 10000. */
+  pgKeepaliveMs?: number;
+  /** NATS client ping interval (a `nats.pingInterval` given wins). Default 5000. */
+  natsPingIntervalMs?: number;
+  /** Unanswered NATS pings after which the client reconnects (a `nats.maxPingOut` given wins). Default 3. */
+  natsMaxPingOut?: number;
 }
 
 export type CompiledRelayOptions = Readonly<

@@ -73,6 +73,9 @@ export function grantsSql(options: GrantOptions): string {
       // The prune job keeps each pruned id here for another retention (outbox migration 000006).
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.published_ids TO ${role};`,
       `GRANT EXECUTE ON FUNCTION ${s}.event_digest(text, text, text, text, text, bytea, jsonb) TO ${role};`,
+      // Lane leases with a term and the instances' heartbeats (outbox migration 000011).
+      `GRANT SELECT, UPDATE ON ${s}.relay_leases TO ${role};`,
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_instances TO ${role};`,
       ...bossGrants(boss, role),
     );
   } else {

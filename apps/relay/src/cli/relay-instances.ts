@@ -1,18 +1,18 @@
+import { quoteIdentifier } from '@ferry/core';
 import type pg from 'pg';
-import { lockNamespace } from '../lane-leaser.js';
-import { RELAY_INSTANCES_SQL, type RelayInstanceRow } from '../sql/relay-instances.js';
+import { type RelayInstanceRow, relayInstancesSql } from '../sql/relay-instances.js';
 
 export interface RelayInstance {
   /** The relay's instance id (from its lease connection's application_name), or `pid:<backend pid>`. */
   instance: string;
-  /** PostgreSQL backend pid of the lease connection (not the relay's process: see `relayPid`). */
+  /** PostgreSQL backend pid of the lease connection at its last renewal (not the relay's process: see `relayPid`). */
   pid: number;
   /** The relay process's own pid and host, or null for a relay older than this field. */
   relayPid: number | null;
   host: string | null;
   applicationName: string;
   clientAddr: string | null;
-  /** When the lease connection was opened. */
+  /** When the instance first renewed its heartbeat. */
   since: string | null;
   /** Lanes this instance leases, ascending. */
   lanes: number[];
@@ -20,15 +20,12 @@ export interface RelayInstance {
 
 /** Live relay instances of a schema and the lanes each leases (`ferry status`, `ferry doctor`, `ferry verify`). */
 export async function relayInstances(pool: pg.Pool, schema: string): Promise<RelayInstance[]> {
-  const { rows } = await pool.query<RelayInstanceRow>(RELAY_INSTANCES_SQL, [
-    lockNamespace(`ferry:relays:${schema}`),
-    lockNamespace(`ferry:lanes:${schema}`),
-  ]);
+  const { rows } = await pool.query<RelayInstanceRow>(relayInstancesSql(quoteIdentifier(schema)));
   return rows.map((r) => {
     const app = r.application_name ?? '';
     const m = /^.*:([0-9a-f]+):lease(?::(\d+)@(.*))?$/.exec(app);
     return {
-      instance: m?.[1] ?? `pid:${r.pid}`,
+      instance: r.instance,
       pid: r.pid,
       relayPid: m?.[2] ? Number(m[2]) : null,
       host: m?.[3] || null,

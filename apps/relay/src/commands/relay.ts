@@ -41,6 +41,12 @@ export interface RelayFlags extends NatsFlags, RetrySpanFlags {
   ensureStream?: EnsureStream[];
   shutdownTimeoutMs: number;
   otel?: boolean;
+  leaseTermMs: number;
+  pgConnectTimeoutMs: number;
+  pgStatementTimeoutMs: number;
+  pgKeepaliveMs: number;
+  natsPingIntervalMs: number;
+  natsMaxPingOut: number;
 }
 
 const d = RELAY_DEFAULTS;
@@ -120,6 +126,51 @@ export function relayCommand(ctx: CommandContext): Command {
         .argParser(parseEnsureStream),
     )
     .addOption(
+      new Option(
+        '--lease-term-ms <ms>',
+        'lane lease term: an instance that does not renew within it (frozen, cut off, stuck) loses its lanes to a live one (500-600000)',
+      )
+        .env('FERRY_LEASE_TERM_MS')
+        .default(d.leaseTermMs)
+        .argParser(int('leaseTermMs')),
+    )
+    .addOption(
+      new Option('--pg-connect-timeout-ms <ms>', 'bound on opening a PostgreSQL connection')
+        .env('FERRY_PG_CONNECT_TIMEOUT_MS')
+        .default(d.pgConnectTimeoutMs)
+        .argParser(int('pgConnectTimeoutMs')),
+    )
+    .addOption(
+      new Option(
+        '--pg-statement-timeout-ms <ms>',
+        "server-side statement_timeout of the relay's statements (the client gives up 1 s later)",
+      )
+        .env('FERRY_PG_STATEMENT_TIMEOUT_MS')
+        .default(d.pgStatementTimeoutMs)
+        .argParser(int('pgStatementTimeoutMs')),
+    )
+    .addOption(
+      new Option(
+        '--pg-keepalive-ms <ms>',
+        'TCP keepalive idle time of PostgreSQL connections, both sides; the server drops a peer silent for 3 x this',
+      )
+        .env('FERRY_PG_KEEPALIVE_MS')
+        .default(d.pgKeepaliveMs)
+        .argParser(int('pgKeepaliveMs')),
+    )
+    .addOption(
+      new Option('--nats-ping-interval-ms <ms>', 'NATS client ping interval')
+        .env('FERRY_NATS_PING_INTERVAL_MS')
+        .default(d.natsPingIntervalMs)
+        .argParser(int('natsPingIntervalMs')),
+    )
+    .addOption(
+      new Option('--nats-max-ping-out <n>', 'unanswered NATS pings after which the client reconnects')
+        .env('FERRY_NATS_MAX_PING_OUT')
+        .default(d.natsMaxPingOut)
+        .argParser(int('natsMaxPingOut')),
+    )
+    .addOption(
       new Option('--shutdown-timeout-ms <ms>', 'force exit when draining takes longer')
         .env('FERRY_SHUTDOWN_TIMEOUT_MS')
         .default(CLI_DEFAULTS.shutdownTimeoutMs)
@@ -172,6 +223,12 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     pruneCron: flags.pruneCron,
     maintenance: flags.maintenance,
     ensureStreams: flags.ensureStream ?? [],
+    leaseTermMs: flags.leaseTermMs,
+    pgConnectTimeoutMs: flags.pgConnectTimeoutMs,
+    pgStatementTimeoutMs: flags.pgStatementTimeoutMs,
+    pgKeepaliveMs: flags.pgKeepaliveMs,
+    natsPingIntervalMs: flags.natsPingIntervalMs,
+    natsMaxPingOut: flags.natsMaxPingOut,
     logger,
   };
   const stopTracing = traceExportWanted(flags.otel === true, ctx.env) ? await startTraceExporter(logger) : undefined;

@@ -9,6 +9,7 @@ import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } fro
 import { countBlockedKeysSql } from '../sql/count-blocked-keys.js';
 import { laneBacklogSql } from '../sql/lane-backlog.js';
 import { publishedRecentlySql } from '../sql/published-recently.js';
+import { type LaneLeaseRow, laneLeasesSql } from '../sql/relay-instances.js';
 
 export interface LaneStatus {
   lane: number;
@@ -19,6 +20,12 @@ export interface LaneStatus {
   oldestPendingSeconds: number;
   /** Instance leasing the lane, or null when no relay holds it. */
   owner: string | null;
+  /** Seconds since the owner last renewed the lease (null when never held). */
+  leaseAgeSeconds: number | null;
+  /** The lease's epoch: one more on every take. */
+  epoch: string;
+  /** The owner's term ran out without a renewal (frozen, cut off or stuck): a live instance takes the lane on its next poll. */
+  overdue: boolean;
 }
 
 /** The `--json` output of `ferry status`. */
@@ -31,7 +38,7 @@ export interface StatusReport {
   publishedLastMinute: number;
   lanes: LaneStatus[];
   instances: RelayInstance[];
-  /** Lanes with pending rows that no live relay leases. */
+  /** Lanes with pending rows that no live relay leases (free, or overdue). */
   unownedLanesWithBacklog: number[];
   /** Keys held behind a failed row (backing off or dead); their later events wait. */
   blockedKeys: number;
@@ -44,8 +51,10 @@ const BLOCKED_SHOWN = 20;
 
 const HELP_AFTER = `
 Pending = unpublished and not dead. Lanes come from the outbox settings; each
-live relay instance holds an advisory lock per lane it leases, read here from
-pg_locks (so an instance shows up within one poll of starting).
+live relay instance holds a lease with a term per lane (relay_leases) and
+renews it every third of the term: a lane whose owner let the term pass is
+shown as overdue (frozen, cut off or stuck), and a live instance takes it on
+its next poll.
 
 Exit codes:
   0  the status was read
@@ -59,27 +68,31 @@ Examples:
 export async function readStatus(pool: import('pg').Pool, schema: string): Promise<StatusReport> {
   await requireOutbox(pool, schema);
   const schemaSql = quoteIdentifier(schema);
-  const [settings, perLane, recent, instances, blocked, blockedCount] = await Promise.all([
+  const [settings, perLane, recent, instances, blocked, blockedCount, leases] = await Promise.all([
     pool.query<{ value: string }>(laneCountSql(schemaSql)),
     pool.query<{ lane: number; pending: string; dead: string; oldest: number }>(laneBacklogSql(schemaSql)),
     pool.query<{ n: string }>(publishedRecentlySql(schemaSql)),
     relayInstances(pool, schema),
     pool.query<BlockedKeyRow>(blockedKeysSql(schemaSql), [BLOCKED_SHOWN]),
     pool.query<{ n: number }>(countBlockedKeysSql(schemaSql)),
+    pool.query<LaneLeaseRow>(laneLeasesSql(schemaSql)),
   ]);
   const laneCount = Number(settings.rows[0]?.value ?? 0);
-  const owners = new Map<number, string>();
-  for (const i of instances) for (const l of i.lanes) owners.set(l, i.instance);
+  const byLease = new Map(leases.rows.map((r) => [r.lane, r]));
   const byLane = new Map(perLane.rows.map((r) => [r.lane, r]));
   const lanes: LaneStatus[] = [];
   for (let lane = 0; lane < laneCount; lane++) {
     const r = byLane.get(lane);
+    const lease = byLease.get(lane);
     lanes.push({
       lane,
       pending: Number(r?.pending ?? 0),
       dead: Number(r?.dead ?? 0),
       oldestPendingSeconds: round3(r?.oldest ?? 0),
-      owner: owners.get(lane) ?? null,
+      owner: lease?.owner ?? null,
+      leaseAgeSeconds: lease?.owner && lease.age !== null ? round3(lease.age) : null,
+      epoch: lease?.epoch ?? '0',
+      overdue: lease?.overdue ?? false,
     });
   }
   return {
@@ -91,7 +104,7 @@ export async function readStatus(pool: import('pg').Pool, schema: string): Promi
     publishedLastMinute: Number(recent.rows[0]?.n ?? 0),
     lanes,
     instances,
-    unownedLanesWithBacklog: lanes.filter((l) => l.pending > 0 && l.owner === null).map((l) => l.lane),
+    unownedLanesWithBacklog: lanes.filter((l) => l.pending > 0 && (l.owner === null || l.overdue)).map((l) => l.lane),
     blockedKeys: blockedCount.rows[0]?.n ?? 0,
     blocked: blocked.rows.map(toBlockedKey),
   };
@@ -118,14 +131,22 @@ function printStatus(r: StatusReport, out: (line: string) => void): void {
       `  ${i.instance}  ${where} from ${i.clientAddr ?? 'local socket'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
     );
   }
-  const busy = r.lanes.filter((l) => l.pending > 0 || l.dead > 0);
+  const busy = r.lanes.filter((l) => l.pending > 0 || l.dead > 0 || l.overdue);
   if (busy.length > 0) {
-    out('lane  pending  dead  oldest      owner');
+    out('lane  pending  dead  oldest      owner     epoch  lease age');
     for (const l of busy) {
+      const age = l.leaseAgeSeconds === null ? '-' : formatAge(l.leaseAgeSeconds);
       out(
-        `${String(l.lane).padStart(4)}  ${String(l.pending).padStart(7)}  ${String(l.dead).padStart(4)}  ${formatAge(l.oldestPendingSeconds).padEnd(10)}  ${l.owner ?? '-'}`,
+        `${String(l.lane).padStart(4)}  ${String(l.pending).padStart(7)}  ${String(l.dead).padStart(4)}  ${formatAge(l.oldestPendingSeconds).padEnd(10)}  ${(l.owner ?? '-').padEnd(8)}  ${l.epoch.padStart(5)}  ${age}${l.overdue ? '  OVERDUE' : ''}`,
       );
     }
+  }
+  const overdue = r.lanes.filter((l) => l.overdue);
+  if (overdue.length > 0) {
+    const owners = [...new Set(overdue.map((l) => l.owner))].join(', ');
+    out(
+      `warning: ${count(overdue.length, 'lane')} overdue: owner ${owners} did not renew within its lease term (frozen, cut off or stuck); a live relay takes them on its next poll`,
+    );
   }
   if (r.unownedLanesWithBacklog.length > 0) {
     out(`warning: lanes ${r.unownedLanesWithBacklog.join(',')} have pending events and no relay: start ferry relay`);

@@ -1,7 +1,9 @@
 /**
  * Records failed attempts, one statement per batch: `$1` seqs, `$2` errors,
- * `$3` backoff delays in ms, `$4` dead flags. A dead row keeps its
- * next_attempt_at; a retried one waits until now() + its delay.
+ * `$3` backoff delays in ms, `$4` dead flags, `$5` the epochs their lanes were
+ * claimed under, `$6` this instance. A dead row keeps its next_attempt_at; a
+ * retried one waits until now() + its delay. Fenced like the mark: a holder
+ * that lost the lane neither counts an attempt nor kills a row.
  */
 export function markFailedSql(schemaSql: string): string {
   return `UPDATE ${schemaSql}.outbox o
@@ -9,6 +11,8 @@ export function markFailedSql(schemaSql: string): string {
        last_error = f.error,
        next_attempt_at = CASE WHEN f.dead THEN o.next_attempt_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
        dead_at = CASE WHEN f.dead THEN now() ELSE NULL END
-  FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::boolean[]) AS f(seq, error, delay_ms, dead)
- WHERE o.seq = f.seq AND o.published_at IS NULL`;
+  FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::boolean[], $5::bigint[]) AS f(seq, error, delay_ms, dead, epoch),
+       ${schemaSql}.relay_leases l
+ WHERE o.seq = f.seq AND o.published_at IS NULL
+   AND l.lane = o.lane AND l.owner = $6 AND l.epoch = f.epoch`;
 }

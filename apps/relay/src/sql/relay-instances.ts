@@ -1,23 +1,43 @@
 /**
- * Live relay instances and the lanes each leases, from `pg_locks`: an instance
- * holds the advisory lock `(instance namespace $1, its random key)` on its
- * lease connection, and each lane as `(lane namespace $2, lane)` on the same
- * connection (see lane-leaser.ts), so both share a backend pid.
+ * Live relay instances (an unexpired heartbeat row, see lane-leaser.ts) and
+ * the lanes each holds under an unexpired lease.
  */
-export const RELAY_INSTANCES_SQL = `SELECT i.pid, a.application_name, a.client_addr::text AS client_addr, a.backend_start,
-            coalesce((SELECT array_agg(l.objid::int ORDER BY l.objid) FROM pg_locks l
-                       WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $2::int::oid
-                         AND l.pid = i.pid AND l.database = i.database), '{}') AS lanes
-       FROM pg_locks i
-       LEFT JOIN pg_stat_activity a ON a.pid = i.pid
-      WHERE i.locktype = 'advisory' AND i.granted AND i.objsubid = 2 AND i.classid = $1::int::oid
-        AND i.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      ORDER BY a.backend_start, i.pid`;
+export function relayInstancesSql(schemaSql: string): string {
+  return `SELECT i.instance, i.backend_pid AS pid, i.application_name, i.client_addr, i.started_at AS backend_start,
+       coalesce((SELECT array_agg(l.lane ORDER BY l.lane) FROM ${schemaSql}.relay_leases l
+                  WHERE l.owner = i.instance AND l.expires_at > now()), '{}') AS lanes
+  FROM ${schemaSql}.relay_instances i
+ WHERE i.expires_at > now()
+ ORDER BY i.started_at, i.instance`;
+}
 
 export interface RelayInstanceRow {
+  instance: string;
   pid: number;
   application_name: string | null;
   client_addr: string | null;
   backend_start: Date | null;
   lanes: number[];
+}
+
+/**
+ * Every lane's lease: its owner (null when free), epoch, seconds since its
+ * last renewal, and whether its term ran out without a renewal (`overdue`:
+ * the owner is frozen, cut off or stuck; the next poll of a live instance
+ * takes the lane).
+ */
+export function laneLeasesSql(schemaSql: string): string {
+  return `SELECT l.lane, l.owner, l.epoch::text AS epoch,
+       extract(epoch FROM now() - l.renewed_at)::float8 AS age,
+       (l.owner IS NOT NULL AND l.expires_at <= now()) AS overdue
+  FROM ${schemaSql}.relay_leases l
+ ORDER BY l.lane`;
+}
+
+export interface LaneLeaseRow {
+  lane: number;
+  owner: string | null;
+  epoch: string;
+  age: number | null;
+  overdue: boolean;
 }

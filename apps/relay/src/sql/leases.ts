@@ -1,0 +1,104 @@
+// The lane lease statements (outbox migration 000011): a lease is a row with a term, decided by the
+// database's clock alone (now()). Each statement is short and never waits for a lock: a take skips
+// rows another take has locked, and renewals and releases touch only the caller's own rows.
+
+const ms = (n: number) => `$${n}::bigint * interval '1 millisecond'`;
+
+/**
+ * Whether instance row `i` still has its lease connection open. A crashed
+ * instance's connection closes at once, so its lanes need not wait for the
+ * term: the fast path that session advisory locks used to give. The term
+ * still bounds everything else (a frozen process's connection stays open).
+ */
+function connected(i: string): string {
+  return `EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = ${i}.backend_pid AND a.application_name = ${i}.application_name)`;
+}
+
+/** A lease another instance may take: free, its term run out, or its owner's connection gone. */
+function takeable(schemaSql: string, l: string): string {
+  return `(${l}.owner IS NULL OR ${l}.expires_at <= now()
+       OR NOT EXISTS (SELECT 1 FROM ${schemaSql}.relay_instances i WHERE i.instance = ${l}.owner AND ${connected('i')}))`;
+}
+
+/** The counts every tick needs: live instances other than `$1` (plus this one) and lanes that may be taken. */
+function countsSql(schemaSql: string): string {
+  return `(SELECT count(*)::int FROM ${schemaSql}.relay_instances i WHERE i.expires_at > now() AND i.instance <> $1 AND ${connected('i')}) + 1 AS live,
+       (SELECT count(*)::int FROM ${schemaSql}.relay_leases f WHERE ${takeable(schemaSql, 'f')}) AS free`;
+}
+
+/**
+ * The cheap check of every poll: how many instances are live and how many
+ * lanes may be taken (`$1` this instance). Read-only.
+ */
+export function leaseCountsSql(schemaSql: string): string {
+  return `SELECT ${countsSql(schemaSql)}`;
+}
+
+/**
+ * Renews this instance's heartbeat and its leases in one statement, every
+ * third of the term: `$1` instance, `$2` application_name, `$3` term in ms,
+ * `$4` lanes held, `$5` their epochs. A lane comes back in `lanes` only if
+ * this instance still owns it under the same epoch: a lane missing from it
+ * was taken by another instance after its term ran out. The counts are those
+ * of a poll (the heartbeat written here is not visible to them: the instance
+ * counts itself).
+ */
+export function renewLeasesSql(schemaSql: string): string {
+  return `WITH beat AS (
+  INSERT INTO ${schemaSql}.relay_instances AS i (instance, application_name, backend_pid, client_addr, seen_at, expires_at)
+  VALUES ($1, $2, pg_backend_pid(), inet_client_addr()::text, now(), now() + ${ms(3)})
+  ON CONFLICT (instance) DO UPDATE
+    SET application_name = excluded.application_name, backend_pid = excluded.backend_pid,
+        client_addr = excluded.client_addr, seen_at = excluded.seen_at, expires_at = excluded.expires_at
+  RETURNING 1
+), renewed AS (
+  UPDATE ${schemaSql}.relay_leases l
+     SET renewed_at = now(), expires_at = now() + ${ms(3)}
+    FROM unnest($4::smallint[], $5::bigint[]) AS h(lane, epoch)
+   WHERE l.lane = h.lane AND l.owner = $1 AND l.epoch = h.epoch
+  RETURNING l.lane
+)
+SELECT ${countsSql(schemaSql)},
+       coalesce((SELECT array_agg(r.lane ORDER BY r.lane) FROM renewed r), '{}') AS lanes,
+       (SELECT count(*)::int FROM beat) AS beat`;
+}
+
+/**
+ * Takes up to `$5` lanes that are free, whose term ran out or whose owner's
+ * connection is gone, for `$1` with
+ * the term `$2` ms, trying lanes from `$3` on (mod `$4`, the lane count) so
+ * instances starting together do not all reach for the same ones. Each take
+ * adds one to the lane's epoch. `prev` is the owner it was taken from (null
+ * for a lane released or never held). SKIP LOCKED: two instances taking at
+ * once get disjoint lanes and neither waits.
+ */
+export function takeLeasesSql(schemaSql: string): string {
+  return `WITH c AS (
+  SELECT f.lane, f.owner AS prev FROM ${schemaSql}.relay_leases f
+   WHERE f.owner IS DISTINCT FROM $1 AND ${takeable(schemaSql, 'f')}
+   ORDER BY (f.lane + $3::int) % $4::int
+   LIMIT $5
+   FOR UPDATE SKIP LOCKED
+)
+UPDATE ${schemaSql}.relay_leases l
+   SET owner = $1, epoch = l.epoch + 1, renewed_at = now(), expires_at = now() + ${ms(2)}
+  FROM c
+ WHERE l.lane = c.lane
+RETURNING l.lane, l.epoch::text AS epoch, c.prev`;
+}
+
+/** Gives up lanes `$2` of `$1` at once (over its share, stopping, NATS unreachable): another instance takes them on its next poll. */
+export function releaseLeasesSql(schemaSql: string): string {
+  return `UPDATE ${schemaSql}.relay_leases SET owner = NULL, expires_at = now()
+ WHERE owner = $1 AND lane = ANY ($2::smallint[])`;
+}
+
+/** A stopping instance leaves the live count at once. */
+export function forgetInstanceSql(schemaSql: string): string {
+  return `DELETE FROM ${schemaSql}.relay_instances WHERE instance = $1`;
+}
+
+/** Instances gone for a day (crashed, never stopped) are forgotten; `ferry status` shows the rest. */
+export function pruneInstancesSql(schemaSql: string): string {
+  return `DELETE FROM ${schemaSql}.relay_instances WHERE expires_at < now() - interval '1 day'`;
+}
