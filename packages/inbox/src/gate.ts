@@ -6,7 +6,7 @@ import type { CompiledInboxOptions } from './options.js';
 import { errorText, type GateOutcome } from './outcomes.js';
 import type { ParkedJobData } from './parked-job.js';
 import { holdEarlyAndCommit } from './sql/early-statements.js';
-import { beginAndRecordMessage, beginGate, readKeyRow } from './sql/gate-statements.js';
+import { beginAndRecordMessage, beginGate, readKeyRow, transactionBoundsSql } from './sql/gate-statements.js';
 import type { Handler, HandlerContext, InboxEvent, TxBoss } from './types.js';
 
 export interface GateOptions {
@@ -32,9 +32,12 @@ export class Gate {
   readonly #metrics: InboxMetrics | undefined;
   /** The started pg-boss (throws before start). */
   readonly #boss: () => PgBoss;
+  /** SET LOCAL idle_in_transaction_session_timeout and lock_timeout, sent with each BEGIN. */
+  readonly #bounds: string;
 
   constructor(o: CompiledInboxOptions, s: string, metrics: InboxMetrics | undefined, boss: () => PgBoss) {
     this.#o = o;
+    this.#bounds = transactionBoundsSql(o.transactionIdleTimeoutMs, o.lockTimeoutMs);
     this.#s = s;
     this.#metrics = metrics;
     this.#boss = boss;
@@ -83,15 +86,23 @@ export class Gate {
           await transaction.end(sql === 'COMMIT' && commitWith ? `${commitWith}; COMMIT` : sql);
         };
         if (o.mode === 'dedupe') {
-          if (!(await beginAndRecordMessage(client, this.#s, o.consumer, event.id))) {
+          if (!(await beginAndRecordMessage(client, this.#s, o.consumer, event.id, this.#bounds))) {
             await end('COMMIT');
             return { kind: 'duplicate' };
           }
         } else {
-          const won = await beginGate(client, this.#s, o.consumer, event.key, event.version, {
-            sequential: o.mode === 'sequential',
-            ignoreParked: fromPark,
-          });
+          const won = await beginGate(
+            client,
+            this.#s,
+            o.consumer,
+            event.key,
+            event.version,
+            {
+              sequential: o.mode === 'sequential',
+              ignoreParked: fromPark,
+            },
+            this.#bounds,
+          );
           if (!won && early && o.mode === 'sequential' && !fromPark) {
             // An early version is stored under the key's row lock and committed in the same round
             // trip, so the message can be acked (docs/inbox-modes.md).

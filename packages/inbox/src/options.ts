@@ -29,6 +29,8 @@ export const INBOX_DEFAULTS = {
   parkRetryLimit: 3,
   parkRetryDelayMs: 1_000,
   lagSampleIntervalMs: 5_000,
+  transactionIdleTimeoutMs: 30_000,
+  lockTimeoutMs: 30_000,
 } as const;
 
 export interface CompiledInboxOptions {
@@ -43,6 +45,10 @@ export interface CompiledInboxOptions {
   readonly maxDeliver: number;
   readonly maxAckPending: number;
   readonly ackWaitMs: number;
+  /** Server-side `idle_in_transaction_session_timeout` of the inbox's own transactions. */
+  readonly transactionIdleTimeoutMs: number;
+  /** Server-side `lock_timeout` of the inbox's own transactions. */
+  readonly lockTimeoutMs: number;
   readonly backoffMs: readonly number[];
   readonly gapTimeoutMs: number;
   readonly gapRetryMs: number;
@@ -163,6 +169,14 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     maxAckPending: int(options.maxAckPending, 'maxAckPending', 1, 100_000, concurrency * 2),
     maxDeliver: int(options.maxDeliver, 'maxDeliver', 1, 100, INBOX_DEFAULTS.maxDeliver),
     ackWaitMs: int(options.ackWaitMs, 'ackWaitMs', 1_000, 3_600_000, INBOX_DEFAULTS.ackWaitMs),
+    transactionIdleTimeoutMs: int(
+      options.transactionIdleTimeoutMs,
+      'transactionIdleTimeoutMs',
+      100,
+      3_600_000,
+      INBOX_DEFAULTS.transactionIdleTimeoutMs,
+    ),
+    lockTimeoutMs: int(options.lockTimeoutMs, 'lockTimeoutMs', 100, 3_600_000, INBOX_DEFAULTS.lockTimeoutMs),
     backoffMs: Object.freeze([...backoffMs]),
     gapTimeoutMs: int(options.gapTimeoutMs, 'gapTimeoutMs', 0, 86_400_000, INBOX_DEFAULTS.gapTimeoutMs),
     gapRetryMs: int(options.gapRetryMs, 'gapRetryMs', 1, 60_000, INBOX_DEFAULTS.gapRetryMs),

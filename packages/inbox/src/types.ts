@@ -119,6 +119,16 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   maxAckPending?: number;
   /** JetStream ack wait: a handler must finish within it. Default 30 000. */
   ackWaitMs?: number;
+  /**
+   * Server-side `idle_in_transaction_session_timeout` of each message's transaction: PostgreSQL ends
+   * the session of an instance that stops inside a transaction (frozen, cut off) after this long,
+   * which releases its key's row lock; its commit then fails, so nothing is applied twice. A handler
+   * may not wait this long between two statements. A frozen instance's keys wait at most
+   * `ackWaitMs` + this (JetStream redelivers after the ack wait). Default 30 000.
+   */
+  transactionIdleTimeoutMs?: number;
+  /** Server-side `lock_timeout` of each message's transaction (a key row lock wait). Default 30 000. */
+  lockTimeoutMs?: number;
   /** Nak delays after the 1st, 2nd, … failure (the last repeats). Default [1 000, 5 000, 30 000]. */
   backoffMs?: readonly number[];
   /**

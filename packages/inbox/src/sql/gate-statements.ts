@@ -151,6 +151,15 @@ async function send(tx: Queryable, sql: string): Promise<unknown> {
  * the row lock (run the handler, then COMMIT); otherwise read the row with
  * `readKeyRow`.
  */
+/**
+ * The `SET LOCAL` statements that bound a message's transaction on the server, sent in the same
+ * round trip as BEGIN: an instance frozen or cut off inside it loses its session (and the key's row
+ * lock) after `idleMs`, and a wait for a key's row lock ends after `lockMs`. Integers only.
+ */
+export function transactionBoundsSql(idleMs: number, lockMs: number): string {
+  return `SET LOCAL idle_in_transaction_session_timeout = ${Math.trunc(idleMs)}; SET LOCAL lock_timeout = ${Math.trunc(lockMs)}; `;
+}
+
 export async function beginGate(
   tx: Queryable,
   schema: string,
@@ -158,6 +167,7 @@ export async function beginGate(
   key: string,
   version: bigint,
   rule: GateRule,
+  bounds = '',
 ): Promise<boolean> {
   const first = rule.sequential && version === 1n;
   const c = literal(consumer);
@@ -170,7 +180,7 @@ export async function beginGate(
       gateSql(schema, rule, first, '$1', '$2', '$3::bigint'),
       first ? [c, k] : [c, k, v],
     )) ?? gateSql(schema, rule, first, c, k, v);
-  const result = await send(tx, `BEGIN; ${gate}`);
+  const result = await send(tx, `BEGIN; ${bounds}${gate}`);
   return lastRows(result).length > 0;
 }
 
@@ -196,10 +206,10 @@ export async function readKeyRow(
 }
 
 /** `dedupe`: BEGIN and record the message id; `false` when it was already there. One round trip. */
-export async function beginAndRecordMessage(tx: Queryable, schema: string, consumer: string, id: string): Promise<boolean> {
+export async function beginAndRecordMessage(tx: Queryable, schema: string, consumer: string, id: string, bounds = ''): Promise<boolean> {
   const c = literal(consumer);
   const i = literal(id);
   const record = (await executeSql(tx, 'text, text', recordMessageSql(schema, '$1', '$2'), [c, i])) ?? recordMessageSql(schema, c, i);
-  const result = await send(tx, `BEGIN; ${record}`);
+  const result = await send(tx, `BEGIN; ${bounds}${record}`);
   return lastRows(result).length === 1;
 }
