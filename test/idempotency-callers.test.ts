@@ -6,7 +6,7 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { type PooledConnection, quoteIdentifier } from '@ferry/core';
+import { listMigrations, migrate, type PooledConnection, quoteIdentifier } from '@ferry/core';
 import {
   canonicalJson,
   createIdempotency,
@@ -353,5 +353,58 @@ describe('idempotency - the fingerprint', () => {
     );
     assert.notEqual(hex({ ...base, body: undefined }), hex({ ...base, body: Buffer.alloc(0) }));
     assert.equal(json, hex({ ...base, method: 'post', contentType: 'application/json', body }), 'the method is case-insensitive');
+  });
+});
+
+describe('idempotency - the upgrade to migration 2', () => {
+  test('idempotency - rows recorded before principals joined the key are never replayed to anyone, nor block a key', async () => {
+    const old = await createTestDatabase({ prefix: 'idem_upgrade', migrate: [] });
+    try {
+      const o = quoteIdentifier(old.schema);
+      // A database at idempotency migration 1, as the previous release left it.
+      const first = listMigrations('idempotency')[0];
+      assert.equal(first?.version, 1);
+      await old.pool.query(
+        `CREATE TABLE ${o}.migrations (migration_set text NOT NULL, version integer NOT NULL, name text NOT NULL,
+           applied_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (migration_set, version))`,
+      );
+      await old.pool.query(first?.template.replaceAll(':SCHEMA', o) ?? '');
+      await old.pool.query(`INSERT INTO ${o}.migrations (migration_set, version, name) VALUES ('idempotency', 1, $1)`, [first?.name]);
+      // Alice's answer, stored by the old default (no principal), cookie and all.
+      await old.pool.query(
+        `INSERT INTO ${o}.idempotency_keys (scope, key, fingerprint, status, headers, body, body_kind, expires_at)
+         VALUES ('api', 'k-old', $1, 201, '{"Set-Cookie": "session=alice"}', $2, 'json', now() + interval '1 hour')`,
+        [Buffer.alloc(32, 7), Buffer.from('{"owner":"alice"}')],
+      );
+      const result = await migrate({ pool: old.pool, schema: old.schema, set: 'idempotency' });
+      assert.deepEqual(
+        result.applied.map((m) => m.version),
+        [2],
+      );
+      const { rows } = await old.pool.query<{ principal: string }>(`SELECT principal FROM ${o}.idempotency_keys`);
+      assert.deepEqual(
+        rows.map((r) => r.principal),
+        [''],
+        'old rows keep principal ""',
+      );
+      const keys = createIdempotency({ schema: old.schema, scope: 'api' });
+      const fingerprint = { method: 'POST', path: '/orders', contentType: 'application/json', body: { item: 'book' } };
+      const op = async () => ({ status: 201, body: { owner: 'new' } });
+      for (const caller of [{ principal: 'mallory' }, { principal: 'alice' }, { globalKey: true }]) {
+        const r = await keys.run(old.pool, { key: 'k-old', ...caller, fingerprint }, op);
+        assert.equal(r.replayed, false, `${JSON.stringify(caller)}: runs as a new request, neither replayed nor 422`);
+        assert.deepEqual(r.body, { owner: 'new' });
+      }
+      await assert.rejects(
+        old.pool.query(
+          `INSERT INTO ${o}.idempotency_keys (scope, principal, key, fingerprint, expires_at) VALUES ('api', 'alice', 'k', $1, now())`,
+          [Buffer.alloc(32)],
+        ),
+        /idempotency_keys_principal_check/,
+        'a principal in clear is refused by the table',
+      );
+    } finally {
+      await old.close();
+    }
   });
 });
