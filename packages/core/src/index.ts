@@ -42,8 +42,10 @@ export { GRANT_TARGETS, type GrantOptions, type GrantTarget, grantsSql } from '.
 export {
   bossSchemaFor,
   IDENTIFIER_PATTERN,
+  idempotencyBossSchemaFor,
   notifyChannel,
   quoteIdentifier,
+  relayBossSchemaFor,
   schemaIdentifier,
   validateIdentifier,
 } from './identifiers.js';
