@@ -17,7 +17,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { bossSchemaFor, encodeEvent, eventFromOutboxRow, migrate, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
+import {
+  bossSchemaFor,
+  encodeEvent,
+  eventFromOutboxRow,
+  migrate,
+  type OutboxEventRow,
+  quoteIdentifier,
+  relayBossSchemaFor,
+} from '@ferry/core';
 import { createRelay, OUTBOX_EVENT_COLUMNS, type Relay } from '@ferry/relay';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
@@ -70,7 +78,7 @@ async function reachable(): Promise<{ pool: pg.Pool; nc: NatsConnection } | unde
 }
 
 async function reset(pool: pg.Pool, nc: NatsConnection): Promise<void> {
-  for (const schema of [SCHEMA, bossSchemaFor(SCHEMA), bossSchemaFor('ferry_demo_relay')])
+  for (const schema of [SCHEMA, bossSchemaFor(SCHEMA), relayBossSchemaFor(SCHEMA), bossSchemaFor('ferry_demo_relay')])
     await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(schema)} CASCADE`);
   const jsm = await jetstreamManager(nc);
   await jsm.streams.delete(STREAM).catch(() => false);
