@@ -53,7 +53,7 @@ test('idempotency - a process killed between its effect and the key commit leave
   const keys = createIdempotency({ schema: db.schema, scope: 'crash' });
   let executions = 0;
   const retry = () =>
-    keys.run(db.pool, { key, fingerprint: { method: 'POST', path: '/orders', body: { amount: 1 } } }, async (tx) => {
+    keys.run(db.pool, { key, principal: 'user-1', fingerprint: { method: 'POST', path: '/orders', body: { amount: 1 } } }, async (tx) => {
       executions++;
       await tx.query(`INSERT INTO ${s}.orders (idem_key) VALUES ($1)`, [key]);
       return { status: 201, body: { ok: true } };

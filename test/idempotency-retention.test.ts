@@ -37,7 +37,7 @@ function place(scope: string) {
       return executions;
     },
     run: (key: string) =>
-      keys.run(db.pool, { key, fingerprint: { method: 'POST', path: '/orders', body: { key } } }, async (tx) => {
+      keys.run(db.pool, { key, principal: 'user-1', fingerprint: { method: 'POST', path: '/orders', body: { key } } }, async (tx) => {
         executions++;
         await tx.query(`INSERT INTO ${s}.orders (idem_key) VALUES ($1)`, [key]);
         return { status: 201, body: { key, execution: executions } };

@@ -19,12 +19,14 @@ import pg from 'pg';
 let db: TestDatabase;
 let s: string;
 
-const order = (amount: number, principal = 'user-1'): RequestFingerprint => ({
+const order = (amount: number): RequestFingerprint => ({
   method: 'POST',
   path: '/orders',
+  contentType: 'application/json',
   body: { amount, currency: 'EUR' },
-  principal,
 });
+/** The caller most tests run as. */
+const ALICE = 'user-1';
 
 async function count(table: string, where = 'true', values: unknown[] = []): Promise<number> {
   const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.${table} WHERE ${where}`, values);
@@ -49,8 +51,8 @@ describe('idempotency - run()', () => {
       const { rows } = await tx.query<{ id: number }>(`INSERT INTO ${s}.orders (idem_key, amount) VALUES ('twice', 10) RETURNING id`);
       return { status: 201, body: { id: rows[0]?.id, amount: 10 }, headers: { Location: `/orders/${rows[0]?.id}` } };
     };
-    const first = await keys.run(db.pool, { key: 'twice-1', fingerprint: order(10) }, op);
-    const second = await keys.run(db.pool, { key: 'twice-1', fingerprint: { ...order(10), method: 'post' } }, op);
+    const first = await keys.run(db.pool, { key: 'twice-1', principal: ALICE, fingerprint: order(10) }, op);
+    const second = await keys.run(db.pool, { key: 'twice-1', principal: ALICE, fingerprint: { ...order(10), method: 'post' } }, op);
     assert.equal(executions, 1);
     assert.equal(await count('orders', "idem_key = 'twice'"), 1);
     assert.equal(first.replayed, false);
@@ -60,16 +62,22 @@ describe('idempotency - run()', () => {
     assert.deepEqual(second.headers, first.headers);
   });
 
-  test('idempotency - the same key with another body, path or principal is a conflict naming the key, never the stored answer', async () => {
+  test('idempotency - the same key with another body, path or content type is a conflict naming the key, never the stored answer', async () => {
     const keys = createIdempotency({ schema: db.schema, scope: 'conflict' });
     let executions = 0;
     const op = async () => {
       executions++;
       return { status: 201, body: { secret: 'first answer' } };
     };
-    await keys.run(db.pool, { key: 'conflict-1', fingerprint: order(10) }, op);
-    for (const other of [order(11), { ...order(10), path: '/refunds' }, order(10, 'user-2')]) {
-      await assert.rejects(keys.run(db.pool, { key: 'conflict-1', fingerprint: other }, op), (err: unknown) => {
+    await keys.run(db.pool, { key: 'conflict-1', principal: ALICE, fingerprint: order(10) }, op);
+    for (const other of [
+      order(11),
+      { ...order(10), path: '/refunds' },
+      { ...order(10), path: '/orders?dry-run=1' },
+      { ...order(10), contentType: 'application/x-www-form-urlencoded' },
+      { ...order(10), contentType: null },
+    ]) {
+      await assert.rejects(keys.run(db.pool, { key: 'conflict-1', principal: ALICE, fingerprint: other }, op), (err: unknown) => {
         assert.ok(err instanceof IdempotencyConflictError);
         assert.match(err.message, /conflict-1/);
         assert.equal(err.key, 'conflict-1');
@@ -79,7 +87,7 @@ describe('idempotency - run()', () => {
     assert.equal(executions, 1);
     // The same key in another scope is another key.
     const elsewhere = createIdempotency({ schema: db.schema, scope: 'conflict-other-api' });
-    const r = await elsewhere.run(db.pool, { key: 'conflict-1', fingerprint: order(11) }, op);
+    const r = await elsewhere.run(db.pool, { key: 'conflict-1', principal: ALICE, fingerprint: order(11) }, op);
     assert.equal(r.replayed, false);
     assert.equal(executions, 2);
   });
@@ -93,10 +101,10 @@ describe('idempotency - run()', () => {
       if (executions === 1) throw new Error('payment provider timed out');
       return { status: 201, body: { ok: true } };
     };
-    await assert.rejects(keys.run(db.pool, { key: 'throws-1', fingerprint: order(5) }, op), /payment provider timed out/);
+    await assert.rejects(keys.run(db.pool, { key: 'throws-1', principal: ALICE, fingerprint: order(5) }, op), /payment provider timed out/);
     assert.equal(await count('orders', "idem_key = 'throws'"), 0);
     assert.equal(await count('idempotency_keys', "key = 'throws-1'"), 0);
-    const retry = await keys.run(db.pool, { key: 'throws-1', fingerprint: order(5) }, op);
+    const retry = await keys.run(db.pool, { key: 'throws-1', principal: ALICE, fingerprint: order(5) }, op);
     assert.equal(retry.replayed, false);
     assert.equal(executions, 2);
     assert.equal(await count('orders', "idem_key = 'throws'"), 1);
@@ -110,8 +118,8 @@ describe('idempotency - run()', () => {
         executions++;
         return { status: 402, body: { error: 'card declined', attempt: executions } };
       };
-      const first = await keys.run(db.pool, { key: 'declined', fingerprint: order(99) }, op);
-      const second = await keys.run(db.pool, { key: 'declined', fingerprint: order(99) }, op);
+      const first = await keys.run(db.pool, { key: 'declined', principal: ALICE, fingerprint: order(99) }, op);
+      const second = await keys.run(db.pool, { key: 'declined', principal: ALICE, fingerprint: order(99) }, op);
       assert.equal(first.status, 402);
       assert.equal(second.status, 402);
       if (storeClientErrors) {
@@ -138,15 +146,15 @@ describe('idempotency - run()', () => {
           ? { status, body: { error: 'slow down' }, headers: { 'Retry-After': '1' } }
           : { status: 201, body: { ok: true } };
       };
-      const first = await keys.run(db.pool, { key, fingerprint: order(7) }, op);
+      const first = await keys.run(db.pool, { key, principal: ALICE, fingerprint: order(7) }, op);
       assert.equal(first.status, status);
       assert.equal(await count('orders', 'idem_key = $1', [key]), 0, `${status}: its writes rolled back`);
       assert.equal(await count('idempotency_keys', 'key = $1', [key]), 0, `${status}: the key is released`);
-      const second = await keys.run(db.pool, { key, fingerprint: order(7) }, op);
+      const second = await keys.run(db.pool, { key, principal: ALICE, fingerprint: order(7) }, op);
       assert.equal(second.status, 201, `${status}: the retry ran`);
       assert.equal(second.replayed, false);
       assert.equal(executions, 2);
-      const third = await keys.run(db.pool, { key, fingerprint: order(7) }, op);
+      const third = await keys.run(db.pool, { key, principal: ALICE, fingerprint: order(7) }, op);
       assert.equal(third.replayed, true, `${status}: the executed answer is the one stored`);
       assert.equal(third.status, 201);
     }
@@ -160,12 +168,12 @@ describe('idempotency - run()', () => {
       await tx.query(`INSERT INTO ${s}.orders (idem_key, amount) VALUES ('5xx', 1)`);
       return executions === 1 ? { status: 503, body: { error: 'try later' } } : { status: 201, body: { ok: true } };
     };
-    const first = await keys.run(db.pool, { key: '5xx', fingerprint: order(1) }, op);
+    const first = await keys.run(db.pool, { key: '5xx', principal: ALICE, fingerprint: order(1) }, op);
     assert.equal(first.status, 503);
     assert.equal(first.replayed, false);
     assert.equal(await count('orders', "idem_key = '5xx'"), 0);
     assert.equal(await count('idempotency_keys', "key = '5xx'"), 0);
-    const second = await keys.run(db.pool, { key: '5xx', fingerprint: order(1) }, op);
+    const second = await keys.run(db.pool, { key: '5xx', principal: ALICE, fingerprint: order(1) }, op);
     assert.equal(second.status, 201);
     assert.equal(executions, 2);
     assert.equal(await count('orders', "idem_key = '5xx'"), 1);
@@ -180,7 +188,9 @@ describe('idempotency - run()', () => {
       await sleep(300); // keep the first one in progress while the others arrive
       return { status: 201, body: { id: rows[0]?.id, amount: 7 } };
     };
-    const results = await Promise.all(Array.from({ length: 50 }, () => keys.run(db.pool, { key: 'storm', fingerprint: order(7) }, op)));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, () => keys.run(db.pool, { key: 'storm', principal: ALICE, fingerprint: order(7) }, op)),
+    );
     assert.equal(executions, 1);
     assert.equal(await count('orders', "idem_key = 'storm-wait'"), 1);
     assert.equal(results.filter((r) => !r.replayed).length, 1);
@@ -200,7 +210,7 @@ describe('idempotency - run()', () => {
       return { status: 201, body: { id: rows[0]?.id, amount: 8 } };
     };
     const settled = await Promise.allSettled(
-      Array.from({ length: 50 }, () => keys.run(db.pool, { key: 'storm', fingerprint: order(8) }, op)),
+      Array.from({ length: 50 }, () => keys.run(db.pool, { key: 'storm', principal: ALICE, fingerprint: order(8) }, op)),
     );
     assert.equal(executions, 1);
     assert.equal(await count('orders', "idem_key = 'storm-reject'"), 1);
@@ -210,7 +220,7 @@ describe('idempotency - run()', () => {
     for (const r of rejected) assert.ok(r.reason instanceof IdempotencyInProgressError, String(r.reason));
     assert.equal(answers.filter((a) => !a.replayed).length, 1);
     for (const a of answers) assert.deepEqual(a.body, answers[0]?.body);
-    const late = await keys.run(db.pool, { key: 'storm', fingerprint: order(8) }, op);
+    const late = await keys.run(db.pool, { key: 'storm', principal: ALICE, fingerprint: order(8) }, op);
     assert.equal(late.replayed, true);
     assert.deepEqual(late.body, answers[0]?.body);
   });
@@ -223,10 +233,10 @@ describe('idempotency - run()', () => {
       await sleep(1_000);
       return { status: 200, body: 'done' };
     };
-    const first = keys.run(db.pool, { key: 'slow', fingerprint: order(3) }, op);
+    const first = keys.run(db.pool, { key: 'slow', principal: ALICE, fingerprint: order(3) }, op);
     await sleep(100);
     const started = Date.now();
-    await assert.rejects(keys.run(db.pool, { key: 'slow', fingerprint: order(3) }, op), (err: unknown) => {
+    await assert.rejects(keys.run(db.pool, { key: 'slow', principal: ALICE, fingerprint: order(3) }, op), (err: unknown) => {
       assert.ok(err instanceof IdempotencyInProgressError);
       assert.equal(err.waitedMs, 200);
       return true;
@@ -234,7 +244,7 @@ describe('idempotency - run()', () => {
     const waited = Date.now() - started;
     assert.ok(waited >= 150 && waited < 900, `waited ${waited} ms`);
     assert.equal((await first).body, 'done');
-    const replay = await keys.run(db.pool, { key: 'slow', fingerprint: order(3) }, op);
+    const replay = await keys.run(db.pool, { key: 'slow', principal: ALICE, fingerprint: order(3) }, op);
     assert.equal(replay.replayed, true);
     assert.equal(replay.body, 'done');
     assert.equal(executions, 1);
@@ -244,7 +254,7 @@ describe('idempotency - run()', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1, options: '-c lock_timeout=4321' });
     try {
       const keys = createIdempotency({ schema: db.schema, scope: 'lock-timeout', waitMs: 250 });
-      const seen = await keys.run(pool, { key: 'lt', fingerprint: order(1) }, async (tx) => {
+      const seen = await keys.run(pool, { key: 'lt', principal: ALICE, fingerprint: order(1) }, async (tx) => {
         const { rows } = await tx.query<{ v: string }>("SELECT current_setting('lock_timeout') AS v");
         return { status: 200, body: rows[0]?.v };
       });
@@ -258,7 +268,7 @@ describe('idempotency - run()', () => {
     const keys = createIdempotency({ schema: db.schema, scope: 'outbox' });
     const publisher = createPublisher({ schema: db.schema, source: 'idempotency-test' });
     const place = (key: string, outcome: 'ok' | 'throw' | '500') =>
-      keys.run(db.pool, { key, fingerprint: order(42) }, async (tx) => {
+      keys.run(db.pool, { key, principal: ALICE, fingerprint: order(42) }, async (tx) => {
         await publisher.publish(tx, { subject: 'orders.placed', key: `order-${key}`, type: 'OrderPlaced', data: { key } });
         if (outcome === 'throw') throw new Error('crash after publish');
         return outcome === '500' ? { status: 500, body: { error: 'boom' } } : { status: 201, body: { key } };
@@ -286,13 +296,13 @@ describe('idempotency - run()', () => {
     };
     for (const key of [undefined, '', 'x'.repeat(256), 'tab\there', 'new\nline', 'clé', 42]) {
       await assert.rejects(
-        keys.run(db.pool, { key: key as string, fingerprint: order(1) }, op),
+        keys.run(db.pool, { key: key as string, principal: ALICE, fingerprint: order(1) }, op),
         IdempotencyKeyError,
         `key ${JSON.stringify(key)}`,
       );
     }
     assert.equal(executions, 0);
-    const longest = await keys.run(db.pool, { key: 'k'.repeat(255), fingerprint: order(1) }, op);
+    const longest = await keys.run(db.pool, { key: 'k'.repeat(255), principal: ALICE, fingerprint: order(1) }, op);
     assert.equal(longest.status, 200);
     assert.equal(executions, 1);
   });
@@ -312,9 +322,9 @@ describe('idempotency - run()', () => {
   });
 
   test('idempotency - the fingerprint ignores body key order and method case but not values', () => {
-    const a = fingerprintHash({ method: 'post', path: '/o', body: { a: 1, b: { c: [1, 2], d: 'x' } }, principal: 'u' });
-    const b = fingerprintHash({ method: 'POST', path: '/o', body: { b: { d: 'x', c: [1, 2] }, a: 1 }, principal: 'u' });
-    const c = fingerprintHash({ method: 'POST', path: '/o', body: { b: { d: 'x', c: [2, 1] }, a: 1 }, principal: 'u' });
+    const a = fingerprintHash({ method: 'post', path: '/o', body: { a: 1, b: { c: [1, 2], d: 'x' } } });
+    const b = fingerprintHash({ method: 'POST', path: '/o', body: { b: { d: 'x', c: [1, 2] }, a: 1 } });
+    const c = fingerprintHash({ method: 'POST', path: '/o', body: { b: { d: 'x', c: [2, 1] }, a: 1 } });
     assert.ok(a.equals(b));
     assert.ok(!a.equals(c));
     assert.equal(a.length, 32);

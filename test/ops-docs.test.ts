@@ -69,7 +69,9 @@ test('docs - security.md shows exactly what --print-grants prints (the publish f
   const printed = [
     grantsSql({ role: 'ferry_publisher', for: 'publisher' }),
     grantsSql({ role: 'ferry_relay', for: 'relay' }),
-    grantsSql({ role: 'ferry_inbox', for: 'inbox' }),
+    grantsSql({ role: 'billing_inbox', for: 'inbox', consumers: ['billing'] }),
+    grantsSql({ role: 'ferry_idempotency', for: 'idempotency' }),
+    grantsSql({ role: 'ferry_reader', for: 'reader' }),
   ]
     .join('\n')
     .trim();

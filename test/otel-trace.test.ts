@@ -75,6 +75,7 @@ describe('OpenTelemetry: one trace from the HTTP request to the inbox handler', 
     const keys = createIdempotency({ schema: db.schema, scope: 'orders' });
     const endpoint = nodeHttpIdempotency(keys, {
       pool: db.pool,
+      globalKeys: true, // one test client; keys per caller are idempotency-callers.test.ts's subject
       handler: async (_req, tx, body) => {
         const { sku } = body as { sku: string };
         const { rows } = await tx.query<{ id: number }>(`INSERT INTO ${s}.orders (sku) VALUES ($1) RETURNING id`, [sku]);

@@ -188,7 +188,7 @@ describe('relay per-key order in the stream under poison', () => {
       const { rows } = await db.pool.query<{
         'QUERY PLAN': Array<{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }>;
       }>(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', '\'{""}\'').replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000')}`,
+        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', '\'{""}\'').replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000').replaceAll('$6', '1048576').replaceAll('$7', '67108864')}`,
       );
       const plan = rows[0]?.['QUERY PLAN'][0]?.Plan;
       return (plan?.['Shared Hit Blocks'] ?? 0) + (plan?.['Shared Read Blocks'] ?? 0);
@@ -207,7 +207,7 @@ describe('relay per-key order in the stream under poison', () => {
     await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
     const blocked = await claimBuffers();
     assert.ok(blocked <= unblocked * 2 + 20, `claim buffers: ${blocked} with the blocked key, ${unblocked} without`);
-    const claimed = await db.pool.query<{ key: string }>(claimBatchSql(s), [[0], [''], [], 500, 5000]);
+    const claimed = await db.pool.query<{ key: string }>(claimBatchSql(s), [[0], [''], [], 500, 5000, 1_048_576, 67_108_864]);
     assert.equal(claimed.rows.length, 200, 'every other key is claimed');
     assert.ok(!claimed.rows.some((r) => r.key === 'hot'), 'nothing of the blocked key');
   });

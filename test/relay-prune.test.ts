@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { quoteIdentifier } from '@ferry/core';
+import { quoteIdentifier, relayBossSchemaFor } from '@ferry/core';
 import { createRelay, type Relay, type RelayEvents } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { ferry } from './ops-helpers.js';
@@ -20,7 +20,6 @@ describe('relay maintenance through pg-boss', () => {
   after(async () => {
     for (const r of relays) await r.stop();
     await stream?.close();
-    if (db) await db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(`${db.schema}_boss`)} CASCADE`);
     await db?.close();
   });
 
@@ -56,7 +55,7 @@ describe('relay maintenance through pg-boss', () => {
     const readJobs = () =>
       db.pool.query<{ id: string; slot: string }>(
         `SELECT id::text, singleton_on::text AS slot, singleton_key AS key, state, created_on::text AS created, data::text
-           FROM ${quoteIdentifier(`${db.schema}_boss`)}.job WHERE name = 'ferry-prune' ORDER BY created_on`,
+           FROM ${quoteIdentifier(relayBossSchemaFor(db.schema))}.job WHERE name = 'ferry-prune' ORDER BY created_on`,
       );
     // A minute boundary inside the wait schedules the next occurrence: let it run before counting.
     await waitFor(async () => (await readJobs()).rows.length === runs.length, {
@@ -70,7 +69,7 @@ describe('relay maintenance through pg-boss', () => {
     // slot of its own. So: one send-it job per slot, and one prune job per send-it job. Two prune jobs are right
     // when the run spans a minute boundary (the occurrence before it, caught up, and the one after).
     const forwarded = await db.pool.query<{ slot: string }>(
-      `SELECT data->>'slot' AS slot FROM ${quoteIdentifier(`${db.schema}_boss`)}.job
+      `SELECT data->>'slot' AS slot FROM ${quoteIdentifier(relayBossSchemaFor(db.schema))}.job
         WHERE name = '__pgboss__send-it' AND data->>'name' = 'ferry-prune'`,
     );
     const slots = new Set(forwarded.rows.map((r) => r.slot));

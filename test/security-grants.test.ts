@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { quoteIdentifier, SQLSTATE, sqlState, withTransaction } from '@ferry/core';
+import { quoteIdentifier, relayBossSchemaFor, SQLSTATE, sqlState, withTransaction } from '@ferry/core';
 import { createInbox, type Inbox } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { main } from '@ferry/relay';
@@ -73,7 +73,8 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     for (const [part, role] of Object.entries(roles)) {
       await db.pool.query(`CREATE ROLE ${quoteIdentifier(role)} LOGIN`);
       const schema = part === 'inbox' ? inboxSchema : db.schema;
-      const extra = part === 'inbox' ? ['--boss-schema', `${inboxSchema}_boss`] : [];
+      // The inbox role is confined to its consumer's rows (row-level security, inbox migration 000006).
+      const extra = part === 'inbox' ? ['--boss-schema', `${inboxSchema}_boss`, '--consumer', 'billing'] : [];
       const r = await cli(['migrate', '--print-grants', '--role', role, '--for', part, '--schema', schema, ...extra]);
       ok(r);
       await db.pool.query(r.out);
@@ -87,7 +88,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     if (relay && relay.proc.exitCode === null && relay.proc.signalCode === null) relay.proc.kill('SIGKILL');
     await inbox?.stop().catch(() => {});
     for (const p of pools) await p.end().catch(() => {});
-    for (const s of [db.schema, `${db.schema}_boss`, inboxSchema, `${inboxSchema}_boss`]) {
+    for (const s of [db.schema, relayBossSchemaFor(db.schema), inboxSchema, `${inboxSchema}_boss`]) {
       await db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(s)} CASCADE`);
     }
     for (const role of Object.values(roles)) {
@@ -172,7 +173,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     for (const sql of [
       `CREATE TABLE ${quoteIdentifier(db.schema)}.evil (x int)`,
       'CREATE TABLE public.evil (x int)',
-      `CREATE TABLE ${quoteIdentifier(`${db.schema}_boss`)}.evil (x int)`,
+      `CREATE TABLE ${quoteIdentifier(relayBossSchemaFor(db.schema))}.evil (x int)`,
       `SELECT * FROM ${quoteIdentifier(db.schema)}.key_versions`,
     ]) {
       assert.equal(await deniedCode(pool.query(sql)), '42501', sql);
@@ -186,7 +187,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
   test('security - the relay role runs the prune queue through pg-boss (schedule, send, fetch, complete) and deletes published rows', async () => {
     const boss = new PgBoss({
       connectionString: roleUrl(db.url, roles.relay),
-      schema: `${db.schema}_boss`,
+      schema: relayBossSchemaFor(db.schema),
       max: 1,
       supervise: false,
       schedule: false,

@@ -17,13 +17,21 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { bossSchemaFor, encodeEvent, eventFromOutboxRow, migrate, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
+import {
+  bossSchemaFor,
+  encodeEvent,
+  eventFromOutboxRow,
+  migrate,
+  type OutboxEventRow,
+  quoteIdentifier,
+  relayBossSchemaFor,
+} from '@ferry/core';
 import { createRelay, OUTBOX_EVENT_COLUMNS, type Relay } from '@ferry/relay';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import pg from 'pg';
 import { type Billing, startBilling } from './billing.js';
-import { type OrderRequest, startOrdersService } from './orders-service.js';
+import { DEMO_TOKENS, type OrderRequest, startOrdersService } from './orders-service.js';
 
 const DATABASE_URL = process.env.FERRY_DATABASE_URL ?? process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const NATS_URL = process.env.FERRY_NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -70,7 +78,7 @@ async function reachable(): Promise<{ pool: pg.Pool; nc: NatsConnection } | unde
 }
 
 async function reset(pool: pg.Pool, nc: NatsConnection): Promise<void> {
-  for (const schema of [SCHEMA, bossSchemaFor(SCHEMA), bossSchemaFor('ferry_demo_relay')])
+  for (const schema of [SCHEMA, bossSchemaFor(SCHEMA), relayBossSchemaFor(SCHEMA), bossSchemaFor('ferry_demo_relay')])
     await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(schema)} CASCADE`);
   const jsm = await jetstreamManager(nc);
   await jsm.streams.delete(STREAM).catch(() => false);
@@ -79,7 +87,7 @@ async function reset(pool: pg.Pool, nc: NatsConnection): Promise<void> {
 async function post(url: string, key: string, body: OrderRequest, timeoutMs = 5_000) {
   const res = await fetch(`${url}/orders`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    headers: { 'content-type': 'application/json', 'idempotency-key': key, authorization: `Bearer ${[...DEMO_TOKENS.keys()][0]}` },
     body: JSON.stringify(body),
     signal: AbortSignal.timeout(timeoutMs),
   });

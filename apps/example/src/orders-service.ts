@@ -19,6 +19,19 @@ export interface OrderRequest {
 }
 
 /**
+ * The demo's API tokens and the caller each one authenticates. A real service
+ * verifies a session or a signed token here; what matters to idempotency is
+ * that the principal comes from that verification, not from the client's say-so.
+ */
+export const DEMO_TOKENS: ReadonlyMap<string, string> = new Map([['demo-storefront-token', 'storefront']]);
+
+/** The authenticated caller of a request, or `undefined` (answered 401 when it carries an Idempotency-Key). */
+function callerOf(authorization: string | undefined): string | undefined {
+  const token = /^Bearer (\S+)$/.exec(authorization ?? '')?.[1];
+  return token === undefined ? undefined : DEMO_TOKENS.get(token);
+}
+
+/**
  * The orders service: `POST /orders` with an `Idempotency-Key` creates an
  * order and publishes `OrderPlaced` in the same transaction as the key record,
  * so a retried request creates nothing twice and gets the stored answer.
@@ -30,6 +43,8 @@ export async function startOrdersService(pool: pg.Pool, schema: string): Promise
   const handle = nodeHttpIdempotency(keys, {
     pool,
     required: true,
+    // Keys are scoped per caller: one caller's key never answers, or blocks, another's request.
+    principal: (req) => callerOf(req.headers.authorization),
     handler: async (req, tx, body) => {
       if (req.method !== 'POST' || req.url !== '/orders') return { status: 404, body: { error: 'not found' } };
       const order = body as OrderRequest;

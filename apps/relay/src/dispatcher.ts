@@ -1,7 +1,7 @@
 // Over ~350 lines on purpose: the claim loop, the per-key send chains and their marking share the
 // in-flight budget (rows and bytes) and the key set, and are being tuned together (docs/benchmarks.md);
 // the statements are in sql/, the marking batcher in marker.ts, the span in send-span.ts.
-import { backoffDelayMs, encodedSize, encodeEvent, eventFromOutboxRow, namedStatement } from '@ferry/core';
+import { backoffDelayMs, encodedSize, encodeEvent, eventFromOutboxRow, LIMITS, namedStatement } from '@ferry/core';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import {
   BrokenCircuitError,
@@ -360,7 +360,7 @@ export class Dispatcher {
     const epochs = new Map(lanes.map((lane) => [lane, this.#d.leaser.epoch(lane)]));
     const { rows } = await this.#d.pool.query<LeasedRow>({
       ...this.#claimSql,
-      values: [lanes, afters, [...this.#inflightKeys], keyLimit, room],
+      values: [lanes, afters, [...this.#inflightKeys], keyLimit, room, this.#loadableBytes(), this.#byteRoom()],
     });
     const held: LeasedRow[] = [];
     for (const r of rows) {
@@ -374,6 +374,20 @@ export class Dispatcher {
     return held;
   }
 
+  /**
+   * The most data bytes a row may have to be loaded: the server's max_payload (a larger row can
+   * never be sent), and never over 64 MiB whatever the server says. Larger rows are measured in
+   * SQL, not loaded, and go dead (#publishOne).
+   */
+  #loadableBytes(): number {
+    return Math.min(this.#d.maxPayload() ?? LIMITS.maxEventBytes, LIMITS.maxEventBytes);
+  }
+
+  /** Data bytes a claim may still load: the in-flight byte budget left (a claim always gets its first row). */
+  #byteRoom(): number {
+    return Math.max(0, MAX_IN_FLIGHT_BYTES - this.#inflightBytes);
+  }
+
   /** Forgets the cursors of lanes no longer leased (a lane leased again starts from its first key). */
   #forgetCursors(lanes: readonly number[]): void {
     for (const lane of this.#cursors.keys()) if (!lanes.includes(lane)) this.#cursors.delete(lane);
@@ -384,7 +398,7 @@ export class Dispatcher {
     let bytes = 0;
     for (const rows of claimed) {
       n += rows.length;
-      for (const r of rows) bytes += r.data.byteLength;
+      for (const r of rows) bytes += r.data?.byteLength ?? 0;
     }
     if (n === 0) return;
     const avg = bytes / n;
@@ -418,7 +432,7 @@ export class Dispatcher {
 
   /** Counts rows as in flight (claimed, not yet sent or refused): they bound the next claims. */
   #hold(rows: readonly ClaimedRow[], sign = 1): void {
-    for (const r of rows) this.#inflightBytes += sign * r.data.byteLength;
+    for (const r of rows) this.#inflightBytes += sign * (r.data?.byteLength ?? 0);
     this.#inflightRows += sign * rows.length;
   }
 
@@ -479,12 +493,12 @@ export class Dispatcher {
   async #nextRows(segment: readonly LeasedRow[]): Promise<LeasedRow[]> {
     const last = segment.at(-1) as LeasedRow;
     if (!this.#holds(last) || !this.#d.leaser.keeps(last.lane)) return [];
-    const bytes = segment.reduce((n, r) => n + r.data.byteLength, 0);
+    const bytes = segment.reduce((n, r) => n + (r.data?.byteLength ?? 0), 0);
     if (this.#inflightBytes + bytes > MAX_IN_FLIGHT_BYTES) return [];
     try {
       const { rows } = await this.#d.pool.query<ClaimedRow>({
         ...this.#keyRowsSql,
-        values: [last.lane, last.key, last.seq, segment.length],
+        values: [last.lane, last.key, last.seq, segment.length, this.#loadableBytes(), this.#byteRoom() - bytes],
       });
       const due = (chainsByKey(rows)[0] ?? []) as LeasedRow[];
       for (const r of due) r.epoch = last.epoch;
@@ -549,7 +563,19 @@ export class Dispatcher {
     const maxPayload = this.#d.maxPayload();
     const span = SendSpan.start(row); // tracing: undefined unless an OpenTelemetry SDK records
     try {
-      const event = eventFromOutboxRow(row);
+      if (row.data === null) {
+        // Measured in SQL and not loaded (claim-batch.ts): over max_payload, it can never be sent.
+        const refused: Outcome = {
+          ok: false,
+          reason: 'max_payload',
+          permanent: true,
+          transport: false,
+          message: `the event's data is ${row.data_bytes} bytes, over the NATS server's max_payload of ${this.#loadableBytes()}; the relay did not load it`,
+        };
+        span?.failed(refused);
+        return refused;
+      }
+      const event = eventFromOutboxRow(row as ClaimedRow & { data: Buffer });
       const encoded = encodeEvent(span ? { ...event, headers: span.headers(event.headers) } : event);
       const size = encodedSize(encoded);
       if (maxPayload !== undefined && size > maxPayload) {

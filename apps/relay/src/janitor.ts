@@ -1,4 +1,4 @@
-import { bossSchemaFor, deleteInBatches, startPruner, stopPruner } from '@ferry/core';
+import { deleteInBatches, relayBossSchemaFor, startPruner, stopPruner } from '@ferry/core';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { prunePublishedSql, pruneRecognisedIdsSql } from './sql/prune-published.js';
@@ -50,7 +50,8 @@ export class Janitor {
     const o = this.#o;
     const boss = new PgBoss({
       connectionString: o.databaseUrl,
-      schema: bossSchemaFor(o.schema),
+      // Its own pg-boss, apart from the inbox's parking lot in `<schema>_boss`: see relayBossSchemaFor.
+      schema: relayBossSchemaFor(o.schema),
       application_name: `${o.applicationName}:boss`,
       max: 2,
       cronMonitorIntervalSeconds: o.cronMonitorIntervalSeconds,

@@ -38,7 +38,7 @@ export class SendSpan {
           [A.operationName]: 'publish',
           [A.destination]: row.subject,
           [A.messageId]: row.id,
-          [A.bodySize]: row.data.byteLength,
+          [A.bodySize]: row.data_bytes,
           [A.eventKey]: row.key,
           [A.eventType]: row.type,
           [A.eventVersion]: row.version,

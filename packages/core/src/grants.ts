@@ -1,32 +1,81 @@
+import { createHash } from 'node:crypto';
 import { ValidationError } from './errors.js';
-import { bossSchemaFor, quoteIdentifier, validateIdentifier } from './identifiers.js';
+import { bossSchemaFor, idempotencyBossSchemaFor, quoteIdentifier, relayBossSchemaFor, validateIdentifier } from './identifiers.js';
 
-/** The Ferry parts a least-privileged role can be granted for. */
-export const GRANT_TARGETS = ['publisher', 'relay', 'inbox'] as const;
+/**
+ * The Ferry parts a least-privileged role can be granted for. `reader` is the
+ * read-only operator: `ferry status`, `ferry doctor`, `ferry dlq list|show`,
+ * `ferry replay` (it reads the outbox and sends to NATS) and
+ * `ferry migrate --dry-run`.
+ */
+export const GRANT_TARGETS = ['publisher', 'relay', 'inbox', 'idempotency', 'reader'] as const;
 export type GrantTarget = (typeof GRANT_TARGETS)[number];
 
+/**
+ * What `grantsSql` prints the grants of.
+ *
+ * @example
+ * grantsSql({ role: 'billing_inbox', for: 'inbox', schema: 'ferry', consumers: ['billing'] });
+ */
 export interface GrantOptions {
   /** The role to grant to (validated as an identifier). */
   role: string;
   /** Which part the role runs. */
   for: GrantTarget;
-  /** The Ferry schema (outbox for publisher/relay, inbox tables for inbox). Default `ferry`. */
+  /**
+   * The Ferry schema: the outbox's for publisher, relay and reader, the inbox
+   * tables' for inbox, `idempotency_keys`'s for idempotency. Default `ferry`.
+   */
   schema?: string;
   /**
-   * The pg-boss schema the part uses: the relay's `<schema>_boss` (prune job), the
-   * inbox's `bossSchema` (parking lot, also default `<schema>_boss`). Ignored for the publisher.
+   * The pg-boss schema the part uses. The relay's is always `<schema>_relay_boss`
+   * (`relayBossSchemaFor`; the daemon has no option for it), so this is for the
+   * inbox (its `bossSchema`, default `<schema>_boss`) and the idempotency janitor
+   * (its `bossSchema`, default `<schema>_idempotency_boss`). Ignored otherwise.
    */
   bossSchema?: string;
+  /**
+   * Inbox only: the consumers the role may read and write the rows of
+   * (row-level security, inbox migration 000006). Empty or left out: every
+   * consumer's, and the SQL says so in a warning comment.
+   */
+  consumers?: readonly string[];
 }
 
 const PUBLISH_EVENT_ARGS = 'uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean';
 const PUBLISH_EVENTS_ARGS = 'uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text, boolean';
 
 /**
+ * The outbox columns the relay's statements change (apps/relay/src/sql:
+ * mark-published, mark-failed, and `ferry dlq retry|discard`'s settle-dead).
+ * The rest of a row (key, version, subject, type, data, headers…) is what the
+ * publisher committed; the relay reads it and never rewrites it.
+ */
+export const RELAY_UPDATE_COLUMNS = ['published_at', 'attempts', 'next_attempt_at', 'last_error', 'dead_at'] as const;
+
+/** The consumer tables, each with a `consumer` column the row-level security policies test. */
+const INBOX_TABLES = ['inbox_versions', 'inbox_messages', 'inbox_early'] as const;
+
+/**
+ * The name of a role's row-level security policy on the consumer tables:
+ * `ferry_role_<role>`, or for a role too long for that, its first 40
+ * characters and 8 hex of its md5. Inbox migration 000006 computes the same
+ * name in SQL for the roles it finds, so a later `--print-grants` replaces
+ * that policy rather than adding a second one beside it.
+ */
+export function inboxPolicyName(role: string): string {
+  const name = `ferry_role_${validateIdentifier(role, 'role')}`;
+  if (name.length <= 63) return name;
+  return `ferry_role_${role.slice(0, 40)}_${createHash('md5').update(role).digest('hex').slice(0, 8)}`;
+}
+
+/**
  * DML (never DDL) on a pg-boss schema that its owner installed beforehand
  * (`ferry migrate --boss`): pg-boss's queues are rows of its `queue` table
  * (Ferry never asks for a partitioned queue), so a role with these grants can
  * create queues, send, fetch, complete and schedule jobs, but create no table.
+ * Everything in that schema is open to the role, which is why each part has a
+ * pg-boss schema of its own.
  */
 function bossGrants(boss: string, role: string): string[] {
   return [
@@ -37,37 +86,91 @@ function bossGrants(boss: string, role: string): string[] {
   ];
 }
 
+/** A consumer name as a SQL literal; validated as an identifier first, so it needs no escaping, and gets it anyway. */
+function consumerLiteral(consumer: string): string {
+  return `'${validateIdentifier(consumer, 'consumer').replaceAll("'", "''")}'`;
+}
+
+/**
+ * The role's policy on each consumer table, replaced in one transaction so the
+ * role never runs a moment without one (with RLS on and no policy it would see
+ * no rows and be refused every insert).
+ */
+function inboxPolicies(s: string, roleName: string, role: string, consumers: readonly string[]): string[] {
+  const policy = quoteIdentifier(inboxPolicyName(roleName));
+  const rule = consumers.length === 0 ? 'true' : `consumer IN (${consumers.map(consumerLiteral).join(', ')})`;
+  const lines = consumers.length
+    ? []
+    : [
+        `-- WARNING: no --consumer given: ${role} may read and write EVERY consumer's rows in these tables.`,
+        '-- Print again with --consumer NAME (once per consumer the role runs) to confine it.',
+      ];
+  lines.push('BEGIN;');
+  for (const t of INBOX_TABLES) {
+    lines.push(
+      `DROP POLICY IF EXISTS ${policy} ON ${s}.${t};`,
+      `CREATE POLICY ${policy} ON ${s}.${t} FOR ALL TO ${role} USING (${rule}) WITH CHECK (${rule});`,
+    );
+  }
+  lines.push('COMMIT;');
+  return lines;
+}
+
 /**
  * The GRANT statements one Ferry part needs, and no more; apply them as the
- * owner of the Ferry schema after `ferry migrate` (and, for the relay and the
- * inbox, after `ferry migrate --boss`, which installs pg-boss). The role needs
- * no CREATE anywhere.
+ * owner of the Ferry schema after `ferry migrate` (and, for the relay, the
+ * inbox and the idempotency janitor, after `ferry migrate --boss`, which
+ * installs their pg-boss). The role needs no CREATE anywhere. No part's role
+ * can change another part's rows: see docs/security.md, "Least privilege".
  *
  * - publisher: EXECUTE on the two SECURITY DEFINER publish functions; no table privilege,
  *   so it can append events but neither read nor change outbox rows or key_versions.
- * - relay: read the settings, read/mark/prune outbox rows, keep and forget pruned ids; DML on `<schema>_boss`.
- * - inbox: read/write its version and message tables; DML on its pg-boss schema. The
- *   handlers' own tables are the application's to grant.
+ * - relay: read the settings, the migrations and the outbox; UPDATE only the
+ *   delivery columns (`RELAY_UPDATE_COLUMNS`); delete (prune) rows; keep and forget
+ *   pruned ids; DML on its own pg-boss, `<schema>_relay_boss`. `ferry dlq retry|discard`
+ *   and `ferry verify` run with these grants too.
+ * - inbox: read/write the rows of its consumers (`consumers`; row-level security)
+ *   in the three consumer tables; DML on its pg-boss schema (the parking lot).
+ *   The handlers' own tables are the application's to grant.
+ * - idempotency: read/write `idempotency_keys`; DML on the janitor's pg-boss.
+ * - reader: SELECT on the outbox, its settings and the migrations: the read-only commands.
+ *
+ * @example
+ * const sql = grantsSql({ role: 'ferry_relay', for: 'relay', schema: 'ferry' }); // apply with psql as the owner
  */
 export function grantsSql(options: GrantOptions): string {
-  const role = quoteIdentifier(validateIdentifier(options.role, 'role'));
+  const roleName = validateIdentifier(options.role, 'role');
+  const role = quoteIdentifier(roleName);
   const target = options.for;
   if (!GRANT_TARGETS.includes(target)) {
     throw new ValidationError('for', `grants are for one of ${GRANT_TARGETS.join(', ')}, got ${JSON.stringify(String(target))}`);
   }
+  const consumers = [...new Set(options.consumers ?? [])];
+  if (consumers.length > 0 && target !== 'inbox') {
+    throw new ValidationError('consumers', `consumers confine an inbox role; the ${target} has none`);
+  }
+  for (const c of consumers) validateIdentifier(c, 'consumer');
   const schemaName = validateIdentifier(options.schema ?? 'ferry', 'schema');
   const s = quoteIdentifier(schemaName);
   const lines = [`-- Ferry ${target} grants for role ${role} on schema ${s}`, `GRANT USAGE ON SCHEMA ${s} TO ${role};`];
+  // Every part but the publisher may read which migrations ran: `ferry migrate --dry-run` and
+  // `ferry doctor` compare them with this Ferry's, and they are version numbers, nothing else.
+  const migrations = `GRANT SELECT ON ${s}.migrations TO ${role};`;
   if (target === 'publisher') {
     lines.push(
       `GRANT EXECUTE ON FUNCTION ${s}.publish_event(${PUBLISH_EVENT_ARGS}) TO ${role};`,
       `GRANT EXECUTE ON FUNCTION ${s}.publish_events(${PUBLISH_EVENTS_ARGS}) TO ${role};`,
     );
   } else if (target === 'relay') {
-    const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? bossSchemaFor(schemaName), 'bossSchema'));
+    const boss = quoteIdentifier(relayBossSchemaFor(schemaName));
     lines.push(
+      migrations,
       `GRANT SELECT ON ${s}.settings TO ${role};`,
-      `GRANT SELECT, UPDATE, DELETE ON ${s}.outbox TO ${role};`,
+      `GRANT SELECT, DELETE ON ${s}.outbox TO ${role};`,
+      // Earlier Ferry versions granted UPDATE on every column; revoking it first makes
+      // re-applying these grants tighten such a role (a no-op for a new one).
+      `REVOKE UPDATE ON ${s}.outbox FROM ${role};`,
+      `GRANT UPDATE (${RELAY_UPDATE_COLUMNS.join(', ')}) ON ${s}.outbox TO ${role};`,
       // The relay records that it waits for a NOTIFY (outbox migration 000007).
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_waiting TO ${role};`,
       // The prune job keeps each pruned id here for another retention (outbox migration 000006).
@@ -78,12 +181,21 @@ export function grantsSql(options: GrantOptions): string {
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_instances TO ${role};`,
       ...bossGrants(boss, role),
     );
-  } else {
+  } else if (target === 'inbox') {
     const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? bossSchemaFor(schemaName), 'bossSchema'));
     lines.push(
-      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.inbox_versions, ${s}.inbox_messages, ${s}.inbox_early TO ${role};`,
+      migrations,
+      `GRANT SELECT, INSERT, UPDATE, DELETE ON ${INBOX_TABLES.map((t) => `${s}.${t}`).join(', ')} TO ${role};`,
+      ...inboxPolicies(s, roleName, role, consumers),
       ...bossGrants(boss, role),
     );
+  } else if (target === 'idempotency') {
+    const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? idempotencyBossSchemaFor(schemaName), 'bossSchema'));
+    lines.push(migrations, `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.idempotency_keys TO ${role};`, ...bossGrants(boss, role));
+  } else {
+    lines.push(migrations, `GRANT SELECT ON ${s}.settings, ${s}.outbox TO ${role};`);
+    // ferry status and doctor show the lane leases and the live relays (outbox migration 000011).
+    lines.push(`GRANT SELECT ON ${s}.relay_leases, ${s}.relay_instances TO ${role};`);
   }
   return `${lines.join('\n')}\n`;
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { describeValue, ValidationError } from './errors.js';
 
 /** What Ferry accepts for a schema, consumer or other SQL identifier it is given. */
@@ -34,10 +35,44 @@ export function notifyChannel(schema: string): string {
 }
 
 /**
- * The pg-boss schema of a Ferry schema: `<schema>_boss`, one rule for every part (the relay's
- * prune job, the inbox's parking lot, the idempotency janitor). The inbox used `pgboss` before
- * (issue 16); pass `bossSchema: 'pgboss'` to keep parked events that live there.
+ * The pg-boss schema of a Ferry schema: `<schema>_boss`, the inbox's parking lot (parked events
+ * are real data, so this default stays where earlier inboxes put it). The inbox used `pgboss`
+ * before (issue 16); pass `bossSchema: 'pgboss'` to keep parked events that live there.
  */
 export function bossSchemaFor(schema: string): string {
   return `${schema}_boss`.slice(0, 63);
+}
+
+/**
+ * `<schema><suffix>` within PostgreSQL's 63 characters. A name too long keeps
+ * the schema's first characters and adds 8 hex of its sha256, so two long
+ * schemas never share a pg-boss and the suffix (which says whose it is) stays
+ * whole: slicing, as `bossSchemaFor` does, would make a relay's and an
+ * inbox's pg-boss of a 59-character schema differ only by a cut-off suffix,
+ * and of a 63-character one both be the schema itself.
+ */
+function suffixed(schema: string, suffix: string): string {
+  const name = `${schema}${suffix}`;
+  if (name.length <= 63) return name;
+  const digest = createHash('sha256').update(schema).digest('hex').slice(0, 8);
+  return `${schema.slice(0, 63 - suffix.length - 9)}_${digest}${suffix}`;
+}
+
+/**
+ * The relay's maintenance pg-boss: `<schema>_relay_boss`. It holds only the
+ * `ferry-prune` cron schedule and its short-lived jobs, so it lives apart
+ * from the inbox's parking lot (`bossSchemaFor`): the relay's role gets no
+ * privilege on parked events, and an inbox's role none on the prune schedule.
+ */
+export function relayBossSchemaFor(schema: string): string {
+  return suffixed(validateIdentifier(schema, 'schema'), '_relay_boss');
+}
+
+/**
+ * The idempotency janitor's pg-boss: `<schema>_idempotency_boss`, apart from
+ * the inbox's parking lot and the relay's schedule for the same reason as
+ * `relayBossSchemaFor`.
+ */
+export function idempotencyBossSchemaFor(schema: string): string {
+  return suffixed(validateIdentifier(schema, 'schema'), '_idempotency_boss');
 }

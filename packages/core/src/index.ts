@@ -38,12 +38,14 @@ export {
   ValidationError,
   VersionOrderError,
 } from './errors.js';
-export { GRANT_TARGETS, type GrantOptions, type GrantTarget, grantsSql } from './grants.js';
+export { GRANT_TARGETS, type GrantOptions, type GrantTarget, grantsSql, inboxPolicyName, RELAY_UPDATE_COLUMNS } from './grants.js';
 export {
   bossSchemaFor,
   IDENTIFIER_PATTERN,
+  idempotencyBossSchemaFor,
   notifyChannel,
   quoteIdentifier,
+  relayBossSchemaFor,
   schemaIdentifier,
   validateIdentifier,
 } from './identifiers.js';

@@ -37,10 +37,11 @@ describe('validation', () => {
     rejects(() => validateHeaders(many), 'headers', String(LIMITS.headerCountMax));
   });
 
-  test('validation - versions are positive 64-bit integers', () => {
+  test('validation - versions are positive integers of at most 2^62', () => {
     assert.equal(validateVersion(3), 3n);
-    assert.equal(validateVersion(2n ** 63n - 1n), 2n ** 63n - 1n);
-    for (const bad of [0, -1, 1.5, '3', 2n ** 63n, Number.MAX_SAFE_INTEGER + 1]) rejects(() => validateVersion(bad), 'version', 'positive');
+    assert.equal(validateVersion(2n ** 62n), 2n ** 62n);
+    for (const bad of [0, -1, 1.5, '3', 2n ** 62n + 1n, 2n ** 63n - 1n, 2n ** 63n, Number.MAX_SAFE_INTEGER + 1])
+      rejects(() => validateVersion(bad), 'version', 'positive');
   });
 
   test('validation - identifiers accept only the safe pattern, whatever is thrown at them', () => {

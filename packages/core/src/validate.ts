@@ -10,6 +10,12 @@ export const LIMITS = {
   headerNameMaxLength: 128,
   headerValueMaxLength: 4096,
   defaultMaxPayloadBytes: 1_048_576,
+  /**
+   * The most bytes an event's data may have, whatever maxPayloadBytes says: 64 MiB, the largest
+   * max_payload a NATS server accepts. The publish functions refuse more (outbox migration 000009),
+   * and the relay never loads a row's data past it (it measures the row in SQL first).
+   */
+  maxEventBytes: 67_108_864,
 } as const;
 
 // A NATS publish subject: dot-separated non-empty tokens of printable
@@ -82,16 +88,24 @@ export function validateEventId(id: unknown, field = 'id'): string {
   return id.toLowerCase();
 }
 
-const MAX_BIGINT = 9_223_372_036_854_775_807n;
-/** A positive 64-bit version. */
+/**
+ * The largest version a caller may give: 2^62. A key's recorded version is a bigint (at most 2^63-1),
+ * and the next publish without a version adds one to it, so a given version of 2^63-1 made every
+ * later publish of the key fail with "bigint out of range". Below 2^62, a key keeps 2^62 generated
+ * versions after its largest given one. The publish functions enforce the same bound (outbox
+ * migration 000009) for callers that bypass this package.
+ */
+export const MAX_EVENT_VERSION = 4_611_686_018_427_387_904n;
+
+/** A version a caller gives: a positive integer of at most MAX_EVENT_VERSION (2^62). */
 export function validateVersion(version: unknown, field = 'version'): bigint {
   let v: bigint | undefined;
   if (typeof version === 'bigint') v = version;
   else if (typeof version === 'number' && Number.isSafeInteger(version)) v = BigInt(version);
-  if (v === undefined || v < 1n || v > MAX_BIGINT) {
+  if (v === undefined || v < 1n || v > MAX_EVENT_VERSION) {
     throw new ValidationError(
       field,
-      `${field} must be a positive integer (number or bigint) of at most 2^63-1, got ${describeValue(version)}`,
+      `${field} must be a positive integer (number or bigint) of at most 2^62 (${MAX_EVENT_VERSION}), got ${describeValue(version)}`,
     );
   }
   return v;

@@ -12,7 +12,7 @@ const db = await createTestDatabase({ prefix: 'idem_measure', migrate: ['idempot
 const s = `"${db.schema}"`;
 await db.pool.query(`CREATE TABLE ${s}.orders (id serial PRIMARY KEY, sku text NOT NULL)`);
 const keys = createIdempotency({ schema: db.schema, scope: 'measure' });
-const fp = (i) => ({ method: 'POST', path: '/orders', body: { sku: `sku-${i}`, qty: 1 }, principal: 'user-1' });
+const fp = (i) => ({ method: 'POST', path: '/orders', body: { sku: `sku-${i}`, qty: 1 }, contentType: 'application/json' });
 const insert = async (tx, i) => {
   await tx.query(`INSERT INTO ${s}.orders (sku) VALUES ($1)`, [`sku-${i}`]);
   return { status: 201, body: { sku: `sku-${i}` } };
@@ -33,8 +33,16 @@ async function time(label, fn) {
 
 const rows = [];
 rows.push(await time('plain transaction (baseline)', (i) => withTransaction(db.pool, (tx) => insert(tx, i))));
-rows.push(await time('keys.run, new key', (i) => keys.run(db.pool, { key: `new-${i}`, fingerprint: fp(i) }, (tx) => insert(tx, i))));
-rows.push(await time('keys.run, replay', (i) => keys.run(db.pool, { key: 'new-0', fingerprint: fp(0) }, (tx) => insert(tx, i))));
+rows.push(
+  await time('keys.run, new key', (i) =>
+    keys.run(db.pool, { key: `new-${i}`, principal: 'user-1', fingerprint: fp(i) }, (tx) => insert(tx, i)),
+  ),
+);
+rows.push(
+  await time('keys.run, replay', (i) =>
+    keys.run(db.pool, { key: 'new-0', principal: 'user-1', fingerprint: fp(0) }, (tx) => insert(tx, i)),
+  ),
+);
 const base = rows[0];
 console.log(`iterations: ${n} sequential, PostgreSQL on ${new URL(db.url).host}`);
 console.log('| case | p50 ms | p99 ms | mean ms | mean vs baseline |');
@@ -49,7 +57,7 @@ const t0 = performance.now();
 for (let round = 0; round < 10; round++) {
   await Promise.all(
     Array.from({ length: 50 }, () =>
-      keys.run(db.pool, { key: `storm-${round}`, fingerprint: fp(round) }, (tx) => {
+      keys.run(db.pool, { key: `storm-${round}`, principal: 'user-1', fingerprint: fp(round) }, (tx) => {
         executions++;
         return insert(tx, round);
       }),

@@ -16,16 +16,34 @@ export class IdempotencyKeyError extends ValidationError {
 }
 
 /**
- * The key was already used for a different request (another method, path,
- * body or principal). The stored result is not returned. HTTP 422 in the
- * bindings. Not retryable: the client must use a new key for a new request.
+ * A request with an `Idempotency-Key` but no principal (the caller) where keys
+ * are scoped per caller: the principal function returned nothing (the request
+ * is not authenticated), or `run()` got no `principal` and no
+ * `globalKey: true`. HTTP 401 in the bindings. Raised before any SQL runs.
+ */
+export class IdempotencyPrincipalError extends ValidationError {
+  /** What the principal was (`undefined`, `null`, `''`, or a value of the wrong type). */
+  readonly principal: unknown;
+  constructor(principal: unknown, message: string) {
+    super('principal', message);
+    this.name = 'IdempotencyPrincipalError';
+    this.principal = principal;
+  }
+}
+
+/**
+ * The caller already used the key for a different request (another method,
+ * target, content type or body). The stored result is not returned. HTTP 422
+ * in the bindings. Not retryable: the client must use a new key for a new
+ * request. Another caller's use of the same key is never a conflict: keys
+ * are scoped per caller.
  */
 export class IdempotencyConflictError extends ConflictError {
   readonly key: string;
   readonly scope: string;
   constructor(scope: string, key: string) {
     super(
-      `Idempotency-Key ${describeValue(key)} (scope ${describeValue(scope)}) was already used for a different request (method, path, body or principal differ); use a new key for a new request`,
+      `Idempotency-Key ${describeValue(key)} (scope ${describeValue(scope)}) was already used by this caller for a different request (method, path and query, content type or body differ); use a new key for a new request`,
     );
     this.name = 'IdempotencyConflictError';
     this.key = key;
@@ -57,5 +75,6 @@ export class IdempotencyInProgressError extends ConflictError {
 }
 
 export const isIdempotencyKeyError = (e: unknown): e is IdempotencyKeyError => e instanceof IdempotencyKeyError;
+export const isIdempotencyPrincipalError = (e: unknown): e is IdempotencyPrincipalError => e instanceof IdempotencyPrincipalError;
 export const isIdempotencyConflictError = (e: unknown): e is IdempotencyConflictError => e instanceof IdempotencyConflictError;
 export const isIdempotencyInProgressError = (e: unknown): e is IdempotencyInProgressError => e instanceof IdempotencyInProgressError;

@@ -1,6 +1,6 @@
 import { type ConnectionPool, withTransaction } from '@ferry/core';
 import { encodeBody } from './body.js';
-import { IdempotencyConflictError, IdempotencyInProgressError, IdempotencyKeyError } from './errors.js';
+import { IdempotencyConflictError, IdempotencyInProgressError, IdempotencyKeyError, IdempotencyPrincipalError } from './errors.js';
 import { parseIdempotencyKeyHeader, validateIdempotencyKey } from './key.js';
 import type { Idempotency, IdempotentOperation, OperationResult } from './types.js';
 
@@ -14,8 +14,10 @@ export const HTTP_HEADERS = {
 
 /** HTTP status per error, as the IETF draft asks. */
 export const HTTP_STATUS = {
-  /** Missing (where required) or malformed key. */
+  /** Missing (where required), malformed or repeated key. */
   badKey: 400,
+  /** A key but no principal (the caller), where keys are scoped per caller. */
+  noPrincipal: 401,
   /** A request with the key is still running. */
   inProgress: 409,
   /** The key was used for a different request. */
@@ -34,11 +36,15 @@ export interface HttpReply {
 /** The parts of an HTTP request the core needs; bindings build it from their framework's request. */
 export interface EdgeRequest {
   method: string;
-  /** Path with query string. */
+  /** The request target: path with query string. */
   path: string;
-  /** The raw `Idempotency-Key` header value(s), `undefined` when absent. */
+  /** Every `Idempotency-Key` field line (`req.headersDistinct`), `undefined` when absent. More than one is a 400. */
   keyHeader: string | readonly string[] | undefined;
+  /** The `Content-Type` header, `undefined` when absent. */
+  contentType?: string | undefined;
+  /** The body for the fingerprint: its exact bytes when the binding has them, else the parsed value. */
   body: unknown;
+  /** The authenticated caller; ignored with `globalKeys: true`. Empty or absent: 401. */
   principal?: string | null | undefined;
 }
 
@@ -46,6 +52,8 @@ export interface EdgeOptions {
   pool: ConnectionPool;
   /** Answer 400 when the header is missing (default true). When false, a request without a key runs in a plain transaction. */
   required?: boolean;
+  /** Keys are shared by every caller and `request.principal` is not read (default false: a key without a principal is a 401). */
+  globalKeys?: boolean;
 }
 
 const DEFAULT_CONTENT_TYPE = {
@@ -75,12 +83,15 @@ function problem(status: number, title: string, detail: string, extra: Record<st
 }
 
 /**
- * The reply for one of the idempotency errors (400, 409, 422 as
+ * The reply for one of the idempotency errors (400, 401, 409, 422 as
  * `application/problem+json`), or `undefined` for any other error, which the
  * framework's own error handling should answer.
  */
 export function errorReply(err: unknown): HttpReply | undefined {
   if (err instanceof IdempotencyKeyError) return problem(HTTP_STATUS.badKey, 'Bad Idempotency-Key', err.message);
+  if (err instanceof IdempotencyPrincipalError) {
+    return problem(HTTP_STATUS.noPrincipal, 'Idempotency-Key without a caller', err.message);
+  }
   if (err instanceof IdempotencyInProgressError) {
     return problem(HTTP_STATUS.inProgress, 'Request in progress', err.message, { [HTTP_HEADERS.retryAfter]: '1' });
   }
@@ -115,11 +126,12 @@ export async function handleIdempotentRequest(
     return renderReply(result, false);
   }
   try {
-    const result = await keys.run(
-      options.pool,
-      { key, fingerprint: { method: request.method, path: request.path, body: request.body, principal: request.principal ?? null } },
-      operation,
-    );
+    const fingerprint = { method: request.method, path: request.path, contentType: request.contentType ?? null, body: request.body };
+    const caller = options.globalKeys
+      ? { globalKey: true }
+      : // '' and null are "no principal" like undefined: run() refuses them (401), never treats them as global.
+        { principal: request.principal ?? undefined };
+    const result = await keys.run(options.pool, { key, ...caller, fingerprint }, operation);
     // A replayed body was decoded from storage; encoding it again yields the stored bytes.
     return renderReply(result, result.replayed);
   } catch (err) {

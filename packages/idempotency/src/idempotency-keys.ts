@@ -13,8 +13,10 @@ import {
 import { decodeBody, encodeBody } from './body.js';
 import { IdempotencyConflictError, IdempotencyInProgressError } from './errors.js';
 import { fingerprintHash } from './fingerprint.js';
+import { withoutIdentityHeaders } from './identity-headers.js';
 import { validateIdempotencyKey } from './key.js';
 import { compileIdempotencyOptions } from './options.js';
+import { principalColumn } from './principal.js';
 import { claimKeySql } from './sql/claim-key.js';
 import { findKeySql, type KeyRow } from './sql/find-key.js';
 import { storeResultSql } from './sql/store-result.js';
@@ -77,10 +79,17 @@ function checkResult(result: unknown): Required<Pick<OperationResult, 'status' |
   return { status: r.status, headers: Object.fromEntries(headers), body: r.body };
 }
 
-/** A 64-bit advisory lock id for one key: serialises requests with that key, across processes. */
-function advisoryLockId(schema: string, scope: string, key: string): string {
+/** One caller's key: the row's primary key is (scope, principal, key). */
+interface CallerKey {
+  readonly key: string;
+  /** The `principal` column: a digest, or `'*'` for a global key. */
+  readonly principal: string;
+}
+
+/** A 64-bit advisory lock id for one caller's key: serialises requests with that key, across processes. */
+function advisoryLockId(schema: string, scope: string, { principal, key }: CallerKey): string {
   const digest = createHash('sha256')
-    .update(JSON.stringify(['ferry:idempotency', schema, scope, key]))
+    .update(JSON.stringify(['ferry:idempotency', schema, scope, principal, key]))
     .digest();
   return digest.readBigInt64BE(0).toString();
 }
@@ -104,15 +113,20 @@ class IdempotencyKeys implements Idempotency {
     if (typeof operation !== 'function')
       throw new ValidationError('operation', 'run() needs the operation as its third argument: async (tx) => ({ status, body })');
     if (typeof request !== 'object' || request === null) {
-      throw new ValidationError('request', 'run() needs { key, fingerprint: { method, path, body, principal } }');
+      throw new ValidationError(
+        'request',
+        'run() needs { key, principal (or globalKey: true), fingerprint: { method, path, contentType, body } }',
+      );
     }
     const key = validateIdempotencyKey(request.key);
+    const principal = principalColumn(request);
     const fingerprint = fingerprintHash(request.fingerprint);
+    const callerKey: CallerKey = { key, principal };
     // The common retry finds a finished record without taking a transaction or a lock.
-    const { rows } = await pool.query<KeyRow>(this.#findSql, [this.options.scope, key]);
+    const { rows } = await pool.query<KeyRow>(this.#findSql, [this.options.scope, principal, key]);
     const row = rows[0];
     if (row) return this.#replay(row, key, fingerprint);
-    return this.#claimAndRun(pool, key, fingerprint, operation);
+    return this.#claimAndRun(pool, callerKey, fingerprint, operation);
   }
 
   #replay(row: KeyRow, key: string, fingerprint: Buffer): IdempotentResult {
@@ -126,16 +140,18 @@ class IdempotencyKeys implements Idempotency {
     logger.debug({ event: 'idempotency:replayed', scope, key, status: row.status }, 'replaying the stored answer');
     return Object.freeze({
       status: row.status,
-      headers: Object.freeze({ ...row.headers }),
+      // Never stored by this code; stripped here too, for rows written some other way.
+      headers: Object.freeze(withoutIdentityHeaders(row.headers)),
       body: decodeBody(row.body_kind, row.body),
       replayed: true,
     });
   }
 
   /** Waits for (or, in reject mode, tests) the lock of any request running with this key. */
-  async #lock(tx: PooledConnection, key: string): Promise<void> {
+  async #lock(tx: PooledConnection, callerKey: CallerKey): Promise<void> {
     const { schema, scope, onConcurrent, waitMs } = this.options;
-    const id = advisoryLockId(schema, scope, key);
+    const { key } = callerKey;
+    const id = advisoryLockId(schema, scope, callerKey);
     if (onConcurrent === 'reject') {
       const { rows } = await tx.query<{ locked: boolean }>('SELECT pg_try_advisory_xact_lock($1::bigint) AS locked', [id]);
       if (!rows[0]?.locked) throw new IdempotencyInProgressError(scope, key, 0);
@@ -161,15 +177,21 @@ class IdempotencyKeys implements Idempotency {
     return true;
   }
 
-  async #claimAndRun(pool: ConnectionPool, key: string, fingerprint: Buffer, operation: IdempotentOperation): Promise<IdempotentResult> {
+  async #claimAndRun(
+    pool: ConnectionPool,
+    callerKey: CallerKey,
+    fingerprint: Buffer,
+    operation: IdempotentOperation,
+  ): Promise<IdempotentResult> {
     const { scope, retentionMs, logger } = this.options;
+    const { key, principal } = callerKey;
     return withTransaction(
       pool,
       async (tx, transaction) => {
-        await this.#lock(tx, key);
+        await this.#lock(tx, callerKey);
         let claimed: boolean;
         try {
-          claimed = (await tx.query(this.#claimSql, [scope, key, fingerprint, retentionMs])).rows.length === 1;
+          claimed = (await tx.query(this.#claimSql, [scope, principal, key, fingerprint, retentionMs])).rows.length === 1;
         } catch (err) {
           // Only a writer that skipped the advisory lock (another Ferry version, a hand-written INSERT) gets here.
           if (sqlState(err) === SQLSTATE.uniqueViolation) throw new IdempotencyInProgressError(scope, key, 0, { cause: err });
@@ -177,7 +199,7 @@ class IdempotencyKeys implements Idempotency {
         }
         if (!claimed) {
           // A live record committed before we got the lock: this request is a retry (or a misuse of the key).
-          const { rows } = await tx.query<KeyRow>(this.#findSql, [scope, key]);
+          const { rows } = await tx.query<KeyRow>(this.#findSql, [scope, principal, key]);
           await transaction.end('ROLLBACK');
           const row = rows[0];
           if (!row) throw new IdempotencyInProgressError(scope, key, 0);
@@ -191,7 +213,9 @@ class IdempotencyKeys implements Idempotency {
           return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });
         }
         const body = encodeBody(result.body);
-        await tx.query(this.#storeSql, [scope, key, result.status, JSON.stringify(result.headers), body.bytes, body.kind]);
+        // The first response keeps its Set-Cookie; the stored one, replayed to every retry, never does.
+        const stored = withoutIdentityHeaders(result.headers);
+        await tx.query(this.#storeSql, [scope, principal, key, result.status, JSON.stringify(stored), body.bytes, body.kind]);
         await transaction.end('COMMIT');
         logger.debug({ event: 'idempotency:stored', scope, key, status: result.status }, 'operation committed with its key');
         return Object.freeze({ status: result.status, headers: Object.freeze(result.headers), body: result.body, replayed: false });

@@ -8,6 +8,7 @@ export {
 } from '@ferry/core';
 export {
   type BindingOptions,
+  type ExpressBindingOptions,
   type ExpressLikeRequest,
   expressIdempotency,
   type FastifyLikeReply,
@@ -21,9 +22,11 @@ export {
   IdempotencyConflictError,
   IdempotencyInProgressError,
   IdempotencyKeyError,
+  IdempotencyPrincipalError,
   isIdempotencyConflictError,
   isIdempotencyInProgressError,
   isIdempotencyKeyError,
+  isIdempotencyPrincipalError,
 } from './errors.js';
 export { canonicalJson, fingerprintHash } from './fingerprint.js';
 export {
@@ -37,6 +40,7 @@ export {
   renderReply,
 } from './http.js';
 export { createIdempotency, RETRY_LATER_STATUSES } from './idempotency-keys.js';
+export { IDENTITY_HEADERS } from './identity-headers.js';
 export {
   createIdempotencyJanitor,
   type IdempotencyJanitor,
@@ -45,4 +49,5 @@ export {
 } from './janitor.js';
 export { MAX_KEY_LENGTH, parseIdempotencyKeyHeader, validateIdempotencyKey } from './key.js';
 export { compileIdempotencyOptions, DEFAULT_RETENTION, DEFAULT_WAIT_MS, MIN_RETENTION_MS, parseRetention } from './options.js';
+export { MAX_PRINCIPAL_LENGTH } from './principal.js';
 export * from './types.js';

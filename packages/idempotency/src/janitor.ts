@@ -1,10 +1,10 @@
 import {
-  bossSchemaFor,
   ConfigError,
   type ConnectionPool,
   DEFAULT_SCHEMA,
   deleteInBatches,
   describeValue,
+  idempotencyBossSchemaFor,
   quoteIdentifier,
   SILENT_LOGGER,
   startPruner,
@@ -24,7 +24,7 @@ import type { Logger } from './types.js';
  * createIdempotencyJanitor({
  *   pool,
  *   connectionString: process.env.DATABASE_URL, // the janitor's own pg-boss…
- *   bossSchema: 'ferry_boss',                   // …in this schema (default `<schema>_boss`)
+ *   bossSchema: 'ferry_idempotency_boss',       // …in this schema (the default: `<schema>_idempotency_boss`)
  *   cron: '*\/5 * * * *',                        // default: every 5 minutes
  * });
  */
@@ -37,7 +37,12 @@ export interface IdempotencyJanitorOptions {
   boss?: PgBoss;
   /** Database for the janitor's own pg-boss (ignored with `boss`). */
   connectionString?: string;
-  /** Schema of the janitor's own pg-boss, kept apart from Ferry's tables. Default `<schema>_boss`. */
+  /**
+   * Schema of the janitor's own pg-boss, kept apart from Ferry's tables and from the inbox's
+   * parking lot (`<schema>_boss`), so the janitor's role needs no privilege on parked events.
+   * Default `<schema>_idempotency_boss` (`<schema>_boss` before issue 32: its old schedule
+   * there is harmless; `ferry migrate --idempotency --boss` removes it).
+   */
   bossSchema?: string;
   /** When to prune: a cron expression (UTC). Default every 5 minutes. */
   cron?: string;
@@ -116,7 +121,7 @@ class Janitor implements IdempotencyJanitor {
           'createIdempotencyJanitor needs a pg-boss: pass `boss`, or `connectionString` for one of its own',
         );
       }
-      const bossSchema = validateIdentifier(o.bossSchema ?? bossSchemaFor(schema), 'bossSchema');
+      const bossSchema = validateIdentifier(o.bossSchema ?? idempotencyBossSchemaFor(schema), 'bossSchema');
       this.#boss = new PgBoss({ connectionString: o.connectionString, schema: bossSchema, max: 2 });
       this.#ownsBoss = true;
     }

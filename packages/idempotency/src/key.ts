@@ -30,12 +30,17 @@ export function validateIdempotencyKey(key: unknown): string {
 /**
  * Reads an `Idempotency-Key` header value. The IETF draft sends it as a
  * structured-field string (`"8e03978e-…"`); a bare value is accepted too.
- * Returns `undefined` when the header is absent.
+ * Returns `undefined` when the header is absent. Pass every field line the
+ * request carried (Node's `req.headersDistinct`): more than one is refused,
+ * and so is a bare value with a comma, the form two field lines take once
+ * Node or a proxy joins them (`a1, a2`). A key with a comma is sent quoted.
  */
 export function parseIdempotencyKeyHeader(value: string | readonly string[] | undefined): string | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'string') {
-    if (value.length > 1) throw new IdempotencyKeyError(value, 'send exactly one Idempotency-Key header');
+    if (value.length > 1) {
+      throw new IdempotencyKeyError(value, `the request has ${value.length} Idempotency-Key headers; send exactly one key per request`);
+    }
     return parseIdempotencyKeyHeader(value[0] ?? '');
   }
   const v = value.trim();
@@ -45,6 +50,12 @@ export function parseIdempotencyKeyHeader(value: string | readonly string[] | un
       throw new IdempotencyKeyError(value, `the Idempotency-Key ${describeValue(value, 40)} is not a valid quoted string`);
     }
     return validateIdempotencyKey(inner.replace(/\\(["\\])/g, '$1'));
+  }
+  if (v.includes(',')) {
+    throw new IdempotencyKeyError(
+      value,
+      `the Idempotency-Key ${describeValue(value, 40)} has a comma, which is how several Idempotency-Key headers arrive once joined; send exactly one key, quoted ("…") if the key itself has a comma`,
+    );
   }
   return validateIdempotencyKey(v);
 }

@@ -51,27 +51,62 @@ export interface CompiledIdempotencyOptions {
 }
 
 /**
- * What identifies "the same request". Hashed (sha256 of canonical JSON, object
- * keys sorted), never stored in clear.
+ * What identifies "the same request" for one caller's key. Hashed (sha256 of
+ * length-prefixed fields, `fingerprintHash`), never stored in clear. A retry
+ * with the same key and another fingerprint is a conflict (HTTP 422).
+ *
+ * @example
+ * const fingerprint = { method: 'POST', path: '/orders?dry=1', contentType: 'application/json', body: rawBytes };
  */
 export interface RequestFingerprint {
   /** HTTP method, compared case-insensitively. */
   method: string;
-  /** Path, with the query string if it matters. */
+  /** The request target: path and query string, as sent. */
   path: string;
-  /** The parsed request body: JSON values, `Uint8Array` or `undefined`. */
+  /** The `Content-Type` header as sent (`null`/absent when there was none). */
+  contentType?: string | null;
+  /**
+   * The body: its exact bytes (`Uint8Array`, preferred), a parsed value (JSON
+   * values, compared as canonical JSON: key order does not matter), or
+   * `undefined` when there is none. Bytes and a parsed value never compare
+   * equal.
+   */
   body?: unknown;
-  /** Who is asking (user or tenant id): a key reused by someone else is a conflict, never their answer. */
-  principal?: string | null;
 }
 
+/**
+ * One request to `run()`. Keys are scoped per caller: give the caller's
+ * `principal`, or `globalKey: true` when the application has decided that
+ * keys are shared by every caller. Exactly one of the two.
+ *
+ * @example
+ * await keys.run(pool, { key, principal: session.userId, fingerprint }, operation);
+ */
 export interface IdempotentRequest {
   /** The client's `Idempotency-Key`: 1-255 printable ASCII characters. */
   key: string;
+  /**
+   * Who is asking: the authenticated user or tenant id (1-1024 characters).
+   * Part of the key: another caller's use of the same key is another key, so
+   * one caller's stored answer is never replayed to another and nobody can
+   * squat or probe someone else's keys. Stored as a sha256 digest.
+   */
+  principal?: string;
+  /**
+   * `true`: this key is shared by every caller (a stored answer is replayed to
+   * whoever sends the key). Only for APIs with a single client, or whose keys
+   * already carry the caller. Default `false`.
+   */
+  globalKey?: boolean;
   fingerprint: RequestFingerprint;
 }
 
-/** An operation's answer. `body` is a JSON value, a string, bytes, or `undefined` (no body). */
+/**
+ * An operation's answer. `body` is a JSON value, a string, bytes, or
+ * `undefined` (no body). Headers that carry the caller's identity
+ * (`IDENTITY_HEADERS`: `Set-Cookie` and friends) go to the first response
+ * only; they are never stored, so a replay does not carry them.
+ */
 export interface OperationResult {
   status: number;
   body?: unknown;
@@ -81,6 +116,7 @@ export interface OperationResult {
 export interface IdempotentResult {
   readonly status: number;
   readonly body: unknown;
+  /** On a replay, the stored headers: never `Set-Cookie` or another of `IDENTITY_HEADERS`. */
   readonly headers: Readonly<Record<string, string>>;
   /** True when this is the stored answer of an earlier request and the operation did not run. */
   readonly replayed: boolean;
@@ -95,7 +131,7 @@ export type IdempotentOperation = (tx: PooledConnection) => Promise<OperationRes
  *
  * @example
  * const keys = createIdempotency({ schema: 'ferry', retention: '24h', scope: 'orders-api' });
- * const result = await keys.run(pool, { key, fingerprint: { method: 'POST', path: '/orders', body, principal } },
+ * const result = await keys.run(pool, { key, principal: userId, fingerprint: { method: 'POST', path: '/orders', contentType, body } },
  *   async (tx) => {
  *     await tx.query('INSERT INTO orders (id) VALUES ($1)', [id]);
  *     await publisher.publish(tx, { subject: 'orders.placed', key: id, type: 'OrderPlaced', data: { id } });
@@ -105,7 +141,7 @@ export type IdempotentOperation = (tx: PooledConnection) => Promise<OperationRes
 export interface Idempotency {
   readonly options: CompiledIdempotencyOptions;
   /**
-   * Claims the key and runs `operation` in one transaction on a connection of
+   * Claims the caller's key (scope, principal, key) and runs `operation` in one transaction on a connection of
    * `pool`; stores the answer in the same transaction. A retry with the same
    * key and request gets the stored answer (`replayed: true`); with another
    * request, `IdempotencyConflictError`. If `operation` throws, or answers

@@ -36,7 +36,7 @@ import { type CreateSpans, withCreateSpans } from './tracing.js';
 import type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';
 
 const MIN_PAYLOAD = 1024;
-const MAX_PAYLOAD = 64 * 1024 * 1024;
+const MAX_PAYLOAD = LIMITS.maxEventBytes;
 /** 0001-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: the event times both ce-time and PostgreSQL can hold. */
 const MIN_TIME_MS = -62_135_596_800_000;
 const MAX_TIME_MS = 253_402_300_799_999;

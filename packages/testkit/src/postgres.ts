@@ -1,4 +1,4 @@
-import { bossSchemaFor, type MigrationSet, migrate, quoteIdentifier } from '@ferry/core';
+import { bossSchemaFor, idempotencyBossSchemaFor, type MigrationSet, migrate, quoteIdentifier, relayBossSchemaFor } from '@ferry/core';
 import pg from 'pg';
 import { uniqueName } from './wait.js';
 
@@ -39,8 +39,10 @@ export async function createTestDatabase(
       closed = true;
       try {
         await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(schema)} CASCADE`);
-        // Where the relay's, the inbox's and the janitor's pg-boss go by default (core's bossSchemaFor).
-        await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(bossSchemaFor(schema))} CASCADE`);
+        // Where the inbox's, the relay's and the idempotency janitor's pg-boss go by default.
+        for (const boss of [bossSchemaFor(schema), relayBossSchemaFor(schema), idempotencyBossSchemaFor(schema)]) {
+          await pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(boss)} CASCADE`);
+        }
       } finally {
         await pool.end();
       }

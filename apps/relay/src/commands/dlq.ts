@@ -113,7 +113,9 @@ interface ShownRow extends DeadRow {
   lane: number;
   source: string;
   content_type: string;
+  /** The first SHOW_DATA_BYTES bytes of the data. */
   data: Buffer;
+  data_bytes: number;
   headers: Record<string, string> | null;
   occurred_at: Date;
   created_at: Date;
@@ -122,11 +124,14 @@ interface ShownRow extends DeadRow {
   blocked: string;
 }
 
+/** The data bytes `ferry dlq show` reads at most: its `--json` carries them, and a stored row may be far larger. */
+const SHOW_DATA_BYTES = 1024 * 1024;
+
 /** `ferry dlq show ID`: one dead event in full, its payload, and how many later events of its key wait behind it. */
 async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<void> {
   const [valid] = validateIds([id]);
   const row = await withPool(flags, ctx, async (pool, schemaSql) => {
-    const { rows } = await pool.query<ShownRow>(showEventSql(schemaSql), [valid]);
+    const { rows } = await pool.query<ShownRow>(showEventSql(schemaSql), [valid, SHOW_DATA_BYTES]);
     return rows[0];
   });
   if (!row) throw new CommandFailedError(`no outbox event ${valid} (pruned after the retention, or never committed)`);
@@ -152,18 +157,20 @@ async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<v
     headers: row.headers ?? {},
     data: text ? row.data.toString('utf8') : row.data.toString('base64'),
     dataEncoding: text ? 'utf8' : 'base64',
+    dataBytes: row.data_bytes,
+    dataTruncated: row.data_bytes > row.data.byteLength,
   };
   if (flags.json) {
     ctx.out(JSON.stringify(shown));
     return;
   }
   for (const [k, v] of Object.entries(shown)) {
-    if (k === 'data' || k === 'dataEncoding' || k === 'headers') continue;
+    if (k === 'data' || k === 'dataEncoding' || k === 'dataBytes' || k === 'dataTruncated' || k === 'headers') continue;
     ctx.out(`${k.padEnd(14)}${v ?? '-'}`);
   }
   ctx.out(`${'headers'.padEnd(14)}${JSON.stringify(shown.headers)}`);
-  ctx.out(`data (${shown.dataEncoding}, ${row.data.byteLength} bytes):`);
-  ctx.out(shown.data.length > 4000 ? `${shown.data.slice(0, 4000)}…` : shown.data);
+  ctx.out(`data (${shown.dataEncoding}, ${row.data_bytes} bytes):`);
+  ctx.out(shown.data.length > 4000 || shown.dataTruncated ? `${shown.data.slice(0, 4000)}…` : shown.data);
 }
 
 export function dlqCommand(ctx: CommandContext): Command {

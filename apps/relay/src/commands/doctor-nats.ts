@@ -1,6 +1,6 @@
 // ferry doctor's NATS checks: JetStream, the outbox subjects' streams, each stream's duplicate
 // window and replicas, inbox consumers, and max_payload against the largest event.
-import { encodedSize, encodeEvent, eventFromOutboxRow, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
+import { encodedSize, encodeEvent, eventFromOutboxRow, quoteIdentifier } from '@ferry/core';
 import { consumerConfigDifferences } from '@ferry/inbox';
 import { type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -11,6 +11,7 @@ import { duplicateWindowShortfall } from '../duplicate-window.js';
 import { formatDuration } from '../duration.js';
 import { retrySpanMs } from '../relay-options.js';
 import { largestEventSql } from '../sql/largest-event.js';
+import type { BoundedOutboxEventRow } from '../sql/outbox-event-columns.js';
 import type { Add, DoctorFlags } from './doctor.js';
 
 const fmtMs = (ms: number) => formatDuration(ms, true);
@@ -154,11 +155,19 @@ async function checkPayload(nc: NatsConnection, pool: pg.Pool, outboxReadable: b
     );
   } else add('max_payload', 'ok', `maxPayloadBytes ${flags.maxPayloadBytes} <= the server's max_payload ${max}`);
   if (!outboxReadable) return;
-  const { rows } = await pool.query<OutboxEventRow>(largestEventSql(quoteIdentifier(flags.schema)));
+  // The data is loaded only up to max_payload: a stored row far larger would end this process too.
+  const { rows } = await pool.query<BoundedOutboxEventRow>(largestEventSql(quoteIdentifier(flags.schema)), [max]);
   const row = rows[0];
   if (!row) return;
-  const size = encodedSize(encodeEvent(eventFromOutboxRow(row)));
-  if (size > max) {
+  const size = row.data === null ? row.data_bytes : encodedSize(encodeEvent(eventFromOutboxRow({ ...row, data: row.data })));
+  if (row.data === null) {
+    add(
+      'max_payload',
+      'problem',
+      `event ${row.id} has ${row.data_bytes} bytes of data, over the server's max_payload ${max}: it dies in the relay`,
+      'ferry dlq discard it (a payload this size belongs in an object store, with a reference in the event)',
+    );
+  } else if (size > max) {
     add(
       'max_payload',
       'problem',

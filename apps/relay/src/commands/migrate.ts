@@ -4,12 +4,14 @@ import {
   GRANT_TARGETS,
   type GrantTarget,
   grantsSql,
+  idempotencyBossSchemaFor,
   listMigrations,
   type MigrationSet,
   migrate,
   migrationSql,
   migrationStatus,
   quoteIdentifier,
+  relayBossSchemaFor,
   startPgBoss,
   validateIdentifier,
 } from '@ferry/core';
@@ -26,9 +28,16 @@ import { CommandFailedError, NotConfirmedError } from '../errors.js';
 import { PRUNE_QUEUE } from '../janitor.js';
 import { redactUrl } from '../redact.js';
 import { countPrunableSql } from '../sql/count-prunable.js';
+import { OUTBOX_TABLE_SQL as TABLE_EXISTS_SQL } from '../sql/outbox-table.js';
 import { setRetentionSql } from '../sql/retention.js';
 
 const parseRole = validatorParser((value) => validateIdentifier(value, 'role'));
+const parseConsumer = validatorParser((value) => validateIdentifier(value, 'consumer'));
+
+/** `--consumer` may be given once per consumer the role runs. */
+function collectConsumer(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), parseConsumer(value)];
+}
 
 /**
  * Installs (or upgrades) pg-boss in its schema as the migrating role, and for
@@ -47,6 +56,38 @@ async function installBoss(url: string, schema: string, queue: string | undefine
   }
 }
 
+/**
+ * The idempotency janitor's queue (packages/idempotency/src/janitor.ts names it the same way;
+ * the relay app does not depend on that package for one string).
+ */
+function idempotencyPruneQueue(schema: string): string {
+  return `ferry.idempotency.prune.${schema}`;
+}
+
+/**
+ * Before issue 32 the relay's prune schedule and the idempotency janitor's
+ * lived in `<schema>_boss`, beside the inbox's parking lot; both now have a
+ * pg-boss of their own. The old schedule there would go on putting a job into
+ * a queue no worker reads (at every occurrence, if an inbox in `dedupe` mode
+ * runs pg-boss's cron in that schema), so `--boss` removes it, as the owner.
+ * Its queue stays: a relay of the old version still running during a rolling
+ * upgrade keeps working from it. Nothing happens where that pg-boss does not exist.
+ */
+async function forgetOldSchedule(pool: pg.Pool, url: string, oldSchema: string, queue: string): Promise<boolean> {
+  const { rows } = await pool.query<{ t: string | null }>(TABLE_EXISTS_SQL, [`${quoteIdentifier(oldSchema)}.schedule`]);
+  if (!rows[0]?.t) return false;
+  const boss = new PgBoss({ connectionString: url, schema: oldSchema, max: 1, supervise: false, schedule: false, registerInstance: false });
+  boss.on('error', () => {});
+  await startPgBoss(() => boss.start());
+  try {
+    const had = (await boss.getSchedules(queue)).length > 0;
+    if (had) await boss.unschedule(queue);
+    return had;
+  } finally {
+    await boss.stop({ graceful: false, close: true });
+  }
+}
+
 interface MigrateFlags {
   databaseUrl?: string;
   schema: string;
@@ -58,6 +99,7 @@ interface MigrateFlags {
   printGrants?: boolean;
   role?: string;
   for?: GrantTarget;
+  consumer?: string[];
   boss?: boolean;
   bossSchema?: string;
   retention?: number;
@@ -156,11 +198,14 @@ export function migrateCommand(ctx: CommandContext): Command {
     .addOption(
       new Option(
         '--boss',
-        "also install pg-boss (the relay's <schema>_boss with its prune queue, or with --inbox the inbox's --boss-schema) so least-privileged roles need no CREATE",
+        "also install pg-boss (the relay's <schema>_relay_boss with its prune queue, with --inbox the inbox's --boss-schema, with --idempotency the janitor's) so least-privileged roles need no CREATE",
       ),
     )
     .addOption(
-      new Option('--boss-schema <name>', "the inbox's pg-boss schema (with --inbox; default <schema>_boss)")
+      new Option(
+        '--boss-schema <name>',
+        "the inbox's pg-boss schema (with --inbox or --for inbox; default <schema>_boss), or the idempotency janitor's (with --idempotency or --for idempotency; default <schema>_idempotency_boss)",
+      )
         .env('FERRY_BOSS_SCHEMA')
         .argParser(parseSchema),
     )
@@ -168,18 +213,43 @@ export function migrateCommand(ctx: CommandContext): Command {
       new Option('--print-grants', 'print the GRANT statements a least-privileged role needs (with --role and --for), and touch nothing'),
     )
     .addOption(new Option('--role <role>', 'the role --print-grants grants to').argParser(parseRole))
-    .addOption(new Option('--for <part>', 'the part the role runs (with --print-grants)').choices(GRANT_TARGETS))
+    .addOption(
+      new Option(
+        '--for <part>',
+        'the part the role runs (with --print-grants; reader: status, doctor, dlq list, replay, migrate --dry-run)',
+      ).choices(GRANT_TARGETS),
+    )
+    .addOption(
+      new Option(
+        '--consumer <name>',
+        "with --for inbox: a consumer whose rows the role may read and write (repeat for each; none: every consumer's, with a warning)",
+      ).argParser(collectConsumer),
+    )
     .addHelpText(
       'after',
-      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql            (what this database still needs)\n  ferry migrate --print-sql --from-version 0 > new.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql",
+      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql            (what this database still needs)\n  ferry migrate --print-sql --from-version 0 > new.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql\n  ferry migrate --print-grants --role billing_inbox --for inbox --consumer billing | psql",
     )
     .action(async (flags: MigrateFlags) => {
       const set: MigrationSet = flags.inbox ? 'inbox' : flags.idempotency ? 'idempotency' : 'outbox';
       if (flags.printGrants) {
         if (!flags.role || !flags.for)
-          throw new ConfigError('--print-grants', '--print-grants needs --role ROLE and --for publisher|relay|inbox');
-        const boss = flags.for === 'inbox' ? (flags.bossSchema ?? bossSchemaFor(flags.schema)) : bossSchemaFor(flags.schema);
-        ctx.out(grantsSql({ role: flags.role, for: flags.for, schema: flags.schema, bossSchema: boss }).trimEnd());
+          throw new ConfigError('--print-grants', `--print-grants needs --role ROLE and --for ${GRANT_TARGETS.join('|')}`);
+        if (flags.consumer && flags.for !== 'inbox')
+          throw new ConfigError('--consumer', `--consumer confines an inbox role: use it with --for inbox, not --for ${flags.for}`);
+        if (flags.for === 'inbox' && !flags.consumer) {
+          ctx.err(
+            `warning: no --consumer: role "${flags.role}" may read and write every consumer's inbox rows; give --consumer NAME to confine it`,
+          );
+        }
+        ctx.out(
+          grantsSql({
+            role: flags.role,
+            for: flags.for,
+            schema: flags.schema,
+            ...(flags.bossSchema ? { bossSchema: flags.bossSchema } : {}),
+            ...(flags.consumer ? { consumers: flags.consumer } : {}),
+          }).trimEnd(),
+        );
         return;
       }
       if (flags.printSql) {
@@ -215,9 +285,20 @@ export function migrateCommand(ctx: CommandContext): Command {
         }
         const result = await migrate({ pool, schema: flags.schema, set, ...(flags.lanes ? { lanes: flags.lanes } : {}) });
         if (flags.retention !== undefined) await setRetention(pool, flags, flags.retention, ctx);
-        if (flags.boss && set !== 'idempotency') {
+        if (flags.boss) {
           if (set === 'inbox') await installBoss(url, flags.bossSchema ?? bossSchemaFor(flags.schema), undefined);
-          else await installBoss(url, bossSchemaFor(flags.schema), PRUNE_QUEUE);
+          else {
+            const [own, queue] =
+              set === 'outbox'
+                ? [relayBossSchemaFor(flags.schema), PRUNE_QUEUE]
+                : [flags.bossSchema ?? idempotencyBossSchemaFor(flags.schema), idempotencyPruneQueue(flags.schema)];
+            // The janitor creates its queue (a row) at start; the relay's is created here.
+            await installBoss(url, own, set === 'outbox' ? queue : undefined);
+            const old = bossSchemaFor(flags.schema);
+            if (own !== old && (await forgetOldSchedule(pool, url, old, queue))) {
+              ctx.err(`removed the ${queue} schedule from "${old}": it runs from "${own}" now`);
+            }
+          }
         }
         if (flags.json) ctx.out(JSON.stringify(result));
         else if (result.applied.length === 0)

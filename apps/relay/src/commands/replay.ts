@@ -1,14 +1,6 @@
 // ferry replay: the filters, the confirmation and the per-key pipelined publish share one report, so
 // they stay in one file (just over ~350 lines); the progress bar and the resume commands live apart.
-import {
-  ConfigError,
-  encodedSize,
-  encodeEvent,
-  eventFromOutboxRow,
-  type OutboxEventRow,
-  quoteIdentifier,
-  replayMsgIdSuffix,
-} from '@ferry/core';
+import { ConfigError, encodedSize, encodeEvent, eventFromOutboxRow, LIMITS, quoteIdentifier, replayMsgIdSuffix } from '@ferry/core';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
@@ -21,6 +13,7 @@ import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
 import { PubAcks } from '../pub-acks.js';
+import type { BoundedOutboxEventRow } from '../sql/outbox-event-columns.js';
 import { countReplaySql, replayPageSql } from '../sql/replay-rows.js';
 import { Progress, type ProgressMode } from './replay-progress.js';
 import { type ReplayFailure, resumeCommands, shellQuote } from './replay-resume.js';
@@ -125,9 +118,12 @@ Examples:
   ferry replay --since 2026-11-29T08:00:00Z --until 2026-11-29T09:00:00Z --subject-prefix orders.
   ferry replay --key order-42 --json`;
 
-interface Row extends OutboxEventRow {
+interface Row extends BoundedOutboxEventRow {
   seq: string;
 }
+
+/** Data bytes one page of the selection may load: pages are cut by bytes as well as rows. */
+const PAGE_BYTES = 64 * 1024 * 1024;
 
 export function replayCommand(ctx: CommandContext): Command {
   return addNatsOptions(
@@ -286,7 +282,14 @@ async function publishAll(
     let cursor = '0';
     const page = 500;
     pages: while (!stop) {
-      const { rows } = await pool.query<Row>(replayPageSql(schemaSql, where, values.length, page), [...values, cursor, upTo]);
+      const maxPayload = nc.info?.max_payload ?? LIMITS.maxEventBytes;
+      const { rows } = await pool.query<Row>(replayPageSql(schemaSql, where, values.length, page), [
+        ...values,
+        cursor,
+        upTo,
+        Math.min(maxPayload, LIMITS.maxEventBytes),
+        PAGE_BYTES,
+      ]);
       for (const row of rows) {
         read++;
         // A key's next row goes out only after its previous one is acknowledged: a failure
@@ -299,12 +302,15 @@ async function publishAll(
         while (inFlight.size >= flags.maxInFlight) await Promise.race(inFlight);
         if (stop) break pages;
         lastAttempted = BigInt(row.seq);
-        const event = eventFromOutboxRow(row);
+        if (row.data === null) {
+          fail(row, `the event's data is ${row.data_bytes} bytes, over the NATS server's max_payload of ${maxPayload}; it was not loaded`);
+          continue;
+        }
+        const event = eventFromOutboxRow({ ...row, data: row.data });
         const encoded = encodeEvent(event, { msgId: `${row.id}${report.msgIdSuffix}` });
         // Checked here, before sending, on the copy's real wire size (its longer Nats-Msg-Id counted).
         const size = encodedSize(encoded);
-        const maxPayload = nc.info?.max_payload;
-        if (maxPayload !== undefined && size > maxPayload) {
+        if (size > maxPayload) {
           fail(row, `the copy encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`);
           continue;
         }
@@ -327,7 +333,7 @@ async function publishAll(
         inFlight.add(tracked);
         lastOfKey.set(row.key, tracked);
       }
-      if (rows.length < page) break;
+      if (rows.length === 0) break; // a page cut by bytes is short, and not the last one
       cursor = rows.at(-1)?.seq ?? cursor;
     }
     await Promise.all(inFlight);

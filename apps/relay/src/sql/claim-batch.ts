@@ -24,6 +24,14 @@
  * Rows per key: up to `$5` (the room for rows) shared evenly among the keys
  * found. `due` is false for a row behind the head that is itself dead or
  * backing off (the dispatcher sends nothing from there on).
+ *
+ * Bytes: a row's data is loaded only when it has at most `$6` bytes (the
+ * server's max_payload, at most 64 MiB): a larger one could never be sent,
+ * and one of 280 MB made every relay die in pg-protocol on every claim. Such
+ * a row comes back with `data` null and its size in `data_bytes`, and goes
+ * dead. The rows, in seq order, stop where the data loaded would pass `$7`
+ * bytes (the in-flight byte budget left), the first row always included: a
+ * cut in seq order leaves each key a prefix of its rows, as order requires.
  */
 export function claimBatchSql(schemaSql: string): string {
   return `WITH RECURSIVE walk(lane, key, after, wrapped) AS (
@@ -59,18 +67,25 @@ heads AS MATERIALIZED (
      AND w.key NOT IN (SELECT unnest($3::text[]))
    LIMIT $4
 )
-SELECT r.seq::text AS seq, r.id::text AS id, r.key, r.version::text AS version, r.lane, r.subject, r.type,
-       r.source, r.content_type, r.data, r.headers, r.occurred_at, r.created_at, r.attempts,
-       (r.dead_at IS NULL AND r.next_attempt_at <= now()) AS due,
-       coalesce(max(h.key COLLATE "C") FILTER (WHERE h.wrapped) OVER (PARTITION BY h.lane),
-                max(h.key COLLATE "C") OVER (PARTITION BY h.lane)) AS cursor
-  FROM heads h
- CROSS JOIN LATERAL (
-   SELECT * FROM ${schemaSql}.outbox o
-    WHERE o.lane = h.lane AND o.key COLLATE "C" = h.key AND o.published_at IS NULL AND o.seq >= h.seq
-    ORDER BY o.seq
-    LIMIT greatest(1, $5::bigint / (SELECT count(*) FROM heads))) r
- ORDER BY r.seq`;
+SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
+       x.source, x.content_type, CASE WHEN x.data_bytes <= $6 THEN x.data END AS data, x.data_bytes, x.headers,
+       x.occurred_at, x.created_at, x.attempts, x.due,
+       coalesce(max(x.key COLLATE "C") FILTER (WHERE x.wrapped) OVER (PARTITION BY x.lane),
+                max(x.key COLLATE "C") OVER (PARTITION BY x.lane)) AS cursor
+  FROM (
+    SELECT r.*, h.wrapped, octet_length(r.data) AS data_bytes,
+           (r.dead_at IS NULL AND r.next_attempt_at <= now()) AS due,
+           sum(CASE WHEN octet_length(r.data) <= $6 THEN octet_length(r.data) ELSE 0 END)
+             OVER (ORDER BY r.seq ROWS UNBOUNDED PRECEDING) AS loaded
+      FROM heads h
+     CROSS JOIN LATERAL (
+       SELECT * FROM ${schemaSql}.outbox o
+        WHERE o.lane = h.lane AND o.key COLLATE "C" = h.key AND o.published_at IS NULL AND o.seq >= h.seq
+        ORDER BY o.seq
+        LIMIT greatest(1, $5::bigint / (SELECT count(*) FROM heads))) r
+  ) x
+ WHERE x.loaded <= $7 OR x.loaded = (CASE WHEN x.data_bytes <= $6 THEN x.data_bytes ELSE 0 END)
+ ORDER BY x.seq`;
 }
 
 export interface ClaimedRow {
@@ -83,7 +98,10 @@ export interface ClaimedRow {
   type: string;
   source: string;
   content_type: string;
-  data: Buffer;
+  /** Null when the row's data is over the claim's `$6` bytes: it was not loaded (see `data_bytes`). */
+  data: Buffer | null;
+  /** The data's size, measured in PostgreSQL. */
+  data_bytes: number;
   headers: Record<string, string>;
   occurred_at: Date;
   created_at: Date;

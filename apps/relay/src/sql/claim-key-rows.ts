@@ -3,13 +3,22 @@
  * seq order: a long chain fetches its continuation while it is still
  * sending, so a hot key's pipe does not empty between claims. The key stays
  * in flight on this instance throughout, so no other claim can take them.
+ * Bytes as in the claim (claim-batch.ts): data over `$5` bytes is not
+ * loaded, and the rows stop where the data loaded would pass `$6`.
  */
 export function claimKeyRowsSql(schemaSql: string): string {
-  return `SELECT o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.lane, o.subject, o.type,
-       o.source, o.content_type, o.data, o.headers, o.occurred_at, o.created_at, o.attempts,
-       (o.dead_at IS NULL AND o.next_attempt_at <= now()) AS due, ''::text AS cursor
-  FROM ${schemaSql}.outbox o
- WHERE o.lane = $1 AND o.key COLLATE "C" = $2 AND o.published_at IS NULL AND o.seq > $3
- ORDER BY o.seq
- LIMIT $4`;
+  return `SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
+       x.source, x.content_type, CASE WHEN x.data_bytes <= $5 THEN x.data END AS data, x.data_bytes, x.headers,
+       x.occurred_at, x.created_at, x.attempts, (x.dead_at IS NULL AND x.next_attempt_at <= now()) AS due, ''::text AS cursor
+  FROM (
+    SELECT o.*, octet_length(o.data) AS data_bytes,
+           sum(CASE WHEN octet_length(o.data) <= $5 THEN octet_length(o.data) ELSE 0 END)
+             OVER (ORDER BY o.seq ROWS UNBOUNDED PRECEDING) AS loaded
+      FROM ${schemaSql}.outbox o
+     WHERE o.lane = $1 AND o.key COLLATE "C" = $2 AND o.published_at IS NULL AND o.seq > $3
+     ORDER BY o.seq
+     LIMIT $4
+  ) x
+ WHERE x.loaded <= $6
+ ORDER BY x.seq`;
 }

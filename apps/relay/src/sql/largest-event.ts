@@ -1,7 +1,10 @@
-import { OUTBOX_EVENT_COLUMNS } from './outbox-event-columns.js';
+import { boundedOutboxEventColumns } from './outbox-event-columns.js';
 
-/** The retained row with the largest payload, as an event (`ferry doctor` encodes it to check max_payload). */
+/**
+ * The retained row with the largest payload, as an event (`ferry doctor` encodes it to check
+ * max_payload); its data only when it has at most `$1` bytes.
+ */
 export function largestEventSql(schemaSql: string): string {
-  return `SELECT ${OUTBOX_EVENT_COLUMNS}
+  return `SELECT ${boundedOutboxEventColumns('$1')}
        FROM ${schemaSql}.outbox o ORDER BY octet_length(o.data) DESC LIMIT 1`;
 }

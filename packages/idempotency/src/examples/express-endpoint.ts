@@ -8,7 +8,7 @@ const keys = createIdempotency({ scope: 'orders-api', retention: '24h' });
 const publisher = createPublisher({ source: 'orders-api' });
 const placeOrder = expressIdempotency<Request>(keys, {
   pool,
-  principal: (req) => req.get('x-user-id'), // a key reused by another user is a 422, never their answer
+  principal: (req) => req.get('x-user-id'), // the caller, as your auth gateway verified it: keys are per caller
   handler: async (req, tx) => {
     const { rows } = await tx.query('INSERT INTO orders (sku, qty) VALUES ($1, $2) RETURNING id', [req.body.sku, req.body.qty]);
     const order = { id: String(rows[0]?.id), ...req.body };

@@ -13,8 +13,10 @@ const keys = createIdempotency({
 });
 const publisher = createPublisher({ source: 'orders-api' });
 
-export async function placeOrder(pool: pg.Pool, key: string, fingerprint: RequestFingerprint, sku: string) {
-  const result = await keys.run(pool, { key, fingerprint }, async (tx) => {
+// userId: the authenticated caller. Keys are per caller: another user's request with this key is theirs, not a replay.
+// fingerprint: { method, path (with query), contentType, body: the exact bytes (or the parsed body) }.
+export async function placeOrder(pool: pg.Pool, key: string, userId: string, fingerprint: RequestFingerprint, sku: string) {
+  const result = await keys.run(pool, { key, principal: userId, fingerprint }, async (tx) => {
     const id = randomUUID();
     await tx.query('INSERT INTO orders (id, sku) VALUES ($1, $2)', [id, sku]);
     await publisher.publish(tx, { subject: 'orders.placed', key: id, type: 'OrderPlaced', data: { id, sku } });

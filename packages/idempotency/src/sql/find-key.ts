@@ -1,7 +1,7 @@
-/** The live (unexpired) record of a key, committed by an earlier request. */
+/** The live (unexpired) record of one caller's key, committed by an earlier request. $1 scope, $2 principal, $3 key. */
 export const findKeySql = (schemaSql: string) =>
   `SELECT fingerprint, status, headers, body, body_kind FROM ${schemaSql}.idempotency_keys
-    WHERE scope = $1 AND key = $2 AND expires_at > now()`;
+    WHERE scope = $1 AND principal = $2 AND key = $3 AND expires_at > now()`;
 
 export interface KeyRow {
   fingerprint: Buffer;
