@@ -1,0 +1,124 @@
+import { encodedSize, encodeEvent, eventFromOutboxRow, LIMITS } from '@ferry/core';
+import { headers as natsHeaders } from '@nats-io/transport-node';
+import { BrokenCircuitError, type CircuitBreakerPolicy, IsolatedCircuitError } from 'cockatiel';
+import type { LeasedRow, Outcome } from './claim-plan.js';
+import { classifyPublishError, NatsUnavailableError } from './errors.js';
+import type { PubAcks } from './pub-acks.js';
+import { SendSpan } from './send-span.js';
+import type { ClaimedRow } from './sql/claim-batch.js';
+
+export interface ChainSenderDeps {
+  breaker: CircuitBreakerPolicy;
+  acks: PubAcks;
+  /** The server's max_payload, when known. */
+  maxPayload: () => number | undefined;
+  /** Whether the row's lane is still held under its epoch, by this instance's own clock. */
+  holds: (row: LeasedRow) => boolean;
+}
+
+/**
+ * Sends a chain's segments to JetStream, one row after the previous one's
+ * PubAck, through the NATS circuit breaker, and checks the lease before
+ * every row.
+ */
+export class ChainSender {
+  readonly #d: ChainSenderDeps;
+  /** Subjects that answered no responders since the last publish that succeeded (see #publishChain). */
+  readonly #noResponders = new Set<string>();
+
+  constructor(deps: ChainSenderDeps) {
+    this.#d = deps;
+  }
+
+  /** Sends one segment of a chain through the circuit breaker; a row missing from the result was not sent. */
+  async send(segment: LeasedRow[]): Promise<Map<ClaimedRow, Outcome>> {
+    try {
+      return await this.#d.breaker.execute(() => this.#publishChain(segment));
+    } catch (err) {
+      if (err instanceof BrokenCircuitError || err instanceof IsolatedCircuitError) return new Map(); // claimed again later
+      if (err instanceof NatsUnavailableError) return err.cause as Map<ClaimedRow, Outcome>;
+      throw err;
+    }
+  }
+
+  /**
+   * Sends a chain's rows one after another: a row goes out only once the
+   * previous row of its key is acknowledged, and a failure ends the chain
+   * (the rest are not sent). So whatever happens to a row (refused here,
+   * rejected by the server, PubAck timeout, a reconnect that loses or
+   * re-sends what was on the wire), no later row of its key can reach the
+   * stream before it.
+   */
+  async #publishChain(rows: readonly LeasedRow[]): Promise<Map<ClaimedRow, Outcome>> {
+    const outcomes = new Map<ClaimedRow, Outcome>();
+    for (const row of rows) {
+      // Fencing by the clock, before every send: JetStream cannot check an epoch, so a lane lost
+      // (a freeze, a partition) must stop the chain here. A row left out was not sent: the chain
+      // ends without a failure, and the lane's new holder claims it.
+      if (!this.#d.holds(row)) break;
+      const outcome = await this.#publishOne(row);
+      outcomes.set(row, outcome);
+      if (!outcome.ok) break;
+    }
+    // The breaker counts a segment only when NATS itself failed the rows it was given: a timeout or a lost
+    // connection, or no responders on two or more subjects since the last publish that succeeded
+    // (JetStream itself is not answering). No responders on one subject is that subject's problem (no
+    // stream binds it): its rows back off on their own and never pause the healthy keys.
+    let answered = false;
+    let first: Outcome | undefined;
+    for (const [row, x] of outcomes) {
+      if (x.ok) this.#noResponders.clear();
+      if (x.ok || (!x.transport && x.reason !== 'no_responders')) answered = true;
+      else if (x.reason === 'no_responders') this.#noResponders.add(row.subject);
+      else first ??= x;
+    }
+    if (!answered && this.#noResponders.size >= 2) first ??= [...outcomes.values()].find((x) => !x.ok);
+    if (!answered && first && !first.ok) {
+      throw new NatsUnavailableError(`publishing failed: ${first.message}`, { cause: outcomes });
+    }
+    return outcomes;
+  }
+
+  async #publishOne(row: ClaimedRow): Promise<Outcome> {
+    const maxPayload = this.#d.maxPayload();
+    const span = SendSpan.start(row); // tracing: undefined unless an OpenTelemetry SDK records
+    try {
+      if (row.data === null) {
+        // Measured in SQL and not loaded (claim-batch.ts): over max_payload, it can never be sent.
+        const refused: Outcome = {
+          ok: false,
+          reason: 'max_payload',
+          permanent: true,
+          transport: false,
+          message: `the event's data is ${row.data_bytes} bytes, over the NATS server's max_payload of ${Math.min(this.#d.maxPayload() ?? LIMITS.maxEventBytes, LIMITS.maxEventBytes)}; the relay did not load it`,
+        };
+        span?.failed(refused);
+        return refused;
+      }
+      const event = eventFromOutboxRow(row as ClaimedRow & { data: Buffer });
+      const encoded = encodeEvent(span ? { ...event, headers: span.headers(event.headers) } : event);
+      const size = encodedSize(encoded);
+      if (maxPayload !== undefined && size > maxPayload) {
+        const refused: Outcome = {
+          ok: false,
+          reason: 'max_payload',
+          permanent: true,
+          transport: false,
+          message: `the event encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`,
+        };
+        span?.failed(refused);
+        return refused;
+      }
+      const h = natsHeaders();
+      for (const [name, value] of encoded.headers) h.set(name, value);
+      // A PubAck with duplicate: true means JetStream already holds this id: success as well.
+      const ack = await this.#d.acks.publish(encoded.subject, encoded.body, h);
+      span?.acked(ack);
+      return { ok: true, ackAt: Date.now() };
+    } catch (err) {
+      const failure = classifyPublishError(err);
+      span?.failed(failure, err);
+      return { ok: false, ...failure };
+    }
+  }
+}
