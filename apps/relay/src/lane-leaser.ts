@@ -93,6 +93,8 @@ export class LaneLeaser {
   #lastRenewAt = Number.NEGATIVE_INFINITY;
   #failing = false;
   #stopped = false;
+  /** Unhealthy: lanes released and heartbeat deleted until healthy again. */
+  #benched = false;
   #loop: Promise<void> | undefined;
   #client: pg.PoolClient | undefined;
   #wake: (() => void) | undefined;
@@ -224,8 +226,14 @@ export class LaneLeaser {
       await this.#laneCountOnce();
       if (this.#o.healthy && !this.#o.healthy()) {
         if (this.#held.size > 0) await this.#release([...this.#held.keys()], 'this instance cannot reach NATS');
+        // Out of the live count too, so the others' fair share covers the lanes given up at once;
+        // the next renewal (once healthy) writes the heartbeat again.
+        if (!this.#benched) await this.#query(this.#sql.forget, [this.#o.instance]);
+        this.#benched = true;
+        this.#lastRenewAt = Number.NEGATIVE_INFINITY;
         return this.lanes;
       }
+      this.#benched = false;
       const now = performance.now();
       if (now - this.#lastRenewAt >= this.#o.leaseTermMs / 3) await this.#renew(now);
       else {

@@ -124,9 +124,12 @@ class RelayImpl implements Relay {
     return (this.#dispatcher?.stuckMs() ?? 0) <= limit;
   }
 
-  /** Pings NATS every third of the term (a round trip: a connection that only looks open does not count). */
+  /**
+   * Pings NATS every sixth of the term (a round trip: a connection that only looks open does not
+   * count), so a relay cut off from NATS gives its lanes up within 0.75 + 1/6 of the term.
+   */
   #probeNats(nc: NatsConnection): void {
-    const every = Math.max(100, Math.floor(this.#o.leaseTermMs / 3));
+    const every = Math.max(100, Math.floor(this.#o.leaseTermMs / 6));
     const probe = async () => {
       if (nc.isClosed()) return;
       const started = performance.now();
