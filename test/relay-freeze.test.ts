@@ -4,10 +4,17 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { quoteIdentifier, withTransaction } from '@ferry/core';
-import { createPublisher } from '@ferry/publisher';
+import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
-import { assertExactlyOnceInKeyOrder, countPending, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
+import {
+  assertExactlyOnceInKeyOrder,
+  countPending,
+  type RelayProcess,
+  readStream,
+  spawnRelay,
+  steadyLoad,
+  waitsDuring,
+} from './relay-helpers.js';
 
 const TERM_MS = 3000;
 const POLL_MS = 200;
@@ -41,41 +48,6 @@ async function owners(): Promise<Map<string, number>> {
   return new Map(rows.map((r) => [r.owner, r.n]));
 }
 
-/** Commits about `perSecond` events a second, five per transaction, round robin over 64 keys, until `stop()`; returns the ids. */
-function load(perSecond: number): { stop: () => Promise<string[]> } {
-  const publisher = createPublisher({ schema: db.schema, source: 'relay-freeze' });
-  const ids: string[] = [];
-  let running = true;
-  let n = 0;
-  const done = (async () => {
-    while (running) {
-      const started = performance.now();
-      for (let tx = 0; tx < perSecond / 50; tx++) {
-        const results = await withTransaction(db.pool, (c) =>
-          publisher.publishMany(
-            c,
-            Array.from({ length: 5 }, () => ({
-              subject: `${stream.prefix}.orders`,
-              key: `k${n % 64}`,
-              type: 'OrderPlaced',
-              data: { n: n++ },
-            })),
-          ),
-        );
-        for (const r of results) ids.push(r.id);
-      }
-      await sleep(Math.max(0, 100 - (performance.now() - started)));
-    }
-  })();
-  return {
-    stop: async () => {
-      running = false;
-      await done;
-      return ids;
-    },
-  };
-}
-
 test('relay freeze - one of two relays SIGSTOPped 30 s under load: the other takes its lanes within the term plus a poll, and the woken one sends nothing stale', async (t) => {
   const args = [
     '--database-url',
@@ -101,7 +73,7 @@ test('relay freeze - one of two relays SIGSTOPped 30 s under load: the other tak
   const frozenId = /"instance":"([0-9a-f]+)"/.exec(frozen.output())?.[1];
   assert.ok(frozenId, 'the frozen relay logged its instance id');
 
-  const traffic = load(200);
+  const traffic = steadyLoad(db.pool, db.schema, stream.prefix, 200);
   await sleep(3000);
   frozen.proc.kill('SIGSTOP');
   const frozenAt = Date.now();
@@ -111,17 +83,10 @@ test('relay freeze - one of two relays SIGSTOPped 30 s under load: the other tak
   const ids = await traffic.stop();
   await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 60_000, what: 'every event published' });
 
-  // The wait of the events committed during the freeze: commit to marked published, by the database's clock.
-  const { rows } = await db.pool.query<{ n: string; max_ms: number; p99_ms: number }>(
-    `SELECT count(*)::text AS n, max(extract(epoch FROM published_at - created_at) * 1000)::float8 AS max_ms,
-            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at) * 1000)::float8 AS p99_ms
-       FROM ${quoteIdentifier(db.schema)}.outbox WHERE created_at BETWEEN to_timestamp($1 / 1000.0) AND to_timestamp($2 / 1000.0)`,
-    [frozenAt, frozenAt + FREEZE_MS],
-  );
-  const w = rows[0];
-  t.diagnostic(`${w?.n} events committed during the freeze: longest wait ${w?.max_ms?.toFixed(0)} ms, p99 ${w?.p99_ms?.toFixed(0)} ms`);
+  const w = await waitsDuring(db.pool, db.schema, frozenAt, frozenAt + FREEZE_MS);
+  t.diagnostic(`${w.n} events committed during the freeze: longest wait ${w.maxMs.toFixed(0)} ms, p99 ${w.p99Ms.toFixed(0)} ms`);
   // Bound: the term plus a poll, plus the claim and send (a loaded 2-core box gets 2 s).
-  assert.ok((w?.max_ms ?? Infinity) < TERM_MS + POLL_MS + 2000, `an event waited ${w?.max_ms} ms`);
+  assert.ok(w.maxMs < TERM_MS + POLL_MS + 2000, `an event waited ${w.maxMs} ms`);
 
   const events = await readStream(stream.nc, stream.name);
   t.diagnostic(`${ids.length} events committed, ${events.length} in the stream`);

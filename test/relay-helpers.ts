@@ -118,3 +118,49 @@ export function spawnRelay(args: string[], env: NodeJS.ProcessEnv = {}, bin = FE
   );
   return { proc, output: () => out, exited };
 }
+
+/** Commits about `perSecond` events a second, five per transaction, round robin over 64 keys, until `stop()`; returns the ids. */
+export function steadyLoad(pool: pg.Pool, schema: string, prefix: string, perSecond: number): { stop: () => Promise<string[]> } {
+  const publisher = createPublisher({ schema, source: 'relay-load' });
+  const ids: string[] = [];
+  let running = true;
+  let n = 0;
+  const done = (async () => {
+    while (running) {
+      const started = performance.now();
+      for (let tx = 0; tx < perSecond / 50; tx++) {
+        const results = await withTransaction(pool, (c) =>
+          publisher.publishMany(
+            c,
+            Array.from({ length: 5 }, () => ({ subject: `${prefix}.orders`, key: `k${n % 64}`, type: 'OrderPlaced', data: { n: n++ } })),
+          ),
+        );
+        for (const r of results) ids.push(r.id);
+      }
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, 100 - (performance.now() - started))));
+    }
+  })();
+  return {
+    stop: async () => {
+      running = false;
+      await done;
+      return ids;
+    },
+  };
+}
+
+/** Commit-to-marked waits of the events committed between two instants (ms since the epoch), by the database's clock. */
+export async function waitsDuring(
+  pool: pg.Pool,
+  schema: string,
+  from: number,
+  to: number,
+): Promise<{ n: number; maxMs: number; p99Ms: number }> {
+  const { rows } = await pool.query<{ n: string; max_ms: number | null; p99_ms: number | null }>(
+    `SELECT count(*)::text AS n, max(extract(epoch FROM published_at - created_at) * 1000)::float8 AS max_ms,
+            percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at) * 1000)::float8 AS p99_ms
+       FROM ${quoteIdentifier(schema)}.outbox WHERE created_at BETWEEN to_timestamp($1 / 1000.0) AND to_timestamp($2 / 1000.0)`,
+    [from, to],
+  );
+  return { n: Number(rows[0]?.n ?? 0), maxMs: rows[0]?.max_ms ?? Number.POSITIVE_INFINITY, p99Ms: rows[0]?.p99_ms ?? 0 };
+}
