@@ -14,7 +14,16 @@ interface StatusReport {
   dead: number;
   oldestPendingSeconds: number;
   publishedLastMinute: number;
-  lanes: Array<{ lane: number; pending: number; dead: number; oldestPendingSeconds: number; owner: string | null }>;
+  lanes: Array<{
+    lane: number;
+    pending: number;
+    dead: number;
+    oldestPendingSeconds: number;
+    owner: string | null;
+    epoch: string;
+    leaseAgeSeconds: number | null;
+    overdue: boolean;
+  }>;
   instances: Array<{ instance: string; pid: number; relayPid: number | null; host: string | null; lanes: number[] }>;
   unownedLanesWithBacklog: number[];
 }
@@ -109,6 +118,32 @@ test('ferry status - two relays: each instance with the lanes it leases, and the
   assert.match(human.out, /relay instances alive: 2/);
   for (const r of relays) assert.ok(human.out.includes(r.instanceId));
   assert.ok(human.out.includes(`pid ${process.pid} on ${hostname()}`), human.out);
+});
+
+test('ferry status - a lane whose owner let its lease term pass shows as overdue, with its owner, epoch and lease age', async () => {
+  for (const r of relays.splice(0)) await r.stop();
+  const s = quoteIdentifier(db.schema);
+  await publishEvents(db.pool, db.schema, stream.prefix, 20, { keys: 20, keyPrefix: 'od' });
+  const { rows } = await db.pool.query<{ lane: number }>(
+    `SELECT lane FROM ${s}.outbox WHERE published_at IS NULL AND dead_at IS NULL LIMIT 1`,
+  );
+  const lane = rows[0]?.lane ?? 0;
+  // A frozen owner: renewed 20 s ago, its 10 s term over.
+  await db.pool.query(
+    `UPDATE ${s}.relay_leases SET owner = 'frozen01', epoch = 7, renewed_at = now() - interval '20 seconds', expires_at = now() - interval '10 seconds' WHERE lane = $1`,
+    [lane],
+  );
+  const report = (await ferry([...args(), '--json'])).json<StatusReport>();
+  const l = report.lanes.find((x) => x.lane === lane);
+  assert.equal(l?.owner, 'frozen01');
+  assert.equal(l?.overdue, true);
+  assert.equal(l?.epoch, '7');
+  assert.ok((l?.leaseAgeSeconds ?? 0) >= 20, `lease age ${l?.leaseAgeSeconds}`);
+  assert.ok(report.unownedLanesWithBacklog.includes(lane), 'an overdue lane with backlog counts as unowned');
+  assert.ok(report.lanes.filter((x) => x.lane !== lane).every((x) => !x.overdue));
+  const human = await ferry(args());
+  assert.match(human.out, /OVERDUE/);
+  assert.match(human.out, /warning: 1 lane overdue: owner frozen01 did not renew within its lease term/);
 });
 
 test('ferry status - an unmigrated schema exits 1 with the fix; no database exits 2', async () => {

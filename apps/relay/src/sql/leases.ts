@@ -11,7 +11,9 @@ const ms = (n: number) => `$${n}::bigint * interval '1 millisecond'`;
  * still bounds everything else (a frozen process's connection stays open).
  */
 function connected(i: string): string {
-  return `EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = ${i}.backend_pid AND a.application_name = ${i}.application_name)`;
+  // pg_stat_get_activity(pid) looks up one backend; the pg_stat_activity view scanned them all, once per
+  // lease row, and doubled the lease connection's CPU.
+  return `EXISTS (SELECT 1 FROM pg_stat_get_activity(${i}.backend_pid) a WHERE a.application_name = ${i}.application_name)`;
 }
 
 /** A lease another instance may take: free, its term run out, or its owner's connection gone. */
