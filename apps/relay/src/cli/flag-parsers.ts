@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { ConfigError, describeValue, IDENTIFIER_PATTERN, validateLanes } from '@ferry/core';
 import { InvalidArgumentError } from 'commander';
 import { splitUserinfo } from '../redact.js';
@@ -65,6 +66,20 @@ export function parseDatabaseUrl(value: string): string {
     throw new ConfigError('--database-url', `--database-url has an @ after its host and no user (${VALUE_HIDDEN}): ${PERCENT_ENCODE}`);
   }
   return value;
+}
+
+/** An address to listen on: an IPv4 or IPv6 address, or a host name (localhost). */
+export function parseHost(value: string): string {
+  const v = value.trim();
+  if (
+    isIP(v) === 0 &&
+    !/^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/.test(v)
+  ) {
+    throw new InvalidArgumentError(
+      `${describeValue(value, 60)} is not an address to listen on: use 127.0.0.1 (this host only), 0.0.0.0 (every IPv4 interface), ::, an interface's address or a host name`,
+    );
+  }
+  return v;
 }
 
 /** `auto` or an integer from 1 to 1024. */
