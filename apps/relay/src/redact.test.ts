@@ -136,7 +136,11 @@ test('redact - a database URL that does not parse is refused with exit 2 and nev
     ] as Array<[string[], Record<string, string>, string]>) {
       const r = await run(args, env);
       assert.equal(r.code, 2, `${what}: ${r.out}`);
-      assert.match(r.out, new RegExp(`^ferry: ${source} (is not a valid URL|has an @ after its host).*value hidden.*percent-encode`), what);
+      assert.match(
+        r.out,
+        new RegExp(`^ferry: ${source} (is not a valid URL|has an @ after its host).*value hidden.*percent-encode`, 'm'),
+        what,
+      );
       assert.ok(!r.out.includes(SECRET) && !r.out.includes(url), `${what}: ${r.out}`);
     }
   }
@@ -171,4 +175,29 @@ test('redact - a NATS token or password holding /, ?, # or @ is split at the las
     const fromEnv = textRedactor(secretsOf(['node', 'ferry', 'doctor'], { FERRY_NATS_URL: url }));
     assert.ok(!fromEnv(`NATS at ${url}`).includes(SECRET), `${token} (FERRY_NATS_URL)`);
   }
+});
+
+test('redact - a credential on the command line is warned about once, on stderr, by flag and variable, never by value', async () => {
+  const err: string[] = [];
+  const out: string[] = [];
+  const argv = ['node', 'ferry', 'status', '--database-url', `postgres://u:${SECRET}@127.0.0.1:99999/x`, `--nats-password=${SECRET}`];
+  await main(argv, { out: (l) => out.push(l), err: (l) => err.push(l), env: {} });
+  const warnings = err.filter((l) => l.startsWith('ferry: warning:'));
+  assert.equal(warnings.length, 1, err.join('\n'));
+  assert.match(
+    warnings[0] ?? '',
+    /--nats-password, --database-url on the command line: .*ps, \/proc\/<pid>\/cmdline.*FERRY_NATS_PASSWORD, FERRY_DATABASE_URL/,
+  );
+  assert.ok(![...err, ...out].some((l) => l.includes(SECRET)));
+  // The same credentials in variables, or a URL without one on the command line: no warning.
+  const quiet: string[] = [];
+  await main(['node', 'ferry', 'status', '--database-url', 'postgres://u@127.0.0.1:99999/x'], {
+    out: () => {},
+    err: (l) => quiet.push(l),
+    env: { FERRY_NATS_PASSWORD: SECRET },
+  });
+  assert.deepEqual(
+    quiet.filter((l) => l.includes('warning')),
+    [],
+  );
 });

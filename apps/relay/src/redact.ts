@@ -172,6 +172,31 @@ export function secretsOf(argv: readonly string[], env: NodeJS.ProcessEnv): stri
   return values;
 }
 
+/** The variable each credential-bearing flag can be given as instead. */
+const FLAG_VARIABLES: ReadonlyMap<string, string> = new Map([
+  ['--nats-password', 'FERRY_NATS_PASSWORD'],
+  ['--nats-token', 'FERRY_NATS_TOKEN'],
+  ['--nats-nkey-seed', 'FERRY_NATS_NKEY_SEED'],
+  ['--database-url', 'FERRY_DATABASE_URL'],
+  ['--nats-url', 'FERRY_NATS_URL'],
+]);
+
+/**
+ * The flags of a command line that carry a credential, each with the variable
+ * to use instead: a secret flag, or a URL flag whose value holds a password,
+ * a token or a `?password=`. A process cannot hide its argv (Node cannot
+ * rewrite /proc/<pid>/cmdline), so the CLI can only say so.
+ */
+export function credentialFlagsOf(argv: readonly string[]): Array<{ flag: string; variable: string }> {
+  const out: Array<{ flag: string; variable: string }> = [];
+  for (const [flag, variable] of FLAG_VARIABLES) {
+    const values = flagValues(argv, flag);
+    const secret = (SECRET_FLAGS as readonly string[]).includes(flag) ? values.length > 0 : values.some((v) => credentialsIn(v).length > 0);
+    if (secret) out.push({ flag, variable });
+  }
+  return out;
+}
+
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
