@@ -254,12 +254,12 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
           );
         assert.ok(reasons.length >= 1, `${what}: a line naming the reason: ${r.out.slice(-800)}`);
         // A credential the configuration makes unusable is known before any connection: no waiting at all.
-        // (Before: the relay logged "waiting for NATS" and retried until stopped.) The time bound is loose
-        // because four CLIs start at once on a shared machine; the proof is that nothing waited or connected.
+        // (Before: the relay logged "waiting for NATS" and retried until stopped.) No time bound of its own:
+        // four CLIs start at once on a shared machine (load 20+ seen). The proof is that the command ended
+        // with bad usage before the relay's starting line, a wait or a connection attempt.
         if (/creds|seed|beside/.test(mode)) {
           // doctor reports it as one problem (its exit code counts problems); the others: bad usage.
           assert.equal(r.code, commands[i]?.[0] === 'doctor' ? 1 : 2, `${what}: exit code`);
-          assert.ok(r.ms < 10_000, `${what}: took ${r.ms} ms`);
           assert.doesNotMatch(r.out, /nats-waiting|ferry relay starting|not reachable/, what);
         }
         for (const secret of ['WRONG-pw-Secret', 'WRONG-tok-Secret', SECRETS.password, SECRETS.token, op.seed, nkeySeed]) {
