@@ -20,6 +20,10 @@ COPY --from=build /src/test/package.json ./test/package.json
 COPY --from=build /src/bench/package.json ./bench/package.json
 RUN npm ci --omit=dev --no-audit --no-fund -w @ferry/relay --include-workspace-root=false && npm cache clean --force
 USER node
+# /metrics, /healthz and /readyz listen on 127.0.0.1 by default (they need no credentials). In a
+# container that loopback is the container's own: probes, port mappings and Prometheus reach the
+# container's interface, so the image listens on all of them; its network is the boundary.
+ENV FERRY_HTTP_HOST=0.0.0.0
 EXPOSE 9464
 ENTRYPOINT ["node", "/app/apps/relay/bin/ferry.js"]
 CMD ["relay"]

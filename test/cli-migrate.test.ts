@@ -107,7 +107,7 @@ describe('ferry migrate', () => {
     await pool.query(
       `DROP FUNCTION ${s}.publish_event_full, ${s}.publish_events_full, ${s}.publish_events_ok, ${s}.publish_check_event, ${s}.publish_check_text`,
     );
-    await pool.query(`DROP FUNCTION ${s}.publish_event_ok, ${s}.publish_headers_ok`);
+    await pool.query(`DROP FUNCTION ${s}.publish_event_ok, ${s}.publish_headers_ok, ${s}.publish_check_limits`);
     await pool.query(`DROP INDEX ${s}.outbox_pending_key_idx`);
     await pool.query(`CREATE INDEX outbox_pending_lane_idx ON ${s}.outbox (lane, seq) WHERE published_at IS NULL`);
     await pool.query(`DROP TABLE ${s}.published_ids, ${s}.relay_waiting`);

@@ -28,7 +28,7 @@ after(async () => {
   await db?.close();
 });
 
-function start(natsPort: number, httpPort: number): RelayProcess {
+function start(natsPort: number, httpPort: number, ...extra: string[]): RelayProcess {
   const p = spawnRelay([
     '--database-url',
     db.url,
@@ -39,6 +39,7 @@ function start(natsPort: number, httpPort: number): RelayProcess {
     '--no-maintenance',
     '--http-port',
     String(httpPort),
+    ...extra,
   ]);
   procs.push(p);
   return p;
@@ -80,6 +81,49 @@ test('relay start - NATS that comes up later: the relay logs it once, starts and
   await waitFor(async () => (await readyz(httpPort)) === 200, { timeoutMs: 10_000, what: '/readyz 200' });
   p.proc.kill('SIGTERM');
   assert.equal((await p.exited).code, 0, p.output());
+});
+
+/** The HTTP status at `host`, or the socket error's code when nothing listens there. */
+async function statusAt(host: string, port: number): Promise<number | string> {
+  try {
+    return (await fetch(`http://${host}:${port}/healthz`)).status;
+  } catch (err) {
+    return ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code ?? String(err);
+  }
+}
+
+test('relay start - /metrics, /healthz and /readyz listen on 127.0.0.1 only by default; --http-host 0.0.0.0 opens them', async () => {
+  const natsPort = await freePort();
+  const httpPort = await freePort();
+  const p = start(natsPort, httpPort);
+  await waitFor(() => lines(p, 'http-listening').length > 0, { timeoutMs: 15_000, what: 'the http-listening line' });
+  assert.match(lines(p, 'http-listening')[0] ?? '', new RegExp(`"address":"127\\.0\\.0\\.1:${httpPort}"`));
+  assert.equal(await statusAt('127.0.0.1', httpPort), 200);
+  // 127.0.0.2 is this host too (the whole 127/8 is loopback), but not the address the server took.
+  assert.equal(await statusAt('127.0.0.2', httpPort), 'ECONNREFUSED');
+  p.proc.kill('SIGINT');
+  assert.equal((await p.exited).code, 0);
+
+  const open = start(natsPort, httpPort, '--http-host', '0.0.0.0');
+  await waitFor(() => lines(open, 'http-listening').length > 0, { timeoutMs: 15_000, what: 'the http-listening line' });
+  assert.match(lines(open, 'http-listening')[0] ?? '', new RegExp(`"address":"0\\.0\\.0\\.0:${httpPort}"`));
+  assert.equal(await statusAt('127.0.0.2', httpPort), 200);
+  open.proc.kill('SIGINT');
+  assert.equal((await open.exited).code, 0);
+});
+
+test('relay start - an --http-host that is no address of this host exits 2 with one line naming the flag', async () => {
+  // 203.0.113.0/24 is TEST-NET-3: never an address of this machine.
+  const p = start(await freePort(), await freePort(), '--http-host', '203.0.113.7');
+  const { code } = await p.exited;
+  assert.equal(code, 2, p.output());
+  assert.match(
+    p.output().trim().split('\n').at(-1) ?? '',
+    /^ferry: --http-host 203\.0\.113\.7 is not an address of this host \(EADDRNOTAVAIL\)/,
+  );
+  const bad = start(await freePort(), await freePort(), '--http-host', 'not a host!');
+  assert.equal((await bad.exited).code, 2);
+  assert.match(bad.output(), /--http-host.*is not an address to listen on/);
 });
 
 test('relay start - a second relay on a used --http-port exits 2 with one line naming the flag', async () => {

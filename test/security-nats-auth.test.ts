@@ -16,11 +16,17 @@ import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, NatsServer, type TestDatabase, uniqueName, waitFor } from '@ferry/testkit';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { type ConnectionOptions, connect, credsAuthenticator, headers, nkeys } from '@nats-io/transport-node';
-import { FERRY_BIN } from './relay-helpers.js';
+import { FERRY_BIN, spawnRelay } from './relay-helpers.js';
 
 type KeyPair = ReturnType<typeof nkeys.createUser>;
 
 const b64u = (b: Uint8Array | string) => Buffer.from(b).toString('base64url');
+
+/** The seed with one base32 character changed: still SU…, the right length, a failing CRC16. */
+function badChecksum(seed: string): string {
+  const i = 20;
+  return `${seed.slice(0, i)}${seed[i] === 'A' ? 'B' : 'A'}${seed.slice(i + 1)}`;
+}
 
 /** A NATS JWT (v2 claims) signed with an nkey: what nsc would write. */
 function signJwt(signer: KeyPair, subject: string, name: string, nats: Record<string, unknown>): string {
@@ -115,7 +121,10 @@ function ferry(args: string[], env: Record<string, string> = {}, timeoutMs = 20_
   );
 }
 
-const SECRETS = { password: 'pw-Secret-7f3a', token: 'tok-Secret-91c2' };
+// A / in each: nats.js v3 ignored a URL's userinfo, and the redactor's pattern stopped at the /.
+const SECRETS = { password: 'pw/Secret-7f3a', token: 'tok/Secret-91c2' };
+/** `nats://userinfo@127.0.0.1:port` of a test server. */
+const withUserinfo = (url: string, userinfo: string) => url.replace('nats://', `nats://${userinfo}@`);
 
 describe('NATS credentials: every auth mode works for the CLI and the inbox; wrong ones fail fast', () => {
   let db: TestDatabase;
@@ -165,6 +174,9 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
     ['nkey seed', users.url, [], { FERRY_NATS_NKEY_SEED: nkeySeed }],
     ['creds file', operator.url, ['--nats-creds', join(dir, 'user.creds')], {}],
     ['TLS with a private CA', tls.url.replace('nats://', 'tls://'), ['--nats-tls-ca', certs.ca], {}],
+    ['user:password in the URL, a / unencoded', withUserinfo(users.url, `ferry:${SECRETS.password}`), [], {}],
+    ['user:password in the URL, percent-encoded', withUserinfo(users.url, `ferry:${encodeURIComponent(SECRETS.password)}`), [], {}],
+    ['token in the URL, a / unencoded', withUserinfo(tokenServer.url, SECRETS.token), [], {}],
   ];
 
   test('security - ferry doctor reaches NATS and JetStream with user/password, token, nkey seed, creds file and TLS', async () => {
@@ -212,7 +224,14 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
       ['unknown nkey', users.url, [], { FERRY_NATS_NKEY_SEED: new TextDecoder().decode(nkeys.createUser().getSeed()) }],
       ['no credentials', operator.url, [], {}],
       ['untrusted server certificate', tls.url.replace('nats://', 'tls://'), [], {}],
+      ['wrong password in the URL', withUserinfo(users.url, 'ferry:WRONG-pw-Secret'), [], {}],
+      ['an unparseable creds file', operator.url, ['--nats-creds', join(dir, 'garbled.creds')], {}],
+      ['a creds file whose seed fails its checksum', operator.url, ['--nats-creds', join(dir, 'bad-seed.creds')], {}],
+      ['an nkey seed that fails its checksum', users.url, [], { FERRY_NATS_NKEY_SEED: badChecksum(nkeySeed) }],
+      ['URL credentials beside --nats-user', withUserinfo(users.url, `ferry:${SECRETS.password}`), ['--nats-user', 'ferry'], {}],
     ];
+    writeFileSync(join(dir, 'garbled.creds'), op.creds.replaceAll('-----', '==='), { mode: 0o600 });
+    writeFileSync(join(dir, 'bad-seed.creds'), op.creds.replace(op.seed, badChecksum(op.seed)), { mode: 0o600 });
     const commands: Array<[string, string[]]> = [
       ['relay', ['relay', ...base(), '--http-port', '0', '--no-maintenance']],
       ['replay', ['replay', ...base(), '--from-seq', '1', '--yes']],
@@ -228,10 +247,57 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
         assert.ok(r.ms < 15_000, `${what}: took ${r.ms} ms`);
         const reasons = r.out
           .split('\n')
-          .filter((l) => /authori[sz]ation|authentication|certificate|self[- ]signed|unable to verify|TLS|permissions/i.test(l));
+          .filter((l) =>
+            /authori[sz]ation|authentication|certificate|self[- ]signed|unable to verify|TLS|permissions|--nats-(creds|nkey-seed|url)/i.test(
+              l,
+            ),
+          );
         assert.ok(reasons.length >= 1, `${what}: a line naming the reason: ${r.out.slice(-800)}`);
-        for (const secret of ['WRONG-pw-Secret', 'WRONG-tok-Secret', SECRETS.password, SECRETS.token]) {
+        // A credential the configuration makes unusable is known before any connection: no waiting at all.
+        // (Before: the relay logged "waiting for NATS" and retried until stopped.) No time bound of its own:
+        // four CLIs start at once on a shared machine (load 20+ seen). The proof is that the command ended
+        // with bad usage before the relay's starting line, a wait or a connection attempt.
+        if (/creds|seed|beside/.test(mode)) {
+          // doctor reports it as one problem (its exit code counts problems); the others: bad usage.
+          assert.equal(r.code, commands[i]?.[0] === 'doctor' ? 1 : 2, `${what}: exit code`);
+          assert.doesNotMatch(r.out, /nats-waiting|ferry relay starting|not reachable/, what);
+        }
+        for (const secret of ['WRONG-pw-Secret', 'WRONG-tok-Secret', SECRETS.password, SECRETS.token, op.seed, nkeySeed]) {
           assert.ok(!r.out.includes(secret), `${what}: secret in output`);
+        }
+      }
+    }
+  });
+
+  test('security - credentials in FERRY_NATS_URL, a / in each, take the relay to running; its log, doctor --json and stderr never show them', async () => {
+    const cases: Array<[string, string]> = [
+      ['token', withUserinfo(tokenServer.url, SECRETS.token)],
+      ['user:password', withUserinfo(users.url, `ferry:${SECRETS.password}`)],
+    ];
+    for (const [mode, url] of cases) {
+      const relay = spawnRelay([...base(), '--http-port', '0', '--no-maintenance'], { FERRY_NATS_URL: url });
+      try {
+        await waitFor(() => relay.output().includes('"event":"started"') || relay.proc.exitCode !== null, {
+          timeoutMs: 15_000,
+          what: `the relay running with the ${mode} of FERRY_NATS_URL`,
+        });
+      } finally {
+        relay.proc.kill('SIGTERM');
+      }
+      assert.equal((await relay.exited).code, 0, relay.output().slice(-800));
+      const starting =
+        relay
+          .output()
+          .split('\n')
+          .find((l) => l.includes('ferry relay starting')) ?? '';
+      const port = new URL(url.replace(/\/\/.*@/, '//')).port;
+      assert.match(starting, new RegExp(`"nats":\\["nats://(\\*\\*\\*|ferry:\\*\\*\\*)@127\\.0\\.0\\.1:${port}"\\]`), starting);
+      const doctor = await ferry(['doctor', ...base(), '--json'], { FERRY_NATS_URL: url });
+      const report = JSON.parse(doctor.out.trim().split('\n').at(-1) ?? '{}') as { findings?: Array<{ check: string; status: string }> };
+      assert.equal(report.findings?.find((f) => f.check === 'nats')?.status, 'ok', doctor.out.slice(-600));
+      for (const out of [relay.output(), doctor.out]) {
+        for (const secret of [SECRETS.password, SECRETS.token, encodeURIComponent(SECRETS.token), 'Secret-']) {
+          assert.ok(!out.includes(secret), `${mode}: ${secret} in ${out.slice(0, 400)}`);
         }
       }
     }

@@ -10,7 +10,7 @@ import { statusCommand } from './commands/status.js';
 import { verifyCommand } from './commands/verify.js';
 import type { CommandContext } from './context.js';
 import { EXIT } from './exit-codes.js';
-import { secretsOf, textRedactor } from './redact.js';
+import { credentialFlagsOf, secretsOf, textRedactor } from './redact.js';
 
 const EXIT_HELP = `
 Exit codes:
@@ -72,6 +72,13 @@ export async function main(
   const raw = ctx;
   const safe: CommandContext = { ...raw, out: (l) => raw.out(redact(l)), err: (l) => raw.err(redact(l)) };
   const program = buildProgram(safe);
+  const onArgv = credentialFlagsOf(argv);
+  if (onArgv.length > 0) {
+    // Once, on stderr, without the values: stdout may be --json that a script parses.
+    safe.err(
+      `ferry: warning: ${onArgv.map((c) => c.flag).join(', ')} on the command line: every local user can read ${onArgv.length > 1 ? 'them' : 'it'} (ps, /proc/<pid>/cmdline); set ${onArgv.map((c) => c.variable).join(', ')} instead, or --nats-creds for a file`,
+    );
+  }
   if (argv.length <= 2) {
     safe.out(program.helpInformation().trimEnd());
     return EXIT.usage;

@@ -14,6 +14,14 @@ variable. The database URL is read from \`--database-url\`, then
 \`FERRY_DATABASE_URL\`, then \`DATABASE_URL\`. \`ferry relay\` also reads
 \`FERRY_LISTEN=true|false\` for \`--listen\`.
 
+Credentials go in variables or files, never in flags: every local user can
+read a process's arguments (\`ps\`, \`/proc/<pid>/cmdline\`), while its
+environment is readable only by its own user and root. Use
+\`FERRY_DATABASE_URL\`, \`FERRY_NATS_URL\` (when it carries \`user:password@\`
+or \`token@\`), \`FERRY_NATS_PASSWORD\`, \`FERRY_NATS_TOKEN\`,
+\`FERRY_NATS_NKEY_SEED\`, or a \`--nats-creds\` file; a command given one on its
+command line warns once on stderr. See [security](security.md#credentials).
+
 Exit codes shared by every command: 0 success, 1 runtime failure, 2 bad usage
 (nothing was done), 3 migration refused or failed, or a schema holding tables
 Ferry did not create, 4 \`ferry relay\` forced to

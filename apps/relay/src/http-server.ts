@@ -6,8 +6,10 @@ import type { Relay } from './types.js';
  * The daemon's HTTP endpoints (node:http, no framework):
  * `/metrics` Prometheus text, `/healthz` 200 while the process runs,
  * `/readyz` 200 when PostgreSQL and NATS are connected and lanes are leased.
+ * `host` has no default here: the CLI's (`--http-host`, 127.0.0.1) is the one
+ * place that decides who can reach them; they answer without credentials.
  */
-export function startHttpServer(relay: Relay, port: number, host = '0.0.0.0'): Promise<Server> {
+export function startHttpServer(relay: Relay, port: number, host: string): Promise<Server> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') {
@@ -33,7 +35,15 @@ export function startHttpServer(relay: Relay, port: number, host = '0.0.0.0'): P
   });
   return new Promise((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EADDRINUSE' || err.code === 'EACCES') {
+      if (err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN') {
+        reject(
+          new ConfigError(
+            '--http-host',
+            `--http-host ${host} is not an address of this host (${err.code}): give 127.0.0.1, 0.0.0.0, :: or one of its interfaces' addresses (FERRY_HTTP_HOST)`,
+            { cause: err },
+          ),
+        );
+      } else if (err.code === 'EADDRINUSE' || err.code === 'EACCES') {
         const why = err.code === 'EADDRINUSE' ? 'is in use (another relay on this host?)' : 'needs privileges this process lacks';
         reject(
           new ConfigError(

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { main } from './cli.js';
-import { redactNatsUrls, redactUrl, secretsOf, textRedactor, urlPasswords } from './redact.js';
+import { credentialsIn, redactNatsUrls, redactUrl, secretsOf, splitUserinfo, textRedactor, urlPasswords } from './redact.js';
 
 const SECRET = 'S3cretPw-9d1e';
 
@@ -69,7 +69,7 @@ test('redact - the starting line and doctor print a NATS token URL as nats://***
 test('redact - the CLI echoes no credential of a malformed URL, in a flag or a FERRY_* variable', async () => {
   const cases: Array<[string[], Record<string, string>, RegExp]> = [
     [['status', '--database-url', `postgres://u:${SECRET}@127.0.0.1:99999/x`], {}, /--database-url/],
-    [['status'], { FERRY_DATABASE_URL: `postgres://u:${SECRET}@127.0.0.1:99999/x` }, /--database-url/],
+    [['status'], { FERRY_DATABASE_URL: `postgres://u:${SECRET}@127.0.0.1:99999/x` }, /FERRY_DATABASE_URL is not a valid URL/],
     [['doctor', '--database-url', 'postgres://h/db', '--nats-url', `natss://bob:${SECRET}@h:4222`], {}, /--nats-url/],
     [['doctor', '--database-url', 'postgres://h/db'], { FERRY_NATS_URL: `natss://bob:${SECRET}@h:4222` }, /--nats-url/],
   ];
@@ -94,4 +94,110 @@ test('redact - the CLI echoes no credential of a malformed URL, in a flag or a F
     assert.match(out, expected, out);
     assert.ok(!out.includes(SECRET), `${args.join(' ')}: ${out}`);
   }
+});
+
+/** Every shape of issue 32 item 5 that once reached the output whole: reserved characters, a bad port, a query password. */
+const SHAPES: Array<[string, (secret: string) => string]> = [
+  ['a / in the password', (s) => `postgres://u:${s}/x@127.0.0.1:5432/test`],
+  ['a # in the password', (s) => `postgres://u:${s}#x@127.0.0.1:5432/test`],
+  ['a ? in the password', (s) => `postgres://u:${s}?x@127.0.0.1:5432/test`],
+  ['a , in the password', (s) => `postgres://u:${s},x@127.0.0.1:99999/test`],
+  ['a space in the password', (s) => `postgres://u:${s} x@127.0.0.1:99999/test`],
+  ["a ' in the password", (s) => `postgres://u:${s}'x@127.0.0.1:99999/test`],
+  ['all of them', (s) => `postgres://u:p/a#s?s,x ${s}@127.0.0.1:5432/test`],
+  ['digits, then a /', (s) => `postgres://u:123/${s}@127.0.0.1:5432/test`],
+  ['a bad port', (s) => `postgres://u:${s}@127.0.0.1:5x/test`],
+  ['a port out of range', (s) => `postgres://u:${s}@127.0.0.1:99999/test`],
+  ['?password= in a URL that does not parse', (s) => `postgres://127.0.0.1:99999/test?user=u&password=${s}`],
+];
+
+async function run(args: string[], env: Record<string, string>): Promise<{ code: number; out: string }> {
+  const lines: string[] = [];
+  const saved = { ...process.env };
+  Object.assign(process.env, env); // commander reads FERRY_* from process.env
+  try {
+    const code = await main(['node', 'ferry', ...args], { out: (l) => lines.push(l), err: (l) => lines.push(l), env: { ...process.env } });
+    return { code, out: lines.join('\n') };
+  } finally {
+    for (const k of Object.keys(env)) {
+      if (saved[k] === undefined) delete process.env[k];
+      else process.env[k] = saved[k];
+    }
+  }
+}
+
+test('redact - a database URL that does not parse is refused with exit 2 and never echoed, from the flag or FERRY_DATABASE_URL', async () => {
+  for (const [what, shape] of SHAPES) {
+    const url = shape(SECRET);
+    for (const [args, env, source] of [
+      [['status', '--database-url', url], {}, '--database-url'],
+      [['status', `--database-url=${url}`, '--json'], {}, '--database-url'],
+      [['doctor', '--json'], { FERRY_DATABASE_URL: url }, 'FERRY_DATABASE_URL'],
+    ] as Array<[string[], Record<string, string>, string]>) {
+      const r = await run(args, env);
+      assert.equal(r.code, 2, `${what}: ${r.out}`);
+      assert.match(
+        r.out,
+        new RegExp(`^ferry: ${source} (is not a valid URL|has an @ after its host).*value hidden.*percent-encode`, 'm'),
+        what,
+      );
+      assert.ok(!r.out.includes(SECRET) && !r.out.includes(url), `${what}: ${r.out}`);
+    }
+  }
+});
+
+test('redact - the secrets of every shape are found by hand, whether a URL parser accepts the URL or not', () => {
+  for (const [what, shape] of SHAPES) {
+    const url = shape(SECRET);
+    const redact = textRedactor(secretsOf(['node', 'ferry', 'status', '--database-url', url], {}));
+    assert.ok(!redact(`pg said: ${url} and ${SECRET}`).includes(SECRET), what);
+    const fromEnv = textRedactor(secretsOf(['node', 'ferry', 'status'], { FERRY_DATABASE_URL: url }));
+    assert.ok(!fromEnv(`pg said: ${url} and ${SECRET}`).includes(SECRET), `${what} (FERRY_DATABASE_URL)`);
+  }
+  // A query password of a URL that parses, and a percent-encoded one.
+  assert.deepEqual(credentialsIn(`postgres://h/db?user=u&password=${SECRET}&sslmode=disable`), [SECRET]);
+  assert.deepEqual(credentialsIn('postgres://u:p%2Fw%23d@h/db'), ['p%2Fw%23d', 'p/w#d']);
+  assert.equal(redactUrl(`postgres://h/db?password=${SECRET}&sslpassword=${SECRET}`), 'postgres://h/db?password=***&sslpassword=***');
+  assert.equal(
+    textRedactor([])(`connecting to postgres://h/db?sslmode=disable&password=${SECRET}`),
+    'connecting to postgres://h/db?sslmode=disable&password=***',
+  );
+});
+
+test('redact - a NATS token or password holding /, ?, # or @ is split at the last @ and masked whole', () => {
+  for (const token of [`to/${SECRET}`, `${SECRET}?x`, `${SECRET}#x`, `${SECRET}@x`, `a/b?c#${SECRET}`]) {
+    const url = `nats://${token}@127.0.0.1:4222`;
+    assert.deepEqual(splitUserinfo(url), { scheme: 'nats', userinfo: token, bare: 'nats://127.0.0.1:4222' });
+    assert.deepEqual(redactNatsUrls([url]), ['nats://***@127.0.0.1:4222'], token);
+    assert.deepEqual(redactNatsUrls([`tls://bob:${token}@h:4222`]), ['tls://bob:***@h:4222'], token);
+    const redact = textRedactor(secretsOf(['node', 'ferry', 'doctor', '--nats-url', `nats://h:1,${url}`], {}));
+    assert.ok(!redact(`NATS at ${url} and ${token}`).includes(SECRET), token);
+    const fromEnv = textRedactor(secretsOf(['node', 'ferry', 'doctor'], { FERRY_NATS_URL: url }));
+    assert.ok(!fromEnv(`NATS at ${url}`).includes(SECRET), `${token} (FERRY_NATS_URL)`);
+  }
+});
+
+test('redact - a credential on the command line is warned about once, on stderr, by flag and variable, never by value', async () => {
+  const err: string[] = [];
+  const out: string[] = [];
+  const argv = ['node', 'ferry', 'status', '--database-url', `postgres://u:${SECRET}@127.0.0.1:99999/x`, `--nats-password=${SECRET}`];
+  await main(argv, { out: (l) => out.push(l), err: (l) => err.push(l), env: {} });
+  const warnings = err.filter((l) => l.startsWith('ferry: warning:'));
+  assert.equal(warnings.length, 1, err.join('\n'));
+  assert.match(
+    warnings[0] ?? '',
+    /--nats-password, --database-url on the command line: .*ps, \/proc\/<pid>\/cmdline.*FERRY_NATS_PASSWORD, FERRY_DATABASE_URL/,
+  );
+  assert.ok(![...err, ...out].some((l) => l.includes(SECRET)));
+  // The same credentials in variables, or a URL without one on the command line: no warning.
+  const quiet: string[] = [];
+  await main(['node', 'ferry', 'status', '--database-url', 'postgres://u@127.0.0.1:99999/x'], {
+    out: () => {},
+    err: (l) => quiet.push(l),
+    env: { FERRY_NATS_PASSWORD: SECRET },
+  });
+  assert.deepEqual(
+    quiet.filter((l) => l.includes('warning')),
+    [],
+  );
 });

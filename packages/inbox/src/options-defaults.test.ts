@@ -47,7 +47,7 @@ test('inbox logger - a throwing onEvent hook is visible by default (one error li
   assert.match(written[0] ?? '', /^ferry inbox error: .*onEvent.*hook bug/);
 });
 
-test('inbox options - the pg-boss schema follows the one rule of every part, <schema>_boss, unless given', () => {
+test('inbox options - the inbox pg-boss schema is <schema>_boss unless given, and the relay keeps its own apart', () => {
   assert.equal(compileInboxOptions(base).bossSchema, 'ferry_boss');
   assert.equal(compileInboxOptions({ ...base, schema: 'billing' }).bossSchema, 'billing_boss');
   assert.equal(compileInboxOptions({ ...base, schema: 'billing', bossSchema: 'pgboss' }).bossSchema, 'pgboss');
@@ -60,6 +60,11 @@ test('inbox options - the pg-boss schema follows the one rule of every part, <sc
   );
   assert.match(
     grantsSql({ role: 'ferry_relay', for: 'relay', schema: 'billing' }),
-    /GRANT USAGE ON SCHEMA "billing_boss" TO "ferry_relay";/,
+    /GRANT USAGE ON SCHEMA "billing_relay_boss" TO "ferry_relay";/,
+  );
+  assert.doesNotMatch(
+    grantsSql({ role: 'ferry_relay', for: 'relay', schema: 'billing' }),
+    /"billing_boss"/,
+    "the relay gets nothing of the inbox's parking lot",
   );
 });

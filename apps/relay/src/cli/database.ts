@@ -9,14 +9,21 @@ import type { DatabaseFlags } from './shared-options.js';
 
 /** The database URL from the flag, FERRY_DATABASE_URL or DATABASE_URL. */
 export function resolveDatabaseUrl(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
-  const url = flag ?? env.FERRY_DATABASE_URL ?? env.DATABASE_URL;
+  const [source, url] =
+    flag !== undefined
+      ? ['--database-url', flag]
+      : env.FERRY_DATABASE_URL !== undefined
+        ? ['FERRY_DATABASE_URL', env.FERRY_DATABASE_URL]
+        : ['DATABASE_URL', env.DATABASE_URL];
   if (!url) {
     throw new ConfigError('--database-url', 'no database: pass --database-url, or set FERRY_DATABASE_URL or DATABASE_URL');
   }
   try {
     return parseDatabaseUrl(url);
   } catch (err) {
-    throw new ConfigError('--database-url', `--database-url ${(err as Error).message}`, { cause: err });
+    // The parser names the flag; a value from a variable is named by its variable.
+    const message = (err as Error).message.replace(/^--database-url/, source);
+    throw new ConfigError('--database-url', message, { cause: err });
   }
 }
 

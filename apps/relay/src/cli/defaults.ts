@@ -11,6 +11,13 @@ export const CLI_DEFAULTS = Object.freeze({
   natsUrl: 'nats://127.0.0.1:4222',
   /** `ferry relay`: port of /metrics, /healthz and /readyz. */
   httpPort: 9464,
+  /**
+   * `ferry relay`: address of /metrics, /healthz and /readyz. Loopback: they
+   * need no credentials and tell anyone who can reach them the lanes, backlog
+   * and errors, so reaching them from elsewhere is a choice (0.0.0.0 in a
+   * container, where probes and Prometheus come over the pod network).
+   */
+  httpHost: '127.0.0.1',
   logLevel: 'info',
   /** `ferry relay`: force exit when draining takes longer. */
   shutdownTimeoutMs: 30_000,

@@ -1,10 +1,13 @@
-import { describeValue, IDENTIFIER_PATTERN, validateLanes } from '@ferry/core';
+import { isIP } from 'node:net';
+import { ConfigError, describeValue, IDENTIFIER_PATTERN, validateLanes } from '@ferry/core';
 import { InvalidArgumentError } from 'commander';
+import { splitUserinfo } from '../redact.js';
 
 /**
  * Small explicit parsers for CLI flags and FERRY_* env vars. Each throws
  * commander's InvalidArgumentError, which the CLI turns into exit code 2 and
- * one line naming the option, the value and what is accepted.
+ * one line naming the option, the value and what is accepted; the URL parsers
+ * throw a ConfigError instead (exit 2 too), whose line never holds the value.
  */
 export function parseSchema(value: string): string {
   if (!IDENTIFIER_PATTERN.test(value)) {
@@ -29,20 +32,54 @@ export function parseLanes(value: string): number {
   return validateLanes(parseIntIn(1, 1024)(value));
 }
 
+/** Why a URL flag's value is never echoed in its error. */
+const VALUE_HIDDEN = 'value hidden: it may hold a password';
+/** How to write a password that holds a reserved character. */
+const PERCENT_ENCODE =
+  'percent-encode reserved characters of the user and password (/ as %2F, # as %23, ? as %3F, @ as %40, : as %3A, % as %25, space as %20)';
+
+/**
+ * A PostgreSQL URL. Its errors are ConfigErrors, not commander's
+ * InvalidArgumentError: commander would print the value whole ("argument
+ * 'postgres://u:pass/word@…' is invalid"), and the very thing that broke the
+ * URL is often an unencoded character of its password.
+ */
 export function parseDatabaseUrl(value: string): string {
   if (!/^postgres(ql)?:\/\//.test(value)) {
-    throw new InvalidArgumentError(
-      'A PostgreSQL URL starts with postgres:// or postgresql://, e.g. postgres://user:password@host:5432/database',
+    throw new ConfigError(
+      '--database-url',
+      `--database-url is not a PostgreSQL URL (${VALUE_HIDDEN}): it starts with postgres:// or postgresql://, e.g. postgres://user@host:5432/database`,
     );
   }
+  let url: URL;
   try {
-    new URL(value);
+    url = new URL(value);
   } catch {
-    throw new InvalidArgumentError(
-      'It does not parse as a URL; write it as postgres://user:password@host:5432/database (percent-encode @, : and / in the password)',
+    throw new ConfigError(
+      '--database-url',
+      `--database-url is not a valid URL (${VALUE_HIDDEN}): ${PERCENT_ENCODE}, and give a port from 1 to 65535`,
     );
+  }
+  // postgres://u:5/x@host/db parses, as host "u", port 5 and database "x@host/db": an unencoded / or # in
+  // a password that starts with digits. Refused, or the password would travel as a database name.
+  if (url.username === '' && `${url.pathname}${url.hash}`.includes('@')) {
+    throw new ConfigError('--database-url', `--database-url has an @ after its host and no user (${VALUE_HIDDEN}): ${PERCENT_ENCODE}`);
   }
   return value;
+}
+
+/** An address to listen on: an IPv4 or IPv6 address, or a host name (localhost). */
+export function parseHost(value: string): string {
+  const v = value.trim();
+  if (
+    isIP(v) === 0 &&
+    !/^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/.test(v)
+  ) {
+    throw new InvalidArgumentError(
+      `${describeValue(value, 60)} is not an address to listen on: use 127.0.0.1 (this host only), 0.0.0.0 (every IPv4 interface), ::, an interface's address or a host name`,
+    );
+  }
+  return v;
 }
 
 /** `auto` or an integer from 1 to 1024. */
@@ -55,18 +92,27 @@ export function parseLanesPerInstance(value: string): number | 'auto' {
   }
 }
 
-/** A comma-separated list of nats:// (or tls://, ws://) URLs or host:port pairs. */
+/**
+ * A comma-separated list of nats:// (or tls://, ws://) URLs or host:port pairs.
+ * A URL may carry `user:password@` or `token@` (split at the last `@`, so a
+ * token may hold a `/`); `natsConnectOptions` turns them into credentials.
+ * Errors are ConfigErrors that never echo the value (see parseDatabaseUrl).
+ */
 export function parseNatsUrls(value: string): string[] {
   const urls = value
     .split(',')
     .map((s) => s.trim())
     .filter((s) => s !== '');
-  const ok = (u: string) => /^(nats|tls|ws|wss):\/\/[^\s/]+/.test(u) || /^[A-Za-z0-9.-]+(:\d{1,5})?$/.test(u);
+  const ok = (u: string) => {
+    const bare = splitUserinfo(u)?.bare;
+    return bare === undefined ? /^[A-Za-z0-9.-]+(:\d{1,5})?$/.test(u) : /^(nats|tls|ws|wss):\/\/[^\s/@]+/.test(bare);
+  };
   if (urls.length === 0 || !urls.every(ok)) {
-    // The value is not echoed: a NATS URL may carry a password or a token (the CLI masks them too).
     const bad = urls.find((u) => !ok(u)) ?? '';
-    throw new InvalidArgumentError(
-      `is not a list of NATS URLs (entry ${urls.indexOf(bad) + 1} of ${urls.length}, scheme ${describeValue(/^([^:/]*):\/\//.exec(bad)?.[1] ?? 'none', 20)}): use nats://host:4222, tls://host:4222, ws:// or wss://, comma-separated for several`,
+    const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(bad)?.[1];
+    throw new ConfigError(
+      '--nats-url',
+      `--nats-url (FERRY_NATS_URL) is not a list of NATS URLs (${VALUE_HIDDEN}; entry ${urls.indexOf(bad) + 1} of ${urls.length}, scheme ${describeValue(scheme ?? 'none', 20)}): use nats://host:4222, tls://host:4222, ws:// or wss://, comma-separated for several`,
     );
   }
   return urls;

@@ -5,11 +5,15 @@ import { parseDatabaseUrl, parseIntIn, parseNatsUrls, parseSchema } from './flag
 
 // The flags several commands share, each declared once here with its variable, default and range.
 
+/** Why a credential belongs in a variable or a file: the help of every flag that can carry one says it. */
+const ARGV_VISIBLE = 'argv is visible to every local user in ps';
+
 /** `--database-url`, from FERRY_DATABASE_URL, then DATABASE_URL. */
 export function databaseUrlOption(): Option {
-  return new Option('--database-url <url>', 'PostgreSQL connection URL (env FERRY_DATABASE_URL, then DATABASE_URL)').argParser(
-    parseDatabaseUrl,
-  );
+  return new Option(
+    '--database-url <url>',
+    `PostgreSQL connection URL (env FERRY_DATABASE_URL, then DATABASE_URL); with a password in it, prefer the variable: ${ARGV_VISIBLE}`,
+  ).argParser(parseDatabaseUrl);
 }
 
 /** `--schema`, from FERRY_SCHEMA, default `ferry`. */
@@ -49,16 +53,29 @@ export interface NatsFlags {
 export function addNatsOptions(cmd: Command): Command {
   return cmd
     .addOption(
-      new Option('--nats-url <urls>', 'NATS server URLs, comma-separated')
+      new Option(
+        '--nats-url <urls>',
+        `NATS server URLs, comma-separated; user:password@ or token@ in them is used (the same in each), but prefer FERRY_NATS_URL then: ${ARGV_VISIBLE}`,
+      )
         .env('FERRY_NATS_URL')
         .default([CLI_DEFAULTS.natsUrl], CLI_DEFAULTS.natsUrl)
         .argParser(parseNatsUrls),
     )
     .addOption(new Option('--nats-user <user>', 'NATS user (with --nats-password)').env('FERRY_NATS_USER'))
-    .addOption(new Option('--nats-password <password>', 'NATS password').env('FERRY_NATS_PASSWORD'))
-    .addOption(new Option('--nats-token <token>', 'NATS token').env('FERRY_NATS_TOKEN'))
-    .addOption(new Option('--nats-nkey-seed <seed>', 'NATS nkey seed (SU…)').env('FERRY_NATS_NKEY_SEED'))
-    .addOption(new Option('--nats-creds <file>', 'NATS credentials file (JWT + seed)').env('FERRY_NATS_CREDS'))
+    .addOption(
+      new Option('--nats-password <password>', `NATS password; prefer FERRY_NATS_PASSWORD: ${ARGV_VISIBLE}`).env('FERRY_NATS_PASSWORD'),
+    )
+    .addOption(new Option('--nats-token <token>', `NATS token; prefer FERRY_NATS_TOKEN: ${ARGV_VISIBLE}`).env('FERRY_NATS_TOKEN'))
+    .addOption(
+      new Option('--nats-nkey-seed <seed>', `NATS user nkey seed (SU…); prefer FERRY_NATS_NKEY_SEED: ${ARGV_VISIBLE}`).env(
+        'FERRY_NATS_NKEY_SEED',
+      ),
+    )
+    .addOption(
+      new Option('--nats-creds <file>', 'NATS credentials file (user JWT + seed, as nsc writes it); checked at start').env(
+        'FERRY_NATS_CREDS',
+      ),
+    )
     .addOption(new Option('--nats-tls-ca <file>', 'CA certificate file to verify the NATS server').env('FERRY_NATS_TLS_CA'))
     .addOption(new Option('--nats-tls-cert <file>', 'client certificate file for NATS mutual TLS').env('FERRY_NATS_TLS_CERT'))
     .addOption(new Option('--nats-tls-key <file>', 'client key file for NATS mutual TLS').env('FERRY_NATS_TLS_KEY'));

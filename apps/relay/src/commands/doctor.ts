@@ -1,6 +1,6 @@
 // ferry doctor: the command, the findings collector and the database checks; the NATS checks are
 // in doctor-nats.ts.
-import { describeValue, foreignTables, isNatsName, migrationStatus, quoteIdentifier } from '@ferry/core';
+import { describeValue, foreignTables, isConfigError, isNatsName, migrationStatus, quoteIdentifier } from '@ferry/core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type pg from 'pg';
@@ -140,7 +140,12 @@ export async function runDoctor(flags: DoctorFlags, ctx: CommandContext): Promis
         `reachable at ${nc.getServer()} (nats-server ${nc.info?.version ?? '?'}, max_payload ${nc.info?.max_payload ?? '?'})`,
       );
     } catch (err) {
-      add('nats', 'problem', (err as Error).message, 'start NATS with JetStream (nats-server -js), or pass --nats-url / FERRY_NATS_URL');
+      // A NATS option that cannot work (a creds file that does not parse, conflicting credentials) is
+      // no server's absence: its fix is the option, not starting NATS.
+      const fix = isConfigError(err)
+        ? `correct ${err.option} (or its FERRY_* variable); ferry doctor --help lists them`
+        : 'start NATS with JetStream (nats-server -js), or pass --nats-url / FERRY_NATS_URL';
+      add('nats', 'problem', (err as Error).message, fix);
     }
     if (nc) await checkNats(nc, pool, subjects, flags, add);
   } finally {

@@ -3,7 +3,7 @@ import { ConfigError } from '@ferry/core';
 import { Command, Option } from 'commander';
 import { resolveDatabaseUrl } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
-import { LOG_LEVELS, parseBoolean, parseEnsureStream, parseIntIn, parseLanesPerInstance } from '../cli/flag-parsers.js';
+import { LOG_LEVELS, parseBoolean, parseEnsureStream, parseHost, parseIntIn, parseLanesPerInstance } from '../cli/flag-parsers.js';
 import { natsConnectOptions } from '../cli/nats-connection.js';
 import {
   addNatsOptions,
@@ -37,6 +37,7 @@ export interface RelayFlags extends NatsFlags, RetrySpanFlags {
   pruneCron: string;
   maintenance: boolean;
   httpPort: number;
+  httpHost: string;
   logLevel: string;
   ensureStream?: EnsureStream[];
   shutdownTimeoutMs: number;
@@ -117,6 +118,15 @@ export function relayCommand(ctx: CommandContext): Command {
         .env('FERRY_HTTP_PORT')
         .default(CLI_DEFAULTS.httpPort)
         .argParser(parseIntIn(0, 65_535)),
+    )
+    .addOption(
+      new Option(
+        '--http-host <address>',
+        'address /metrics, /healthz and /readyz listen on: 127.0.0.1 is this host only; 0.0.0.0 (or ::) every interface, e.g. in a container for probes and Prometheus',
+      )
+        .env('FERRY_HTTP_HOST')
+        .default(CLI_DEFAULTS.httpHost)
+        .argParser(parseHost),
     )
     .addOption(new Option('--log-level <level>', 'log level').env('FERRY_LOG_LEVEL').default(CLI_DEFAULTS.logLevel).choices(LOG_LEVELS))
     .addOption(new Option('--otel', 'export OpenTelemetry traces over OTLP/HTTP (or set OTEL_EXPORTER_OTLP_ENDPOINT)'))
@@ -278,7 +288,13 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
   });
 
   // Before the try: a port in use is a one-line usage error (ConfigError naming --http-port), not a logged stack trace.
-  const server: Server | undefined = flags.httpPort > 0 ? await startHttpServer(relay, flags.httpPort) : undefined;
+  const server: Server | undefined = flags.httpPort > 0 ? await startHttpServer(relay, flags.httpPort, flags.httpHost) : undefined;
+  if (server) {
+    const where = server.address();
+    const address =
+      typeof where === 'object' && where ? `${where.family === 'IPv6' ? `[${where.address}]` : where.address}:${where.port}` : '';
+    logger.info({ event: 'http-listening', address }, `/metrics, /healthz and /readyz on http://${address} (--http-host, --http-port)`);
+  }
   try {
     // A signal while the start still waits for NATS abandons the start: that is a clean stop, not a failure.
     await Promise.race([relay.start().catch((err) => (stopping ? undefined : Promise.reject(err))), done]);

@@ -9,7 +9,7 @@ import { Command, Option } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { validatorParser } from '../cli/flag-parsers.js';
-import { connectNats } from '../cli/nats-connection.js';
+import { connectNats, natsConnectOptions } from '../cli/nats-connection.js';
 import { relayInstances } from '../cli/relay-instances.js';
 import { addDatabaseOptions, addNatsOptions, type DatabaseFlags, type NatsFlags } from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
@@ -113,6 +113,9 @@ export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promis
     cleanup: { consumerDeleted: false, streamMessageDeleted: false, outboxRow: 'none' },
     error: null,
   };
+  // Options that cannot work (a creds file that does not parse, a seed that fails its checksum) are bad
+  // usage, exit 2 like every other command, not a failed canary.
+  natsConnectOptions(flags);
   const pool = commandPool(flags, ctx, 'ferry-verify');
   const schemaSql = quoteIdentifier(flags.schema);
   try {

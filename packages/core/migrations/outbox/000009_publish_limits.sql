@@ -82,84 +82,34 @@ END
 $fn$;
 REVOKE ALL ON FUNCTION :SCHEMA.publish_check_limits(boolean, text[], bigint[], bytea[]) FROM PUBLIC;
 
--- 000008's entry functions with the limits added; the rest is unchanged.
--- CREATE OR REPLACE keeps the grants a publishing role was given.
-CREATE OR REPLACE FUNCTION :SCHEMA.publish_event(
-  p_id uuid, p_key text, p_version bigint, p_subject text, p_type text, p_source text,
-  p_content_type text, p_data bytea, p_headers jsonb, p_occurred_at timestamptz, p_channel text, p_check boolean
-) RETURNS TABLE (id text, seq bigint, version bigint, existing boolean, same boolean)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
-#variable_conflict use_column
+-- 000008's entry functions get the limits as their first statement, and
+-- keep the rest of their bodies as 000008 wrote them (taken from the catalog,
+-- so nothing is restated here); CREATE OR REPLACE keeps a publishing role's
+-- grants. The single event calls the check only when it fails; the batch
+-- whenever it gives versions (their order is a property of the whole array).
+DO $limits$
+DECLARE
+  v_event constant regprocedure := ':SCHEMA.publish_event(uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean)'::regprocedure;
+  v_events constant regprocedure := ':SCHEMA.publish_events(uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text, boolean)'::regprocedure;
+  v_def text;
 BEGIN
-  IF octet_length(p_data) > 67108864 OR p_version < 1 OR p_version > 4611686018427387904 THEN
-    PERFORM :SCHEMA.publish_check_limits(true, ARRAY[p_key], ARRAY[p_version], ARRAY[p_data]);
+  v_def := pg_get_functiondef(v_event);
+  IF v_def !~ E'\n#variable_conflict use_column\nBEGIN\n' OR v_def ~ 'publish_check_limits' THEN
+    RAISE EXCEPTION 'outbox migration 000009: % is not the function 000008 wrote; was it changed by hand?', v_event;
   END IF;
-  -- An event that fails the checks goes the long way too: the old function raises the precise error.
-  IF p_check OR p_version IS NOT NULL
-     OR NOT :SCHEMA.publish_event_ok(p_key, p_subject, p_type, p_source, p_content_type, p_headers) THEN
-    RETURN QUERY SELECT * FROM :SCHEMA.publish_event_full(p_id, p_key, p_version, p_subject, p_type, p_source,
-                                                          p_content_type, p_data, p_headers, p_occurred_at, p_channel, p_check);
-    RETURN;
+  EXECUTE regexp_replace(v_def, E'\n#variable_conflict use_column\nBEGIN\n',
+    E'\n#variable_conflict use_column\nBEGIN\n'
+    || E'  IF octet_length(p_data) > 67108864 OR p_version < 1 OR p_version > 4611686018427387904 THEN\n'
+    || E'    PERFORM :SCHEMA.publish_check_limits(true, ARRAY[p_key], ARRAY[p_version], ARRAY[p_data]);\n'
+    || E'  END IF;\n');
+  v_def := pg_get_functiondef(v_events);
+  IF v_def !~ E'\n#variable_conflict use_column\nBEGIN\n' OR v_def ~ 'publish_check_limits' THEN
+    RAISE EXCEPTION 'outbox migration 000009: % is not the function 000008 wrote; was it changed by hand?', v_events;
   END IF;
-  -- The upsert holds the key's row lock until the caller commits: publishers
-  -- of one key serialise, so version order is commit order.
-  RETURN QUERY
-  WITH bump AS (
-    INSERT INTO :SCHEMA.key_versions AS kv (key, version) VALUES (p_key, 1)
-    ON CONFLICT (key) DO UPDATE SET version = kv.version + 1
-    RETURNING kv.version
-  ),
-  ins AS (
-    INSERT INTO :SCHEMA.outbox AS o (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
-    SELECT p_id, p_key, b.version, p_subject, p_type, p_source, p_content_type, p_data, p_headers, p_occurred_at
-    FROM bump b
-    RETURNING o.id, o.seq, o.version
-  )
-  SELECT i.id::text, i.seq, i.version, false, true FROM ins i;
-  IF p_channel IS NOT NULL AND EXISTS (SELECT 1 FROM :SCHEMA.relay_waiting w WHERE w.until > now()) THEN
-    PERFORM pg_notify(p_channel, '');
-  END IF;
+  EXECUTE regexp_replace(v_def, E'\n#variable_conflict use_column\nBEGIN\n',
+    E'\n#variable_conflict use_column\nBEGIN\n'
+    || E'  IF cardinality(array_remove(p_versions, NULL)) > 0 OR (SELECT max(octet_length(d)) FROM unnest(p_data) AS d) > 67108864 THEN\n'
+    || E'    PERFORM :SCHEMA.publish_check_limits(false, p_keys, p_versions, p_data);\n'
+    || E'  END IF;\n');
 END
-$fn$;
-
-CREATE OR REPLACE FUNCTION :SCHEMA.publish_events(
-  p_ids uuid[], p_keys text[], p_versions bigint[], p_subjects text[], p_types text[], p_sources text[],
-  p_content_types text[], p_data bytea[], p_headers jsonb[], p_occurred_at timestamptz[], p_channel text, p_check boolean
-) RETURNS TABLE (id text, seq bigint, version bigint, existing boolean, same boolean)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
-#variable_conflict use_column
-BEGIN
-  IF cardinality(array_remove(p_versions, NULL)) > 0 OR (SELECT max(octet_length(d)) FROM unnest(p_data) AS d) > 67108864 THEN
-    PERFORM :SCHEMA.publish_check_limits(false, p_keys, p_versions, p_data);
-  END IF;
-  IF p_check OR cardinality(array_remove(p_versions, NULL)) > 0
-     OR NOT :SCHEMA.publish_events_ok(p_keys, p_subjects, p_types, p_sources, p_content_types, p_headers) THEN
-    RETURN QUERY SELECT * FROM :SCHEMA.publish_events_full(p_ids, p_keys, p_versions, p_subjects, p_types, p_sources,
-                                                           p_content_types, p_data, p_headers, p_occurred_at, p_channel, p_check);
-    RETURN;
-  END IF;
-  RETURN QUERY
-  WITH input AS (
-    SELECT t.*, row_number() OVER (PARTITION BY t.key ORDER BY t.ord) AS rank, count(*) OVER (PARTITION BY t.key) AS n
-    FROM unnest(p_ids, p_keys, p_subjects, p_types, p_sources, p_content_types, p_data, p_headers, p_occurred_at)
-           WITH ORDINALITY AS t(id, key, subject, type, source, content_type, data, headers, occurred_at, ord)
-  ),
-  bump AS (
-    INSERT INTO :SCHEMA.key_versions AS kv (key, version)
-    SELECT i.key, count(*) FROM input i GROUP BY i.key ORDER BY i.key
-    ON CONFLICT (key) DO UPDATE SET version = kv.version + excluded.version
-    RETURNING kv.key, kv.version
-  ),
-  ins AS (
-    INSERT INTO :SCHEMA.outbox AS o (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
-    SELECT i.id, i.key, b.version - i.n + i.rank, i.subject, i.type, i.source, i.content_type, i.data, i.headers, i.occurred_at
-    FROM input i JOIN bump b ON b.key = i.key
-    ORDER BY i.ord
-    RETURNING o.id, o.seq, o.version
-  )
-  SELECT i.id::text, i.seq, i.version, false, true FROM ins i;
-  IF p_channel IS NOT NULL AND EXISTS (SELECT 1 FROM :SCHEMA.relay_waiting w WHERE w.until > now()) THEN
-    PERFORM pg_notify(p_channel, '');
-  END IF;
-END
-$fn$;
+$limits$;
