@@ -4,7 +4,7 @@ import { test } from 'node:test';
 
 const ROOT = new URL('../../', import.meta.url); // test/dist/ → repo root
 const read = (path: string) => readFileSync(new URL(path, ROOT), 'utf8');
-const METRICS = new Set([...read('apps/relay/src/metrics.ts').matchAll(/name: '(ferry_[a-z_]+)'/g)].map((m) => m[1] ?? ''));
+const METRICS = new Set([...read('apps/relay/src/daemon/metrics.ts').matchAll(/name: '(ferry_[a-z_]+)'/g)].map((m) => m[1] ?? ''));
 
 interface Panel {
   id: number;

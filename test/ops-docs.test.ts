@@ -53,7 +53,7 @@ test('docs - every relative link in the operations docs and the READMEs points t
 
 test('docs - the runbook names every relay metric and every operator command', () => {
   const ops = read('docs/operations.md');
-  const metrics = read('apps/relay/src/metrics.ts');
+  const metrics = read('apps/relay/src/daemon/metrics.ts');
   const names = [...metrics.matchAll(/name: '(ferry_[a-z_]+)'/g)].map((m) => m[1] ?? '');
   assert.ok(names.length >= 10);
   const documented = `${ops}\n${read('docs/relay.md')}`;

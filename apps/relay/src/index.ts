@@ -5,6 +5,10 @@
 // The CLI, for embedding it or running it in tests.
 export { buildProgram, main } from './cli.js';
 export type { CommandContext } from './context.js';
+// Internals the benchmarks and tests measure directly: the claim statement, the lock namespaces, the event columns.
+export { lockNamespace } from './daemon/lane-leaser.js';
+// The library: a relay instance, its options, defaults and events.
+export { createRelay } from './daemon/relay.js';
 export {
   type Classified,
   CommandFailedError,
@@ -19,10 +23,6 @@ export {
   StartAbandonedError,
 } from './errors.js';
 export { EXIT } from './exit-codes.js';
-// Internals the benchmarks and tests measure directly: the claim statement, the lock namespaces, the event columns.
-export { lockNamespace } from './lane-leaser.js';
-// The library: a relay instance, its options, defaults and events.
-export { createRelay } from './relay.js';
 export { compileRelayOptions, RELAY_DEFAULTS, RELAY_LIMITS, type RetrySpanOptions, retrySpanMs } from './relay-options.js';
 export { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
 export { OUTBOX_EVENT_COLUMNS } from './sql/outbox-event-columns.js';

@@ -4,10 +4,10 @@ import { backoffDelayMs, isValidationError } from '@ferry/core';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors } from '@nats-io/transport-node';
 import { parseEnsureStream, parseLanesPerInstance, parseNatsUrls } from './cli/flag-parsers.js';
-import { chainsByKey } from './dispatcher.js';
+import { chainsByKey } from './daemon/dispatcher.js';
+import { lockNamespace } from './daemon/lane-leaser.js';
 import { parseDuration } from './duration.js';
 import { classifyPublishError } from './errors.js';
-import { lockNamespace } from './lane-leaser.js';
 import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';
 
 test('relay options - defaults are applied once and the result is frozen', () => {

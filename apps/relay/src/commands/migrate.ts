@@ -23,9 +23,9 @@ import { parseIntIn, parseLanes, parseSchema, validatorParser } from '../cli/fla
 import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
+import { PRUNE_QUEUE } from '../daemon/janitor.js';
 import { formatDuration, parseDuration } from '../duration.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
-import { PRUNE_QUEUE } from '../janitor.js';
 import { redactUrl } from '../redact.js';
 import { countPrunableSql } from '../sql/count-prunable.js';
 import { OUTBOX_TABLE_SQL as TABLE_EXISTS_SQL } from '../sql/outbox-table.js';

@@ -14,13 +14,13 @@ import {
   schemaOption,
 } from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
+import { createRelay } from '../daemon/relay.js';
 import { parseDuration } from '../duration.js';
 import { CommandFailedError } from '../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { startHttpServer } from '../http-server.js';
 import { createLogger } from '../logger.js';
 import { redactNatsUrls, redactUrl, urlPasswords } from '../redact.js';
-import { createRelay } from '../relay.js';
 import { RELAY_DEFAULTS, RELAY_LIMITS } from '../relay-options.js';
 import { startTraceExporter, traceExportWanted } from '../trace-exporter.js';
 import type { EnsureStream, RelayOptions } from '../types.js';

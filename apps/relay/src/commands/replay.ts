@@ -11,8 +11,8 @@ import { addDatabaseOptions, addNatsOptions, type DatabaseFlags, type NatsFlags 
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
+import { PubAcks } from '../daemon/pub-acks.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
-import { PubAcks } from '../pub-acks.js';
 import type { BoundedOutboxEventRow } from '../sql/outbox-event-columns.js';
 import { countReplaySql, replayPageSql } from '../sql/replay-rows.js';
 import { Progress, type ProgressMode } from './replay-progress.js';

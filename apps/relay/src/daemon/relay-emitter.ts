@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type { RelayEvents } from './types.js';
+import type { RelayEvents } from '../types.js';
 
 /**
  * The relay's events, typed: `emit` takes only a `RelayEvents` name with its

@@ -4,9 +4,9 @@ import { after, before, describe, test } from 'node:test';
 import { isConflictError, quoteIdentifier, SILENT_LOGGER, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import { setRetentionSql } from '../sql/retention.js';
+import type { Logger } from '../types.js';
 import { Janitor } from './janitor.js';
-import { setRetentionSql } from './sql/retention.js';
-import type { Logger } from './types.js';
 
 // The prune job and idempotent re-publish (issue 14 item 6): an id published, pruned and
 // published again is recognised as the stored event for another retention after the prune.

@@ -1,11 +1,11 @@
 import { encodedSize, encodeEvent, eventFromOutboxRow, LIMITS } from '@ferry/core';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { BrokenCircuitError, type CircuitBreakerPolicy, IsolatedCircuitError } from 'cockatiel';
+import { classifyPublishError, NatsUnavailableError } from '../errors.js';
+import type { ClaimedRow } from '../sql/claim-batch.js';
 import type { LeasedRow, Outcome } from './claim-plan.js';
-import { classifyPublishError, NatsUnavailableError } from './errors.js';
 import type { PubAcks } from './pub-acks.js';
 import { SendSpan } from './send-span.js';
-import type { ClaimedRow } from './sql/claim-batch.js';
 
 export interface ChainSenderDeps {
   breaker: CircuitBreakerPolicy;

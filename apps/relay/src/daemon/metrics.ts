@@ -1,5 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { FAILURE_REASONS } from './types.js';
+import { FAILURE_REASONS } from '../types.js';
 
 export interface BacklogReading {
   pending: number;

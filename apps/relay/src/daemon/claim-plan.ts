@@ -1,8 +1,8 @@
 // What a claim hands the chains: rows with their lease epoch, one chain per key, and the in-flight
 // budget (rows and data bytes) that sizes the next claim.
 import { LIMITS } from '@ferry/core';
-import type { Classified } from './errors.js';
-import type { ClaimedRow } from './sql/claim-batch.js';
+import type { Classified } from '../errors.js';
+import type { ClaimedRow } from '../sql/claim-batch.js';
 
 export type Outcome = { ok: true; ackAt: number } | ({ ok: false } & Classified);
 

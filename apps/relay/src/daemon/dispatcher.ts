@@ -4,6 +4,10 @@
 import { namedStatement } from '@ferry/core';
 import { type CircuitBreakerPolicy, CircuitState } from 'cockatiel';
 import type pg from 'pg';
+import type { Classified } from '../errors.js';
+import { type ClaimedRow, claimBatchSql } from '../sql/claim-batch.js';
+import { claimKeyRowsSql } from '../sql/claim-key-rows.js';
+import type { CompiledRelayOptions, Logger } from '../types.js';
 import { ChainSender } from './chain-sender.js';
 import {
   type Acked,
@@ -17,15 +21,11 @@ import {
   type Outcome,
   WAKE_BELOW_KEYS,
 } from './claim-plan.js';
-import type { Classified } from './errors.js';
 import type { LaneLeaser } from './lane-leaser.js';
 import type { RelayMetrics } from './metrics.js';
 import type { PubAcks } from './pub-acks.js';
 import type { RelayEmitter, RelayTestHooks } from './relay-emitter.js';
 import { RowSettler } from './row-settler.js';
-import { type ClaimedRow, claimBatchSql } from './sql/claim-batch.js';
-import { claimKeyRowsSql } from './sql/claim-key-rows.js';
-import type { CompiledRelayOptions, Logger } from './types.js';
 import type { WaitRecord } from './wait-record.js';
 
 export interface DispatcherDeps {

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { backoffDelayMs } from '@ferry/core';
 import pg from 'pg';
-import type { Logger } from './types.js';
+import type { Logger } from '../types.js';
 
 export interface NotifierOptions {
   databaseUrl: string;

@@ -1,28 +1,30 @@
 // The relay's lifecycle in one file (just over ~350 lines) because start() wires the parts in an
 // order that matters (settings checks, NATS, streams, dispatcher, janitor, lanes, notifier) and
 // stop/teardown undo it in reverse: the two orders are read against each other. The parts live one
-// job per file: dispatcher.ts, lane-leaser.ts, notifier.ts, janitor.ts, metrics.ts, sql/.
+// job per file: dispatcher.ts, lane-leaser.ts, nats-probe.ts, pg-bounds.ts, notifier.ts, janitor.ts, metrics.ts, ../sql/.
 import { randomBytes } from 'node:crypto';
 import { ConfigError, childLogger, laneCountSql, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { type CircuitBreakerPolicy, CircuitState, ConsecutiveBreaker, circuitBreaker, handleWhen } from 'cockatiel';
 import pg from 'pg';
+import { formatDuration } from '../duration.js';
+import { NatsUnavailableError, NotMigratedError } from '../errors.js';
+import { connectWhenReachable, natsServerNames } from '../nats-connect.js';
+import { compileRelayOptions, RELAY_DEFAULTS } from '../relay-options.js';
+import { backlogSql } from '../sql/backlog.js';
+import { readRetentionSql } from '../sql/retention.js';
+import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from '../types.js';
 import { Dispatcher } from './dispatcher.js';
-import { formatDuration } from './duration.js';
 import { ensureStreams } from './ensure-streams.js';
-import { NatsUnavailableError, NotMigratedError } from './errors.js';
 import { Janitor } from './janitor.js';
 import { LaneLeaser, leaseSafetyMarginMs } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
-import { connectWhenReachable, natsServerNames } from './nats-connect.js';
+import { drainNats, NatsProbe } from './nats-probe.js';
 import { Notifier } from './notifier.js';
+import { pgBounds } from './pg-bounds.js';
 import { PubAcks } from './pub-acks.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
-import { compileRelayOptions, RELAY_DEFAULTS } from './relay-options.js';
-import { backlogSql } from './sql/backlog.js';
-import { readRetentionSql } from './sql/retention.js';
-import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from './types.js';
 import { WaitRecord } from './wait-record.js';
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
@@ -45,10 +47,9 @@ class RelayImpl implements Relay {
   #tornDown: Promise<void> | undefined;
   #nc: NatsConnection | undefined;
   #natsUp = false;
-  /** performance.now() when the last NATS ping that came back was sent. */
-  #natsOkAt = 0;
   #natsUnhealthy = false;
-  #natsProbe: NodeJS.Timeout | undefined;
+  /** Pings NATS every sixth of the term: a relay cut off from it gives its lanes up within 0.75 + 1/6 of the term. */
+  #natsProbe: NatsProbe | undefined;
   #dispatcher: Dispatcher | undefined;
   #notifier: Notifier | undefined;
   #janitor: Janitor | undefined;
@@ -115,41 +116,13 @@ class RelayImpl implements Relay {
   #healthy(): boolean {
     const limit = this.#o.leaseTermMs - leaseSafetyMarginMs(this.#o.leaseTermMs);
     if (!this.#nc) return true; // before the start connected: nothing to prove yet
-    if (!this.#natsUp || performance.now() - this.#natsOkAt > limit) {
+    if (!this.#natsUp || (this.#natsProbe?.sinceOkMs() ?? 0) > limit) {
       if (!this.#natsUnhealthy) this.#log.warn({ event: 'nats-unproven' }, 'NATS has not answered within the lease term: lanes given up');
       this.#natsUnhealthy = true;
       return false;
     }
     this.#natsUnhealthy = false;
     return (this.#dispatcher?.stuckMs() ?? 0) <= limit;
-  }
-
-  /**
-   * Pings NATS every sixth of the term (a round trip: a connection that only looks open does not
-   * count), so a relay cut off from NATS gives its lanes up within 0.75 + 1/6 of the term.
-   */
-  #probeNats(nc: NatsConnection): void {
-    const every = Math.max(100, Math.floor(this.#o.leaseTermMs / 6));
-    const probe = async () => {
-      if (nc.isClosed()) return;
-      const started = performance.now();
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<'late'>((resolve) => {
-        timer = setTimeout(() => resolve('late'), every);
-      });
-      const outcome = await Promise.race([
-        nc.flush().then(
-          () => 'ok' as const,
-          () => 'late' as const,
-        ),
-        late,
-      ]);
-      clearTimeout(timer);
-      if (outcome === 'ok') this.#natsOkAt = started;
-      this.#natsProbe = setTimeout(probe, every);
-    };
-    this.#natsOkAt = performance.now();
-    this.#natsProbe = setTimeout(probe, every);
   }
 
   get state(): RelayState {
@@ -256,7 +229,8 @@ class RelayImpl implements Relay {
     this.#natsUp = true;
     this.#metrics.natsConnected.set(1);
     this.#watchNats(nc);
-    this.#probeNats(nc);
+    this.#natsProbe = new NatsProbe(nc, Math.floor(o.leaseTermMs / 6));
+    this.#natsProbe.start();
     this.#log.info({ event: 'nats-connected', server: nc.getServer() }, 'connected to NATS');
     if (o.ensureStreams.length > 0) await ensureStreams(await jetstreamManager(nc), o, this.#log);
     this.#dispatcher = new Dispatcher({
@@ -384,8 +358,8 @@ class RelayImpl implements Relay {
       [
         'nats',
         () => {
-          clearTimeout(this.#natsProbe);
-          return this.#drainNats();
+          this.#natsProbe?.stop();
+          return drainNats(this.#nc);
         },
       ],
       ['postgres', () => this.#pool.end()],
@@ -400,44 +374,11 @@ class RelayImpl implements Relay {
     this.#metrics.lanesOwned.set(0);
   }
 
-  async #drainNats(): Promise<void> {
-    const nc = this.#nc;
-    if (!nc || nc.isClosed()) return;
-    // drain() waits for the server; with NATS down it would wait forever, so it gets a bound.
-    let timer: NodeJS.Timeout | undefined;
-    const bound = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, 5000);
-    });
-    await Promise.race([nc.drain().catch(() => {}), bound]);
-    clearTimeout(timer);
-    if (!nc.isClosed()) await nc.close().catch(() => {});
-  }
-
   async prune(): Promise<number> {
     if (!this.#janitor)
       throw new ConfigError('maintenance', 'maintenance is off for this relay: prune() needs a relay created with maintenance: true');
     return this.#janitor.prune();
   }
-}
-
-/**
- * Every wait on PostgreSQL bounded, for the relay's pool and its lease
- * connection: connecting, each statement (server side, and the client gives
- * up a second later in case the server never answers), and a dead peer found
- * by TCP keepalive on both sides in seconds rather than hours; the server
- * also drops a peer that acknowledges nothing for 3 x the keepalive time
- * (`tcp_user_timeout`), ending an orphaned backend in a partition.
- */
-function pgBounds(o: CompiledRelayOptions) {
-  const idleS = Math.max(1, Math.round(o.pgKeepaliveMs / 1000));
-  return {
-    connectionTimeoutMillis: o.pgConnectTimeoutMs,
-    statement_timeout: o.pgStatementTimeoutMs,
-    query_timeout: o.pgStatementTimeoutMs + 1000,
-    keepAlive: true,
-    keepAliveInitialDelayMillis: o.pgKeepaliveMs,
-    options: `-c tcp_keepalives_idle=${idleS} -c tcp_keepalives_interval=${idleS} -c tcp_keepalives_count=3 -c tcp_user_timeout=${3 * o.pgKeepaliveMs}`,
-  };
 }
 
 /**

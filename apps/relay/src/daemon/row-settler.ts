@@ -1,14 +1,14 @@
 import { backoffDelayMs, namedStatement } from '@ferry/core';
 import { ExponentialBackoff, fullJitterGenerator, handleAll, retry } from 'cockatiel';
 import type pg from 'pg';
+import type { Classified } from '../errors.js';
+import { markFailedSql } from '../sql/mark-failed.js';
+import { markPublishedSql } from '../sql/mark-published.js';
+import type { CompiledRelayOptions, Logger } from '../types.js';
 import type { Acked, LeasedRow } from './claim-plan.js';
-import type { Classified } from './errors.js';
 import { Marker } from './marker.js';
 import type { RelayMetrics } from './metrics.js';
 import type { RelayEmitter } from './relay-emitter.js';
-import { markFailedSql } from './sql/mark-failed.js';
-import { markPublishedSql } from './sql/mark-published.js';
-import type { CompiledRelayOptions, Logger } from './types.js';
 
 /** A statement's retries: 5 attempts, full-jitter exponential backoff from 50 ms, capped at 2 s. */
 const STATEMENT_RETRY = retry(handleAll, {

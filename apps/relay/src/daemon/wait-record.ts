@@ -1,7 +1,7 @@
 import { namedStatement, SQLSTATE, sqlState } from '@ferry/core';
 import type pg from 'pg';
-import { forgetWaitingSql, startWaitingSql, stopWaitingSql } from './sql/relay-waiting.js';
-import type { Logger } from './types.js';
+import { forgetWaitingSql, startWaitingSql, stopWaitingSql } from '../sql/relay-waiting.js';
+import type { Logger } from '../types.js';
 
 type Statement = { name: string; text: string };
 

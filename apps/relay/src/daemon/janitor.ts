@@ -1,9 +1,9 @@
 import { deleteInBatches, relayBossSchemaFor, startPruner, stopPruner } from '@ferry/core';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import { prunePublishedSql, pruneRecognisedIdsSql } from './sql/prune-published.js';
-import { readRetentionSql } from './sql/retention.js';
-import type { Logger } from './types.js';
+import { prunePublishedSql, pruneRecognisedIdsSql } from '../sql/prune-published.js';
+import { readRetentionSql } from '../sql/retention.js';
+import type { Logger } from '../types.js';
 
 export const PRUNE_QUEUE = 'ferry-prune';
 /** A prune run stops after this many batches even if rows remain; the next occurrence goes on. */

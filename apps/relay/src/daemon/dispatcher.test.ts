@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import type { ClaimedRow } from '../sql/claim-batch.js';
 import { claimFoundBacklog } from './dispatcher.js';
-import type { ClaimedRow } from './sql/claim-batch.js';
 
 /** A claim's rows: `counts[i]` rows of key `k<i>` (only the key matters here). */
 function rows(...counts: number[]): ClaimedRow[] {

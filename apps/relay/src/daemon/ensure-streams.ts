@@ -1,7 +1,7 @@
 import { type JetStreamManager, StorageType } from '@nats-io/jetstream';
-import { duplicateWindowShortfall } from './duplicate-window.js';
-import { type RetrySpanOptions, retrySpanMs } from './relay-options.js';
-import type { EnsureStream, Logger } from './types.js';
+import { duplicateWindowShortfall } from '../duplicate-window.js';
+import { type RetrySpanOptions, retrySpanMs } from '../relay-options.js';
+import type { EnsureStream, Logger } from '../types.js';
 
 /**
  * `--ensure-stream` at start: creates each missing stream (file storage) with a

@@ -1,9 +1,9 @@
 import { hostname } from 'node:os';
 import { laneCountSql, protectPool } from '@ferry/core';
 import pg from 'pg';
-import { NotMigratedError } from './errors.js';
-import { forgetInstanceSql, leaseCountsSql, pruneInstancesSql, releaseLeasesSql, renewLeasesSql, takeLeasesSql } from './sql/leases.js';
-import type { Logger } from './types.js';
+import { NotMigratedError } from '../errors.js';
+import { forgetInstanceSql, leaseCountsSql, pruneInstancesSql, releaseLeasesSql, renewLeasesSql, takeLeasesSql } from '../sql/leases.js';
+import type { Logger } from '../types.js';
 
 /**
  * The lease connection's `application_name`: `<app>:<instance>:lease:<pid>@<host>`. `ferry status`

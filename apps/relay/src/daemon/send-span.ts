@@ -1,8 +1,8 @@
 import { SPAN_ATTRIBUTES as A, creationParent, failSpan, MESSAGING_SYSTEM, otel, traceHeaders } from '@ferry/core';
 import type { PubAck } from '@nats-io/jetstream';
 import type { Span } from '@opentelemetry/api';
-import type { Classified } from './errors.js';
-import type { ClaimedRow } from './sql/claim-batch.js';
+import type { Classified } from '../errors.js';
+import type { ClaimedRow } from '../sql/claim-batch.js';
 
 const TRACER = '@ferry/relay';
 

@@ -10,7 +10,7 @@ import {
   PermissionViolationError,
   TimeoutError,
 } from '@nats-io/transport-node';
-import { classifyPublishError } from './errors.js';
+import { classifyPublishError } from '../errors.js';
 import { PubAcks } from './pub-acks.js';
 
 // The relay's own PubAck path against the real server: each way a publish can end must raise the
