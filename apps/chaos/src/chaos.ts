@@ -14,101 +14,25 @@
 // once, in per-key order (in the stream as read back, and as applied), and
 // each poison key is blocked at its first event with nothing of it sent.
 // Exit code 0: no violation; 1: a violation; 2: bad usage.
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { bossSchemaFor, migrate, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
-import { NatsServer } from '@ferry/testkit';
+import { NatsServer, TcpProxy } from '@ferry/testkit';
 import { DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import pg from 'pg';
 import type { ChaosConsumerConfig } from './consumer.js';
-import { type ChaosOptions, type Fault, faultSchedule, parseChaosArgs, seededRandom, type Target, UsageError } from './plan.js';
+import { type ChaosOptions, type Fault, faultSchedule, parseChaosArgs, seededRandom, UsageError } from './plan.js';
+import { Supervised } from './supervised.js';
 
 const FERRY_BIN = fileURLToPath(new URL('../../relay/bin/ferry.js', import.meta.url));
 const CONSUMER_BIN = fileURLToPath(new URL('./consumer.js', import.meta.url));
+/** The relays' lease term: short, so that pauses and cuts longer than it move lanes within the run. */
+const LEASE_TERM_MS = 2000;
 
 const log = (msg: string) => process.stderr.write(`[chaos ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
-
-/** One supervised child process: restarted whenever it exits, until the run stops. */
-class Supervised {
-  readonly name: Target;
-  readonly #command: () => string[];
-  #proc: ChildProcess | undefined;
-  #stopping = false;
-  #held = false;
-  #out = '';
-  /** Relay instance ids seen in the log (their PostgreSQL application_name). */
-  readonly instances = new Set<string>();
-  unexpectedExits = 0;
-  readonly reports = new Map<string, number>();
-
-  constructor(name: Target, command: () => string[]) {
-    this.name = name;
-    this.#command = command;
-  }
-
-  get tail(): string {
-    return this.#out.slice(-3000);
-  }
-
-  start(): void {
-    const proc = spawn(process.execPath, this.#command(), { stdio: ['ignore', 'pipe', 'pipe'] });
-    this.#proc = proc;
-    let partial = '';
-    proc.stdout?.on('data', (b: Buffer) => {
-      const text = b.toString();
-      this.#out = (this.#out + text).slice(-20_000);
-      partial += text;
-      const lines = partial.split('\n');
-      partial = lines.pop() ?? '';
-      for (const line of lines) {
-        const inst = /"instance":"([0-9a-f]{8})"/.exec(line);
-        if (inst?.[1]) this.instances.add(inst[1]);
-        const kind = /^\{"kind":"([a-z-]+)"/.exec(line)?.[1];
-        if (kind) this.reports.set(kind, (this.reports.get(kind) ?? 0) + 1);
-      }
-    });
-    proc.stderr?.on('data', (b: Buffer) => {
-      this.#out = (this.#out + b.toString()).slice(-20_000);
-    });
-    proc.once('exit', (code, signal) => {
-      if (this.#stopping || this.#held) return;
-      this.unexpectedExits++;
-      log(`${this.name} exited on its own (code ${code}, signal ${signal}); restarting. Its last output:\n${this.#out.slice(-2500)}`);
-      setTimeout(() => {
-        if (!this.#stopping && !this.#held) this.start();
-      }, 500);
-    });
-  }
-
-  /** SIGKILL, stay down `downMs`, start again. */
-  async kill(downMs: number): Promise<void> {
-    const proc = this.#proc;
-    this.#held = true;
-    if (proc && proc.exitCode === null && proc.signalCode === null) {
-      const exited = new Promise((r) => proc.once('exit', r));
-      proc.kill('SIGKILL');
-      await exited;
-    }
-    await sleep(downMs);
-    this.#held = false;
-    if (!this.#stopping) this.start();
-  }
-
-  async stop(): Promise<void> {
-    this.#stopping = true;
-    const proc = this.#proc;
-    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
-    const exited = new Promise((r) => proc.once('exit', r));
-    proc.kill('SIGTERM');
-    const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
-    await exited;
-    clearTimeout(timer);
-  }
-}
 
 interface Verdict {
   committed: number;
@@ -147,6 +71,7 @@ async function run(o: ChaosOptions): Promise<number> {
   const nats = await NatsServer.start({ config: `max_payload: ${POISON_MAX_PAYLOAD}` });
   let nc: NatsConnection | undefined;
   const procs: Supervised[] = [];
+  const proxies: Array<{ pg: TcpProxy; nats: TcpProxy }> = [];
   try {
     await migrate({ pool, schema, set: 'outbox', lanes: 16 });
     await migrate({ pool, schema, set: 'inbox' });
@@ -173,15 +98,31 @@ async function run(o: ChaosOptions): Promise<number> {
       }
     })();
 
-    const relayArgs = () => [
+    // Each relay reaches PostgreSQL and NATS through proxies of its own, so one can be cut off.
+    const pgTarget = new URL(databaseUrl);
+    for (let i = 0; i < 2; i++) {
+      proxies.push({
+        pg: await TcpProxy.start({ host: pgTarget.hostname, port: Number(pgTarget.port || 5432) }),
+        nats: await TcpProxy.start({ host: '127.0.0.1', port: nats.port }),
+      });
+    }
+    const viaProxy = (i: number) => {
+      const u = new URL(databaseUrl);
+      u.hostname = '127.0.0.1';
+      u.port = String(proxies[i]?.pg.port);
+      return { databaseUrl: u.toString(), natsUrl: `nats://127.0.0.1:${proxies[i]?.nats.port}` };
+    };
+    const relayArgs = (i: number) => () => [
       FERRY_BIN,
       'relay',
       '--database-url',
-      databaseUrl,
+      viaProxy(i).databaseUrl,
       '--schema',
       schema,
       '--nats-url',
-      nats.url,
+      viaProxy(i).natsUrl,
+      '--lease-term-ms',
+      String(LEASE_TERM_MS),
       '--http-port',
       '0',
       '--no-maintenance',
@@ -212,7 +153,7 @@ async function run(o: ChaosOptions): Promise<number> {
       };
       return [CONSUMER_BIN, JSON.stringify(config)];
     };
-    const relays = [new Supervised('relay-0', relayArgs), new Supervised('relay-1', relayArgs)];
+    const relays = [new Supervised('relay-0', relayArgs(0)), new Supervised('relay-1', relayArgs(1))];
     const consumers = [new Supervised('consumer-0', () => consumerArgs(0)), new Supervised('consumer-1', () => consumerArgs(1))];
     procs.push(...relays, ...consumers);
     // The first consumer creates the durable; the second joins it.
@@ -251,7 +192,7 @@ async function run(o: ChaosOptions): Promise<number> {
         committed += n;
       }
     };
-    const faultLog = { kills: 0, natsRestarts: 0, backendsTerminated: 0 };
+    const faultLog = { kills: 0, natsRestarts: 0, backendsTerminated: 0, pauses: 0, pausesOverTerm: 0, partitions: 0 };
     const runFaults = async () => {
       for (const f of faults) {
         while (committed < f.atEvent) await sleep(20);
@@ -263,6 +204,20 @@ async function run(o: ChaosOptions): Promise<number> {
         log(`at ${committed}: SIGKILL ${f.target}, down ${f.downMs} ms`);
         await byName.get(f.target)?.kill(f.downMs);
         faultLog.kills++;
+      } else if (f.kind === 'pause') {
+        log(`at ${committed}: SIGSTOP ${f.target} for ${f.pauseMs} ms`);
+        await byName.get(f.target)?.pause(f.pauseMs);
+        faultLog.pauses++;
+        if (f.pauseMs > LEASE_TERM_MS) faultLog.pausesOverTerm++;
+      } else if (f.kind === 'partition') {
+        const proxy = proxies[f.relay]?.[f.from];
+        log(`at ${committed}: relay-${f.relay} cut off from ${f.from === 'pg' ? 'PostgreSQL' : 'NATS'} for ${f.cutMs} ms`);
+        proxy?.blackhole();
+        await sleep(f.cutMs);
+        // PostgreSQL: the relay's side of the old connections is gone, the server's left open (half-open).
+        if (f.from === 'pg') proxy?.halfOpen();
+        else proxy?.heal();
+        faultLog.partitions++;
       } else if (f.kind === 'nats-restart') {
         log(`at ${committed}: nats-server stopped for ${f.downMs} ms`);
         await nats.kill('SIGTERM');
@@ -383,6 +338,12 @@ async function run(o: ChaosOptions): Promise<number> {
       ['processes SIGKILLed and restarted', String(faultLog.kills), ''],
       ['nats-server stops and restarts', String(faultLog.natsRestarts), ''],
       ['PostgreSQL backends terminated', String(faultLog.backendsTerminated), ''],
+      [
+        'processes paused (SIGSTOP)',
+        String(faultLog.pauses),
+        `${faultLog.pausesOverTerm} longer than the lease term (${LEASE_TERM_MS} ms)`,
+      ],
+      ['relays cut off (PostgreSQL or NATS)', String(faultLog.partitions), 'blackhole, then half-open (PostgreSQL) or healed (NATS)'],
       ['processes that exited on their own', String(procs.reduce((n, p) => n + p.unexpectedExits, 0)), 'restarted'],
       ['total time', `${((Date.now() - started) / 1000).toFixed(1)} s`, `seed ${o.seed}`],
     ];
@@ -398,6 +359,7 @@ async function run(o: ChaosOptions): Promise<number> {
     return 0;
   } finally {
     for (const p of procs) await p.stop().catch(() => {});
+    for (const p of proxies) for (const x of [p.pg, p.nats]) await x.close().catch(() => {});
     await nc?.close().catch(() => {});
     await nats.stop().catch(() => {});
     await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`).catch(() => {});

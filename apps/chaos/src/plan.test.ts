@@ -10,6 +10,14 @@ describe('chaos plan', () => {
     assert.equal(a.filter((f) => f.kind === 'kill').length, 6);
     assert.equal(a.filter((f) => f.kind === 'nats-restart').length, 1);
     assert.equal(a.filter((f) => f.kind === 'pg-terminate').length, 3);
+    assert.equal(a.filter((f) => f.kind === 'pause').length, 3);
+    assert.deepEqual(
+      a
+        .filter((f) => f.kind === 'partition')
+        .map((f) => (f.kind === 'partition' ? f.from : ''))
+        .sort(),
+      ['nats', 'pg'],
+    );
     for (const f of a) assert.ok(f.atEvent >= 150 && f.atEvent < 2850, `fault at ${f.atEvent} inside 5-95 % of the load`);
     assert.deepEqual(
       a.map((f) => f.atEvent),

@@ -71,13 +71,19 @@ export type Target = (typeof TARGETS)[number];
 export type Fault =
   | { kind: 'kill'; atEvent: number; target: Target; downMs: number }
   | { kind: 'nats-restart'; atEvent: number; downMs: number }
-  | { kind: 'pg-terminate'; atEvent: number; target: Target };
+  | { kind: 'pg-terminate'; atEvent: number; target: Target }
+  /** SIGSTOP, then SIGCONT after `pauseMs` (some longer than the relays' lease term). */
+  | { kind: 'pause'; atEvent: number; target: Target; pauseMs: number }
+  /** A relay's proxy to PostgreSQL or NATS drops everything for `cutMs`. */
+  | { kind: 'partition'; atEvent: number; relay: 0 | 1; from: 'pg' | 'nats'; cutMs: number };
 
 /**
  * The faults of a run, by the committed-event count at which each fires
  * (between 5 % and 95 % of the load): `kills` SIGKILLs of random processes,
- * one nats-server stop and restart, and ceil(kills / 2) (at least 2)
- * terminations of a process's PostgreSQL backends.
+ * one nats-server stop and restart, ceil(kills / 2) (at least 2)
+ * terminations of a process's PostgreSQL backends, as many SIGSTOP pauses
+ * of 0.5-5 s (the relays' lease term is 2 s), and one cut of a relay from
+ * PostgreSQL and one from NATS, 1-5 s each.
  */
 export function faultSchedule(options: Pick<ChaosOptions, 'events' | 'kills' | 'seed'>): Fault[] {
   const rnd = seededRandom(options.seed);
@@ -89,5 +95,11 @@ export function faultSchedule(options: Pick<ChaosOptions, 'events' | 'kills' | '
   faults.push({ kind: 'nats-restart', atEvent: at(), downMs: 1000 + Math.floor(rnd() * 2000) });
   const terminations = Math.max(2, Math.ceil(options.kills / 2));
   for (let i = 0; i < terminations; i++) faults.push({ kind: 'pg-terminate', atEvent: at(), target: target() });
+  // Drawn after the others, so a seed's kills, restart and terminations stay where they were.
+  const pauses = Math.max(2, Math.ceil(options.kills / 2));
+  for (let i = 0; i < pauses; i++) faults.push({ kind: 'pause', atEvent: at(), target: target(), pauseMs: 500 + Math.floor(rnd() * 4500) });
+  for (const from of ['pg', 'nats'] as const) {
+    faults.push({ kind: 'partition', atEvent: at(), relay: rnd() < 0.5 ? 0 : 1, from, cutMs: 1000 + Math.floor(rnd() * 4000) });
+  }
   return faults.sort((a, b) => a.atEvent - b.atEvent);
 }
