@@ -115,13 +115,21 @@ test('inbox freeze - one of two instances SIGSTOPped mid-handler for 20 s: its k
   const last = version;
   // latest: every key ends at its last version, applied by someone.
   const s = quoteIdentifier(db.schema);
+  const reports = () =>
+    JSON.stringify(
+      Object.fromEntries(
+        ['applied', 'stale', 'failed', 'parked'].map((k) => [k, [...frozen.lines, ...live.lines].filter((l) => l.kind === k).length]),
+      ),
+    );
   await waitFor(
     async () => {
       const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.inbox_versions WHERE version = $1`, [last]);
       return rows[0]?.n === KEYS;
     },
-    { timeoutMs: 60_000, what: 'every key at its last version' },
-  );
+    { timeoutMs: 120_000, what: 'every key at its last version' },
+  ).catch((err: Error) => {
+    throw new Error(`${err.message}; inbox reports ${reports()}`, { cause: err });
+  });
   await sleep(Math.max(0, frozenAt + FREEZE_MS + 3000 - Date.now())); // the frozen one woke and tried to commit
 
   const dup = await db.pool.query<{ key: string; version: string; n: number }>(
