@@ -188,11 +188,13 @@ describe('relay per-key order in the stream under poison', () => {
       const { rows } = await db.pool.query<{
         'QUERY PLAN': Array<{ Plan: { 'Shared Hit Blocks': number; 'Shared Read Blocks': number } }>;
       }>(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', '\'{""}\'').replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000').replaceAll('$6', '1048576').replaceAll('$7', '67108864')}`,
+        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', '\'{""}\'').replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000').replaceAll('$6', '1048576').replaceAll('$7', '67108864').replaceAll('$8', "'t'")}`,
       );
       const plan = rows[0]?.['QUERY PLAN'][0]?.Plan;
       return (plan?.['Shared Hit Blocks'] ?? 0) + (plan?.['Shared Read Blocks'] ?? 0);
     };
+    // The claim walks only lanes its caller ('t' here) holds with an unexpired lease.
+    await db.pool.query(`UPDATE ${s}.relay_leases SET owner = 't', expires_at = now() + interval '1 hour' WHERE lane = 0`);
     const others = `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at)
       SELECT gen_random_uuid(), 'other-' || g, 1, 'x.y', 'T', 'test', 'application/json', '\\x7b7d', now() FROM generate_series(1, 200) g`;
     await db.pool.query(others);
@@ -207,7 +209,7 @@ describe('relay per-key order in the stream under poison', () => {
     await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
     const blocked = await claimBuffers();
     assert.ok(blocked <= unblocked * 2 + 20, `claim buffers: ${blocked} with the blocked key, ${unblocked} without`);
-    const claimed = await db.pool.query<{ key: string }>(claimBatchSql(s), [[0], [''], [], 500, 5000, 1_048_576, 67_108_864]);
+    const claimed = await db.pool.query<{ key: string }>(claimBatchSql(s), [[0], [''], [], 500, 5000, 1_048_576, 67_108_864, 't']);
     assert.equal(claimed.rows.length, 200, 'every other key is claimed');
     assert.ok(!claimed.rows.some((r) => r.key === 'hot'), 'nothing of the blocked key');
   });

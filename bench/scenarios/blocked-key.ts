@@ -11,7 +11,7 @@
  *
  *   node bench/dist/scenarios/blocked-key.js [--quick] [--blocked N] [--backlog N] [--keys N] [--claims N] [--trials N]
  */
-import { quoteIdentifier } from '@ferry/core';
+import { LIMITS, quoteIdentifier } from '@ferry/core';
 import { claimBatchSql, RELAY_DEFAULTS } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { declareFlags, hasFlag, numArg } from '../lib/args.js';
@@ -48,10 +48,21 @@ async function claimMs(): Promise<number> {
   const prefix = `c${run++}-`;
   await generateRows(db.pool, db.schema, { count: BACKLOG, keys: KEYS, keyPrefix: prefix, subject: 'bench.blocked' });
   await db.pool.query(`ANALYZE ${s}.outbox`);
+  // The claim walks only lanes its caller holds with an unexpired lease (outbox migration 000011); a drain's relay released it.
+  await db.pool.query(`UPDATE ${s}.relay_leases SET owner = 'bench', expires_at = now() + interval '1 day' WHERE lane = 0`);
   const ms: number[] = [];
   for (let i = 0; i < CLAIMS; i++) {
     const t = performance.now();
-    const { rows } = await db.pool.query(claimSql, [[0], [''], [], RELAY_DEFAULTS.batchSize, RELAY_DEFAULTS.maxInFlight]);
+    const { rows } = await db.pool.query(claimSql, [
+      [0],
+      [''],
+      [],
+      RELAY_DEFAULTS.batchSize,
+      RELAY_DEFAULTS.maxInFlight,
+      LIMITS.maxEventBytes,
+      64 * 1024 * 1024,
+      'bench',
+    ]);
     ms.push(performance.now() - t);
     if (rows.length === 0) throw new Error('the claim found nothing to claim');
   }

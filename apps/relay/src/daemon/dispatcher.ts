@@ -269,6 +269,7 @@ export class Dispatcher {
         room,
         this.#budget.loadableBytes(this.#d.maxPayload()),
         this.#budget.byteRoom(),
+        this.#d.instance,
       ],
     });
     const held: LeasedRow[] = [];
@@ -378,6 +379,7 @@ export class Dispatcher {
           segment.length,
           this.#budget.loadableBytes(this.#d.maxPayload()),
           this.#budget.byteRoom() - bytes,
+          this.#d.instance,
         ],
       });
       const due = (chainsByKey(rows)[0] ?? []) as LeasedRow[];

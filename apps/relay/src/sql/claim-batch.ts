@@ -32,11 +32,17 @@
  * dead. The rows, in seq order, stop where the data loaded would pass `$7`
  * bytes (the in-flight byte budget left), the first row always included: a
  * cut in seq order leaves each key a prefix of its rows, as order requires.
+ *
+ * Leases: only lanes `$8` (this instance) holds with an unexpired term are
+ * walked, checked by the database's clock in the same statement (outbox
+ * migration 000011): a claim that reaches the server after the lease ran
+ * out, from a relay that was frozen or cut off, finds nothing.
  */
 export function claimBatchSql(schemaSql: string): string {
   return `WITH RECURSIVE walk(lane, key, after, wrapped) AS (
   SELECT l.lane, s.key, l.after, s.wrapped
     FROM unnest($1::smallint[], $2::text[]) AS l(lane, after)
+    JOIN ${schemaSql}.relay_leases ll ON ll.lane = l.lane AND ll.owner = $8 AND ll.expires_at > now()
    CROSS JOIN LATERAL (
      (SELECT o.key, false AS wrapped FROM ${schemaSql}.outbox o
        WHERE o.lane = l.lane AND o.published_at IS NULL AND o.key COLLATE "C" > l.after ORDER BY o.key COLLATE "C" LIMIT 1)

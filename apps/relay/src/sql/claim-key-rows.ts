@@ -4,7 +4,8 @@
  * sending, so a hot key's pipe does not empty between claims. The key stays
  * in flight on this instance throughout, so no other claim can take them.
  * Bytes as in the claim (claim-batch.ts): data over `$5` bytes is not
- * loaded, and the rows stop where the data loaded would pass `$6`.
+ * loaded, and the rows stop where the data loaded would pass `$6`. Only
+ * while `$7` (this instance) holds the lane's lease unexpired.
  */
 export function claimKeyRowsSql(schemaSql: string): string {
   return `SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
@@ -16,6 +17,7 @@ export function claimKeyRowsSql(schemaSql: string): string {
              OVER (ORDER BY o.seq ROWS UNBOUNDED PRECEDING) AS loaded
       FROM ${schemaSql}.outbox o
      WHERE o.lane = $1 AND o.key COLLATE "C" = $2 AND o.published_at IS NULL AND o.seq > $3
+       AND EXISTS (SELECT 1 FROM ${schemaSql}.relay_leases ll WHERE ll.lane = $1 AND ll.owner = $7 AND ll.expires_at > now())
      ORDER BY o.seq
      LIMIT $4
   ) x
