@@ -48,7 +48,7 @@ async function claimMs(): Promise<number> {
   const prefix = `c${run++}-`;
   await generateRows(db.pool, db.schema, { count: BACKLOG, keys: KEYS, keyPrefix: prefix, subject: 'bench.blocked' });
   await db.pool.query(`ANALYZE ${s}.outbox`);
-  // The claim walks only lanes its caller holds with an unexpired lease (outbox migration 000011); a drain's relay released it.
+  // The claim walks only lanes its caller holds with an unexpired lease (outbox migration 000010); a drain's relay released it.
   await db.pool.query(`UPDATE ${s}.relay_leases SET owner = 'bench', expires_at = now() + interval '1 day' WHERE lane = 0`);
   const ms: number[] = [];
   for (let i = 0; i < CLAIMS; i++) {

@@ -176,7 +176,7 @@ export function grantsSql(options: GrantOptions): string {
       // The prune job keeps each pruned id here for another retention (outbox migration 000006).
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.published_ids TO ${role};`,
       `GRANT EXECUTE ON FUNCTION ${s}.event_digest(text, text, text, text, text, bytea, jsonb) TO ${role};`,
-      // Lane leases with a term and the instances' heartbeats (outbox migration 000011).
+      // Lane leases with a term and the instances' heartbeats (outbox migration 000010).
       `GRANT SELECT, UPDATE ON ${s}.relay_leases TO ${role};`,
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_instances TO ${role};`,
       ...bossGrants(boss, role),
@@ -194,7 +194,7 @@ export function grantsSql(options: GrantOptions): string {
     lines.push(migrations, `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.idempotency_keys TO ${role};`, ...bossGrants(boss, role));
   } else {
     lines.push(migrations, `GRANT SELECT ON ${s}.settings, ${s}.outbox TO ${role};`);
-    // ferry status and doctor show the lane leases and the live relays (outbox migration 000011).
+    // ferry status and doctor show the lane leases and the live relays (outbox migration 000010).
     lines.push(`GRANT SELECT ON ${s}.relay_leases, ${s}.relay_instances TO ${role};`);
   }
   return `${lines.join('\n')}\n`;

@@ -8,7 +8,7 @@ import { markFailedSql } from '../sql/mark-failed.js';
 import { markPublishedSql } from '../sql/mark-published.js';
 import { LaneLeaser, leaseSafetyMarginMs } from './lane-leaser.js';
 
-// Leases with a term (outbox migration 000011), against the real database: the holder's own clock,
+// Leases with a term (outbox migration 000010), against the real database: the holder's own clock,
 // the database's expiry, the epoch that fences a stale holder's marks.
 
 const TERM_MS = 3000;

@@ -62,7 +62,7 @@ interface Held {
 
 /**
  * Leases lanes as rows of `relay_leases` with a term (outbox migration
- * 000011). The database's clock alone decides when a term ends (`now()`); the
+ * 000010). The database's clock alone decides when a term ends (`now()`); the
  * holder renews all its lanes in one statement every third of the term, and
  * stops by its own monotonic clock: a lane whose last confirmed renewal
  * started more than the term less a safety margin ago counts as lost

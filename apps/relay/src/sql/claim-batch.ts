@@ -35,7 +35,7 @@
  *
  * Leases: only lanes `$8` (this instance) holds with an unexpired term are
  * walked, checked by the database's clock in the same statement (outbox
- * migration 000011): a claim that reaches the server after the lease ran
+ * migration 000010): a claim that reaches the server after the lease ran
  * out, from a relay that was frozen or cut off, finds nothing.
  */
 export function claimBatchSql(schemaSql: string): string {

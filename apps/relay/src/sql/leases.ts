@@ -1,4 +1,4 @@
-// The lane lease statements (outbox migration 000011): a lease is a row with a term, decided by the
+// The lane lease statements (outbox migration 000010): a lease is a row with a term, decided by the
 // database's clock alone (now()). Each statement is short and never waits for a lock: a take skips
 // rows another take has locked, and renewals and releases touch only the caller's own rows.
 
