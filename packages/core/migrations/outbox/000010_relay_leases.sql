@@ -14,7 +14,11 @@ CREATE TABLE :SCHEMA.relay_leases (
   renewed_at timestamptz,
   expires_at timestamptz
 ) WITH (fillfactor = 50);
-INSERT INTO :SCHEMA.relay_leases (lane) SELECT generate_series(0, :LANES - 1);
+-- The lane count from the settings the first migrate fixed, not :LANES: a
+-- script printed with --print-sql --from-version for an existing database
+-- does not know that database's lane count.
+INSERT INTO :SCHEMA.relay_leases (lane)
+SELECT generate_series(0, s.value::integer - 1) FROM :SCHEMA.settings s WHERE s.name = 'lanes';
 
 -- One row per relay instance, renewed with its leases: the live instances
 -- (unexpired rows) decide each one's fair share of the lanes, and ferry
