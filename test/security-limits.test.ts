@@ -275,6 +275,73 @@ describe('a stored row too large to hold stops no relay and no command', () => {
   });
 });
 
+describe('rows of large headers stop no relay either', () => {
+  let db: TestDatabase;
+  let s: string;
+  let role: string;
+  const ROWS = 600;
+
+  before(async () => {
+    db = await createTestDatabase({ prefix: 'sec_headers', lanes: 4 });
+    s = quoteIdentifier(db.schema);
+    role = uniqueName('fhdr');
+    await db.pool.query(`CREATE ROLE ${quoteIdentifier(role)} LOGIN`);
+    await db.pool.query(grantsSql({ role, for: 'publisher', schema: db.schema }));
+  });
+
+  after(async () => {
+    await db.pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
+    await db.pool.query(`DROP ROLE IF EXISTS ${quoteIdentifier(role)}`);
+    await db.close();
+  });
+
+  test('security - 600 rows of 1 byte of data and 1 MiB of headers each: a relay with a 256 MB heap stays up and settles them all', async (t) => {
+    // Within every per-header rule (64 headers, values of 4,096 characters), each a four-byte character:
+    // 1 MiB of headers a row, 12 KB on disk. The in-flight budget used to count data only, and 1,200
+    // such rows took a relay past 1.4 GB, and one with a 256 MB heap (a container's limit) died of
+    // "JavaScript heap out of memory" within 6 s of every start, having settled 64 of 600.
+    const u = new URL(db.url);
+    u.username = role;
+    const asPublisher = new pg.Pool({ connectionString: u.toString(), max: 1 });
+    try {
+      await asPublisher.query(
+        `SELECT count(*) FROM generate_series(1, $1::int) g,
+           LATERAL ${s}.publish_event(gen_random_uuid(), 'hk' || g, NULL, 'hdr.orders', 'T', 'svc', 'application/json', '\\x7b7d',
+             (SELECT jsonb_object_agg('h' || i, repeat(U&'\\+01F600', 4096)) FROM generate_series(1, 64) i), now(), NULL, false)`,
+        [ROWS],
+      );
+    } finally {
+      await asPublisher.end();
+    }
+    const relay = spawnRelay(
+      ['--database-url', db.url, '--schema', db.schema, '--nats-url', natsUrl(), '--no-maintenance', '--http-port', '0'],
+      { NODE_OPTIONS: '--max-old-space-size=256' },
+    );
+    let peakKb = 0;
+    try {
+      await waitFor(
+        async () => {
+          peakKb = Math.max(peakKb, Number(/^VmHWM:\s+(\d+) kB/m.exec(await readStatus(relay.proc.pid))?.[1] ?? 0));
+          assert.equal(relay.proc.exitCode, null, `the relay died:\n${relay.output().slice(-2000)}`);
+          const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox WHERE dead_at IS NULL`);
+          return rows[0]?.n === 0;
+        },
+        { timeoutMs: 120_000, what: 'every header-heavy row dead (each is over max_payload)' },
+      );
+      peakKb = Math.max(peakKb, Number(/^VmHWM:\s+(\d+) kB/m.exec(await readStatus(relay.proc.pid))?.[1] ?? 0));
+      t.diagnostic(`relay peak RSS ${Math.round(peakKb / 1024)} MB over ${ROWS} rows of 1 MiB of headers`);
+      assert.equal(relay.proc.exitCode, null, `the relay is still running:\n${relay.output().slice(-2000)}`);
+      const { rows } = await db.pool.query<{ reason: string; n: number }>(
+        `SELECT split_part(last_error, ':', 1) AS reason, count(*)::int AS n FROM ${s}.outbox GROUP BY 1`,
+      );
+      assert.deepEqual(rows, [{ reason: 'max_payload', n: ROWS }], 'each is over max_payload, and dead for that reason');
+    } finally {
+      relay.proc.kill('SIGTERM');
+      await relay.exited;
+    }
+  });
+});
+
 /** Data of this test's outbox stored as it is: compressing tens of MB of one repeated byte took most of the test's time. */
 async function storeUncompressed(db: TestDatabase, s: string): Promise<void> {
   await db.pool.query(`ALTER TABLE ${s}.outbox ALTER COLUMN data SET STORAGE EXTERNAL`);

@@ -81,15 +81,20 @@ export const WAKE_BELOW_KEYS = 64;
  */
 export const CLAIMERS = 2;
 
-/** Rows and data bytes claimed and not yet sent or refused: they bound the next claims. */
+/**
+ * Rows and bytes claimed and not yet sent or refused: they bound the next claims. Bytes are each
+ * row's `row_bytes`, measured in SQL: its data when loaded, and its headers (64 headers of 4,096
+ * four-byte characters are 1 MiB, whatever the data; counting data alone let 1,200 such rows of
+ * one byte of data take a relay past 1.4 GB).
+ */
 export class InflightBudget {
   rows = 0;
   bytes = 0;
-  /** Running estimate of data bytes per claimed row (undefined before the first claim). */
+  /** Running estimate of bytes (row_bytes) per claimed row (undefined before the first claim). */
   rowBytes: number | undefined;
 
   hold(rows: readonly ClaimedRow[], sign = 1): void {
-    for (const r of rows) this.bytes += sign * (r.data?.byteLength ?? 0);
+    for (const r of rows) this.bytes += sign * r.row_bytes;
     this.rows += sign * rows.length;
   }
 
@@ -116,7 +121,7 @@ export class InflightBudget {
     let bytes = 0;
     for (const rows of claimed) {
       n += rows.length;
-      for (const r of rows) bytes += r.data?.byteLength ?? 0;
+      for (const r of rows) bytes += r.row_bytes;
     }
     if (n === 0) return;
     const avg = bytes / n;

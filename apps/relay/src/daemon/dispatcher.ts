@@ -206,7 +206,9 @@ export class Dispatcher {
       try {
         const turn = this.#claims++;
         this.#claimingSince = performance.now();
-        claimed = await Promise.all(groups.map((g) => this.#claim(g, limit, room, turn)));
+        // The byte budget left is shared by the parallel claims too: each could otherwise load all of it.
+        const bytes = Math.floor(this.#budget.byteRoom() / groups.length);
+        claimed = await Promise.all(groups.map((g) => this.#claim(g, limit, room, bytes, turn)));
         if (this.#dbDown) this.#d.logger.info({ event: 'database-restored' }, 'database answering again: claiming resumed');
         this.#dbDown = false;
       } catch (err) {
@@ -250,7 +252,7 @@ export class Dispatcher {
     return groups;
   }
 
-  async #claim(group: readonly number[], keyLimit: number, room: number, turn: number): Promise<LeasedRow[]> {
+  async #claim(group: readonly number[], keyLimit: number, room: number, bytes: number, turn: number): Promise<LeasedRow[]> {
     // The walk takes each lane's next key in the order of $1: with fewer keys allowed than lanes
     // with work (a full in-flight budget, large payloads), the first lanes would win every claim.
     // Each claim starts one lane further on, so every lane gets its turn at the front.
@@ -268,7 +270,7 @@ export class Dispatcher {
         keyLimit,
         room,
         this.#budget.loadableBytes(this.#d.maxPayload()),
-        this.#budget.byteRoom(),
+        bytes,
         this.#d.instance,
       ],
     });
@@ -367,7 +369,7 @@ export class Dispatcher {
   async #nextRows(segment: readonly LeasedRow[]): Promise<LeasedRow[]> {
     const last = segment.at(-1) as LeasedRow;
     if (!this.#holds(last) || !this.#d.leaser.keeps(last.lane)) return [];
-    const bytes = segment.reduce((n, r) => n + (r.data?.byteLength ?? 0), 0);
+    const bytes = segment.reduce((n, r) => n + r.row_bytes, 0);
     if (this.#budget.bytes + bytes > MAX_IN_FLIGHT_BYTES) return [];
     try {
       const { rows } = await this.#d.pool.query<ClaimedRow>({

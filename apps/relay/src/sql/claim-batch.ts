@@ -29,8 +29,9 @@
  * server's max_payload, at most 64 MiB): a larger one could never be sent,
  * and one of 280 MB made every relay die in pg-protocol on every claim. Such
  * a row comes back with `data` null and its size in `data_bytes`, and goes
- * dead. The rows, in seq order, stop where the data loaded would pass `$7`
- * bytes (the in-flight byte budget left), the first row always included: a
+ * dead. The rows, in seq order, stop where the bytes loaded (data and
+ * headers' JSON: a row may hold 64 headers of 4,096 four-byte characters,
+ * 1 MiB, whatever its data) would pass `$7` bytes (the in-flight byte budget left), the first row always included: a
  * cut in seq order leaves each key a prefix of its rows, as order requires.
  *
  * Leases: only lanes `$8` (this instance) holds with an unexpired term are
@@ -74,23 +75,26 @@ heads AS MATERIALIZED (
    LIMIT $4
 )
 SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
-       x.source, x.content_type, CASE WHEN x.data_bytes <= $6 THEN x.data END AS data, x.data_bytes, x.headers,
+       x.source, x.content_type, CASE WHEN x.data_bytes <= $6 THEN x.data END AS data, x.data_bytes, x.row_bytes, x.headers,
        x.occurred_at, x.created_at, x.attempts, x.due,
        coalesce(max(x.key COLLATE "C") FILTER (WHERE x.wrapped) OVER (PARTITION BY x.lane),
                 max(x.key COLLATE "C") OVER (PARTITION BY x.lane)) AS cursor
   FROM (
+    SELECT y.*, sum(y.row_bytes) OVER (ORDER BY y.seq ROWS UNBOUNDED PRECEDING) AS loaded
+      FROM (
     SELECT r.*, h.wrapped, octet_length(r.data) AS data_bytes,
            (r.dead_at IS NULL AND r.next_attempt_at <= now()) AS due,
-           sum(CASE WHEN octet_length(r.data) <= $6 THEN octet_length(r.data) ELSE 0 END)
-             OVER (ORDER BY r.seq ROWS UNBOUNDED PRECEDING) AS loaded
+           CASE WHEN octet_length(r.data) <= $6 THEN octet_length(r.data) ELSE 0 END
+             + coalesce(octet_length(r.headers::text), 0) AS row_bytes
       FROM heads h
      CROSS JOIN LATERAL (
        SELECT * FROM ${schemaSql}.outbox o
         WHERE o.lane = h.lane AND o.key COLLATE "C" = h.key AND o.published_at IS NULL AND o.seq >= h.seq
         ORDER BY o.seq
         LIMIT greatest(1, $5::bigint / (SELECT count(*) FROM heads))) r
+      ) y
   ) x
- WHERE x.loaded <= $7 OR x.loaded = (CASE WHEN x.data_bytes <= $6 THEN x.data_bytes ELSE 0 END)
+ WHERE x.loaded <= $7 OR x.loaded = x.row_bytes
  ORDER BY x.seq`;
 }
 
@@ -108,6 +112,8 @@ export interface ClaimedRow {
   data: Buffer | null;
   /** The data's size, measured in PostgreSQL. */
   data_bytes: number;
+  /** What the claim loaded of the row, as the in-flight budget counts it: its data (when loaded) and its headers' JSON. */
+  row_bytes: number;
   headers: Record<string, string>;
   occurred_at: Date;
   created_at: Date;

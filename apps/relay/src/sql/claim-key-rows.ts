@@ -4,22 +4,25 @@
  * sending, so a hot key's pipe does not empty between claims. The key stays
  * in flight on this instance throughout, so no other claim can take them.
  * Bytes as in the claim (claim-batch.ts): data over `$5` bytes is not
- * loaded, and the rows stop where the data loaded would pass `$6`. Only
+ * loaded, and the rows stop where the bytes loaded would pass `$6`. Only
  * while `$7` (this instance) holds the lane's lease unexpired.
  */
 export function claimKeyRowsSql(schemaSql: string): string {
   return `SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
-       x.source, x.content_type, CASE WHEN x.data_bytes <= $5 THEN x.data END AS data, x.data_bytes, x.headers,
+       x.source, x.content_type, CASE WHEN x.data_bytes <= $5 THEN x.data END AS data, x.data_bytes, x.row_bytes, x.headers,
        x.occurred_at, x.created_at, x.attempts, (x.dead_at IS NULL AND x.next_attempt_at <= now()) AS due, ''::text AS cursor
   FROM (
+    SELECT y.*, sum(y.row_bytes) OVER (ORDER BY y.seq ROWS UNBOUNDED PRECEDING) AS loaded
+      FROM (
     SELECT o.*, octet_length(o.data) AS data_bytes,
-           sum(CASE WHEN octet_length(o.data) <= $5 THEN octet_length(o.data) ELSE 0 END)
-             OVER (ORDER BY o.seq ROWS UNBOUNDED PRECEDING) AS loaded
+           CASE WHEN octet_length(o.data) <= $5 THEN octet_length(o.data) ELSE 0 END
+             + coalesce(octet_length(o.headers::text), 0) AS row_bytes
       FROM ${schemaSql}.outbox o
      WHERE o.lane = $1 AND o.key COLLATE "C" = $2 AND o.published_at IS NULL AND o.seq > $3
        AND EXISTS (SELECT 1 FROM ${schemaSql}.relay_leases ll WHERE ll.lane = $1 AND ll.owner = $7 AND ll.expires_at > now())
      ORDER BY o.seq
      LIMIT $4
+      ) y
   ) x
  WHERE x.loaded <= $6
  ORDER BY x.seq`;

@@ -11,7 +11,7 @@ export function countReplaySql(schemaSql: string, where: string): string {
 /**
  * One page of `ferry replay`'s selection (`where` with `n` values), in seq
  * order: the rows after seq `$n+1` up to seq `$n+2`, at most `limit`, and
- * only as many as `$n+4` data bytes hold (the first row always). A row's data
+ * only as many as `$n+4` bytes of data and headers hold (the first row always). A row's data
  * is loaded only when it has at most `$n+3` bytes (null otherwise, see
  * boundedOutboxEventColumns). A short page is therefore not the last one.
  */
@@ -22,7 +22,8 @@ export function replayPageSql(schemaSql: string, where: string, n: number, limit
             FROM (
               SELECT o.seq AS seq_n, o.seq, ${boundedOutboxEventColumns(max)},
                      row_number() OVER (ORDER BY o.seq) AS rn,
-                     sum(CASE WHEN octet_length(o.data) <= ${max} THEN octet_length(o.data) ELSE 0 END)
+                     sum(CASE WHEN octet_length(o.data) <= ${max} THEN octet_length(o.data) ELSE 0 END
+                         + coalesce(octet_length(o.headers::text), 0))
                        OVER (ORDER BY o.seq ROWS UNBOUNDED PRECEDING) AS loaded
                 FROM ${schemaSql}.outbox o WHERE ${where} AND o.seq > $${n + 1}::bigint AND o.seq <= $${n + 2}::bigint
                ORDER BY o.seq LIMIT ${limit}) p
