@@ -65,11 +65,23 @@ function relay(databaseUrl: string, natsUrl: string): RelayProcess {
   return p;
 }
 
-async function bothHoldLanes(): Promise<void> {
+/** The database's clock now: what bothHoldLanes compares renewals with. */
+async function dbNow(): Promise<Date> {
+  const { rows } = await db.pool.query<{ now: Date }>('SELECT now() AS now');
+  return rows[0]?.now as Date;
+}
+
+/**
+ * Two owners hold lanes with leases renewed since `since`: the relays of this test. The previous
+ * test's relays, SIGKILLed moments ago, still own unexpired leases for up to a term, and counting
+ * them let the cut begin before the relay behind the proxy had started at all.
+ */
+async function bothHoldLanes(since: Date): Promise<void> {
   await waitFor(
     async () => {
       const { rows } = await db.pool.query<{ n: number }>(
-        `SELECT count(DISTINCT owner)::int AS n FROM ${db.schema}.relay_leases WHERE expires_at > now()`,
+        `SELECT count(DISTINCT owner)::int AS n FROM ${db.schema}.relay_leases WHERE expires_at > now() AND renewed_at >= $1`,
+        [since],
       );
       return rows[0]?.n === 2;
     },
@@ -103,9 +115,10 @@ test('relay partition - cut off from PostgreSQL (blackhole, then half-open): the
   proxy = await TcpProxy.start({ host: url.hostname, port: Number(url.port || 5432) });
   url.hostname = '127.0.0.1';
   url.port = String(proxy.port);
+  const since = await dbNow();
   const cut = relay(url.toString(), stream.nc.getServer());
   const other = relay(db.url, stream.nc.getServer());
-  await bothHoldLanes();
+  await bothHoldLanes(since);
   const p = proxy;
   await underLoad(
     t,
@@ -120,9 +133,10 @@ test('relay partition - cut off from NATS: it gives its lanes up and the relay t
   stream = await createTestStream({ prefix: 'relaypartnats', duplicateWindowMs: 10_000 });
   const nats = new URL(stream.nc.getServer().includes('://') ? stream.nc.getServer() : `nats://${stream.nc.getServer()}`);
   proxy = await TcpProxy.start({ host: nats.hostname, port: Number(nats.port || 4222) });
+  const since = await dbNow();
   const cut = relay(db.url, `nats://127.0.0.1:${proxy.port}`);
   const other = relay(db.url, stream.nc.getServer());
-  await bothHoldLanes();
+  await bothHoldLanes(since);
   const p = proxy;
   await underLoad(
     t,
