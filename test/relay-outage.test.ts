@@ -160,7 +160,9 @@ describe('relay under NATS outages', () => {
     await sleep(2500);
     const used = process.cpuUsage(cpu0);
     const share = (used.user + used.system) / 1000 / (performance.now() - t0);
-    assert.ok(share < 0.05, `CPU while the circuit is open: ${(share * 100).toFixed(1)}% of a core`);
+    // A claim loop spinning while the circuit is open takes a whole core. This process also runs the test's
+    // own pool and client: 3.9-4.9% of a core on b13bb0e and after the leases alike, so 5% failed under CI load.
+    assert.ok(share < 0.1, `CPU while the circuit is open: ${(share * 100).toFixed(1)}% of a core`);
     const opened = circuit.filter((s) => s === 'open').length;
     assert.ok(opened >= 1 && opened <= 4, `the circuit opened ${opened} times in 2.5 s with a 1 s cool-down`);
 
