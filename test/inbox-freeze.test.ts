@@ -149,16 +149,18 @@ test('inbox freeze - one of two instances SIGSTOPped mid-handler for 20 s: its k
   const hungWait = waits.get(hungKey) ?? 0;
   const others = [...waits].filter(([k]) => k !== hungKey).map(([, w]) => w);
   const othersMax = Math.max(0, ...others);
-  const calm = others.filter((w) => w < 1000).length;
+  // Under the ack wait: a key applied sooner was not waiting for a redelivery of the frozen instance's message.
+  // (A 1 s line failed in the clean-clone CI run with every other key under 2.2 s: load, not the freeze.)
+  const calm = others.filter((w) => w < ACK_WAIT_MS).length;
   t.diagnostic(
-    `frozen key ${hungKey}: longest wait ${hungWait} ms (bound ack wait ${ACK_WAIT_MS} + idle ${IDLE_MS} ms); other keys: longest ${othersMax} ms, ${calm} of ${others.length} under 1 s`,
+    `frozen key ${hungKey}: longest wait ${hungWait} ms (bound ack wait ${ACK_WAIT_MS} + idle ${IDLE_MS} ms); other keys: longest ${othersMax} ms, ${calm} of ${others.length} under the ack wait`,
   );
   const bound = ACK_WAIT_MS + IDLE_MS + 2000;
   assert.ok(hungWait < bound, `the frozen key waited ${hungWait} ms`);
   assert.ok(othersMax < bound, `another key waited ${othersMax} ms`);
   // Keys with a transaction open in the frozen instance (it runs 8 at once) wait like the frozen key;
   // the rest are applied by the live instance as they come.
-  assert.ok(calm >= others.length / 2, `only ${calm} of ${others.length} other keys were applied within 1 s`);
+  assert.ok(calm >= others.length / 2, `only ${calm} of ${others.length} other keys were applied within the ack wait`);
   const woke = frozen.lines.filter((l) => l.at > frozenAt + FREEZE_MS && l.kind === 'applied' && l.key === hungKey);
   t.diagnostic(`after waking, the frozen instance applied ${woke.length} message(s) of ${hungKey}`);
 
