@@ -9,7 +9,7 @@ export type Outcome = { ok: true; ackAt: number } | ({ ok: false } & Classified)
 /** A claimed row with the epoch its lane was held under when it was claimed: its mark or failure record carries it. */
 export type LeasedRow = ClaimedRow & { epoch: string };
 /** A row to mark published: its seq and its lease epoch. */
-export type Acked = { seq: string; epoch: string };
+export type Acked = { seq: string; epoch: string; lane: number };
 
 /**
  * Event data bytes held at most (claimed, not yet acknowledged), besides the

@@ -345,7 +345,7 @@ export class Dispatcher {
         const x = outcomes.get(row);
         if (!x) break;
         if (x.ok) {
-          acked.push({ seq: row.seq, epoch: row.epoch });
+          acked.push({ seq: row.seq, epoch: row.epoch, lane: row.lane });
           this.#d.metrics.commitToAck.observe(Math.max(0, x.ackAt - row.created_at.getTime()) / 1000);
         } else failure = { row, outcome: x };
       }

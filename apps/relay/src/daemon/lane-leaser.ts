@@ -93,6 +93,8 @@ export class LaneLeaser {
   #lastRenewAt = Number.NEGATIVE_INFINITY;
   #failing = false;
   #stopped = false;
+  /** Stopping (drain()): no lane is taken any more, and each is given up once nothing is in flight on it. */
+  #draining = false;
   /** Unhealthy: lanes released and heartbeat deleted until healthy again. */
   #benched = false;
   #loop: Promise<void> | undefined;
@@ -243,6 +245,14 @@ export class LaneLeaser {
         // That statement ran on a new connection: renew now, so the heartbeat names it.
         if (this.#lastRenewAt === Number.NEGATIVE_INFINITY) await this.#renew(performance.now());
       }
+      if (this.#draining) {
+        // Stopping: lanes with nothing in flight go now, so the others take them on their next poll instead
+        // of when this instance has drained; busy ones stay renewed until their chains end.
+        const idle = [...this.#held.keys()].filter((l) => !busy(l));
+        if (idle.length > 0) await this.#release(idle, 'this instance is stopping');
+        this.#failing = false;
+        return this.lanes;
+      }
       const share =
         this.#o.lanesPerInstance === 'auto' ? Math.ceil(this.#laneCount / this.#live) : Math.min(this.#o.lanesPerInstance, this.#laneCount);
       if (this.#held.size > share) {
@@ -354,6 +364,17 @@ export class LaneLeaser {
         });
       }
     })();
+  }
+
+  /**
+   * The instance is stopping: from now on it takes no lane (a lane another
+   * stopping instance gives up would otherwise come here, and stay until
+   * this one has drained), and gives each lane up as soon as nothing is in
+   * flight on it. Renewals go on for the lanes still busy.
+   */
+  drain(): void {
+    this.#draining = true;
+    this.#wake?.();
   }
 
   /** Releases every lease and the heartbeat, so the others take the lanes on their next poll. */

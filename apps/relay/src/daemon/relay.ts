@@ -333,6 +333,7 @@ class RelayImpl implements Relay {
       return;
     }
     this.#state = 'draining';
+    this.#leaser.drain();
     this.#log.info({ event: 'draining', inFlight: this.#dispatcher?.inflightRows ?? 0 }, 'draining: no new claims, awaiting PubAcks');
     await this.#teardown();
     this.#state = 'stopped';

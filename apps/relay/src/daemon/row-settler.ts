@@ -75,7 +75,7 @@ export class RowSettler {
     const seqs = acked.map((a) => a.seq);
     try {
       const r = await withRetries('marking published', logger, () =>
-        pool.query({ ...this.#markPublishedSql, values: [seqs, acked.map((a) => a.epoch), instance] }),
+        pool.query({ ...this.#markPublishedSql, values: [seqs, acked.map((a) => a.epoch), instance, acked.map((a) => a.lane)] }),
       );
       const fenced = seqs.length - (r.rowCount ?? 0);
       if (fenced > 0) logger.debug({ fenced }, 'acknowledged rows of lanes lost meanwhile were left for their new holder');
@@ -104,7 +104,7 @@ export class RowSettler {
     const delay = backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs);
     try {
       const r = await withRetries('recording a failure', logger, () =>
-        pool.query(this.#markFailedSql, [[row.seq], [error], [delay], [dead], [row.epoch], instance]),
+        pool.query(this.#markFailedSql, [[row.seq], [error], [delay], [dead], [row.epoch], instance, [row.lane]]),
       );
       if (r.rowCount === 0) return; // fenced: the lane was lost, its new holder decides about the row
     } catch (err) {

@@ -1,9 +1,10 @@
 /**
  * Records failed attempts, one statement per batch: `$1` seqs, `$2` errors,
  * `$3` backoff delays in ms, `$4` dead flags, `$5` the epochs their lanes were
- * claimed under, `$6` this instance. A dead row keeps its next_attempt_at; a
- * retried one waits until now() + its delay. Fenced like the mark: a holder
- * that lost the lane neither counts an attempt nor kills a row.
+ * claimed under, `$6` this instance, `$7` the rows' lanes. A dead row keeps
+ * its next_attempt_at; a retried one waits until now() + its delay. Fenced
+ * like the mark, and planned like it (mark-published.ts): a holder that lost
+ * the lane neither counts an attempt nor kills a row.
  */
 export function markFailedSql(schemaSql: string): string {
   return `UPDATE ${schemaSql}.outbox o
@@ -11,8 +12,9 @@ export function markFailedSql(schemaSql: string): string {
        last_error = f.error,
        next_attempt_at = CASE WHEN f.dead THEN o.next_attempt_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
        dead_at = CASE WHEN f.dead THEN now() ELSE NULL END
-  FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::boolean[], $5::bigint[]) AS f(seq, error, delay_ms, dead, epoch),
-       ${schemaSql}.relay_leases l
- WHERE o.seq = f.seq AND o.published_at IS NULL
-   AND l.lane = o.lane AND l.owner = $6 AND l.epoch = f.epoch`;
+  FROM unnest($1::bigint[], $2::text[], $3::integer[], $4::boolean[]) AS f(seq, error, delay_ms, dead)
+ WHERE o.seq = f.seq AND (o.published_at IS NULL) IS TRUE
+   AND o.seq = ANY (ARRAY(
+         SELECT p.seq FROM unnest($1::bigint[], $5::bigint[], $7::smallint[]) AS p(seq, epoch, lane)
+           JOIN ${schemaSql}.relay_leases l ON l.lane = p.lane AND l.owner = $6 AND l.epoch = p.epoch))`;
 }
