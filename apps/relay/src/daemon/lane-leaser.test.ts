@@ -93,6 +93,28 @@ describe('lane leases', () => {
     assert.deepEqual(after.rows[0], { attempts: 0, dead: false });
   });
 
+  test('relay lanes - a stopping instance takes no lane and gives up each one once nothing is in flight on it', async () => {
+    for (const l of leasers.splice(0)) await l.stop();
+    const e = leaser('eeee0005');
+    const f = leaser('ffff0006');
+    await e.tick();
+    await f.tick();
+    await sleep(TERM_MS / 3 + 50); // renewals count two live instances: each keeps its share of 2
+    await e.tick();
+    await f.tick();
+    await e.tick();
+    assert.equal(e.lanes.length, 2);
+    assert.equal(f.lanes.length, 2);
+    const busyLane = e.lanes[0] as number;
+    e.drain();
+    assert.deepEqual(await e.tick((lane) => lane === busyLane), [busyLane], 'the idle lane goes at once, the busy one stays');
+    await f.stop(); // its lanes are free now: a stopping instance must not take them
+    assert.deepEqual(await e.tick((lane) => lane === busyLane), [busyLane]);
+    assert.deepEqual(await e.tick(), [], 'the busy lane goes once its chains ended');
+    const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.relay_leases WHERE owner IS NOT NULL`);
+    assert.equal(rows[0]?.n, 0, 'no lane is held by anyone');
+  });
+
   test('relay lanes - an instance that is not healthy (NATS unreachable) releases its lanes and leaves the live count', async () => {
     for (const l of leasers.splice(0)) await l.stop();
     let healthy = true;
