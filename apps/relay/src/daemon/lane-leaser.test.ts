@@ -50,13 +50,15 @@ describe('lane leases', () => {
       epochs.every((e) => e === '1'),
       `first take: epoch 1, got ${epochs}`,
     );
+    // B connects now, so that its tick after the sleep is one or two short statements inside the margin.
+    const b = leaser('bbbb0002');
+    assert.deepEqual(await b.tick(), [], 'nothing is free');
     // A is "frozen": no tick. Its clock gives the lanes up at term - margin; the database only at the term.
     await sleep(TERM_MS - leaseSafetyMarginMs(TERM_MS) + 50);
     assert.equal(a.holds(0), false, 'lost by its own clock');
     assert.deepEqual(a.lanes, []);
     const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.relay_leases WHERE expires_at > now()`);
     assert.equal(rows[0]?.n, 4, 'the database still counts the term: nobody may take them yet');
-    const b = leaser('bbbb0002');
     assert.deepEqual(await b.tick(), [], 'not before the term ends');
     await sleep(leaseSafetyMarginMs(TERM_MS) + 100);
     assert.deepEqual(await b.tick(), [0, 1, 2, 3], 'taken once the term ran out');
@@ -91,6 +93,18 @@ describe('lane leases', () => {
       [row.seq],
     );
     assert.deepEqual(after.rows[0], { attempts: 0, dead: false });
+  });
+
+  test('relay lanes - an instance whose own term ran out takes its lanes back under a new epoch', async () => {
+    for (const l of leasers.splice(0)) await l.stop();
+    const g = leaser('gggg0007');
+    assert.deepEqual(await g.tick(), [0, 1, 2, 3]);
+    const before = g.epoch(0);
+    // No renewal for a whole term (a loaded machine, a long pause): its clock drops the lanes, the database expires them.
+    await sleep(TERM_MS + 100);
+    assert.deepEqual(g.lanes, []);
+    assert.deepEqual(await g.tick(), [0, 1, 2, 3], 'no other instance is there to take them: it must');
+    assert.equal(g.epoch(0), String(Number(before) + 1), 'under a new epoch: marks of the old grant change nothing');
   });
 
   test('relay lanes - a stopping instance takes no lane and gives up each one once nothing is in flight on it', async () => {
