@@ -2,7 +2,7 @@
  * One row per trial: `--instances` ferry relay processes (defaults) drain a
  * committed backlog of `--events` events over `--keys` keys, after a warm-up
  * drain of the same size, on a file-storage stream; events/s and the CPU per
- * 1,000 events of the relays and of their PostgreSQL backends. Each trial
+ * 1,000 events (ms) of the relays and of their PostgreSQL backends. Each trial
  * truncates the outbox and starts fresh relays on it, so the table's
  * statistics are stale as after a first deploy. A trial far below the others
  * is a stall: this is how the two-relay stall of issue 27 (marks planned over
@@ -64,8 +64,8 @@ try {
       const row = {
         trial,
         eventsPerSec: Math.round(EVENTS / seconds),
-        relayCpuPer1k: Math.round((cpu.relaySeconds * 1e6) / EVENTS) / 1000,
-        postgresCpuPer1k: Math.round((cpu.postgresSeconds * 1e6) / EVENTS) / 1000,
+        relayCpuPer1k: Math.round((cpu.relaySeconds * 1e7) / EVENTS) / 10,
+        postgresCpuPer1k: Math.round((cpu.postgresSeconds * 1e7) / EVENTS) / 10,
       };
       trials.push(row);
       console.log(JSON.stringify(row));
