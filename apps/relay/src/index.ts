@@ -2,6 +2,8 @@
 // "Library API") and the `ferry` CLI (bin/ferry.js runs main). Fault-injection hooks for tests
 // live apart, in @ferry/relay/testing.
 
+// The operator console (`ferry console`), for embedding it or running it in tests.
+export { type ConsoleOptions, type ConsoleServer, startConsole } from './console/server.js';
 // The CLI, for embedding it or running it in tests.
 export { buildProgram, main } from './cli.js';
 export type { CommandContext } from './context.js';
