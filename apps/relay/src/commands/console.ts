@@ -7,7 +7,14 @@ import { requireOutbox, resolveDatabaseUrl } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseHost, parseIntIn, parseSchema } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
-import { addDatabaseOptions, addNatsOptions, addRetrySpanOptions, type DatabaseFlags, type NatsFlags, type RetrySpanFlags } from '../cli/shared-options.js';
+import {
+  addDatabaseOptions,
+  addNatsOptions,
+  addRetrySpanOptions,
+  type DatabaseFlags,
+  type NatsFlags,
+  type RetrySpanFlags,
+} from '../cli/shared-options.js';
 import { isLoopback, startConsole } from '../console/server.js';
 import type { CommandContext } from '../context.js';
 import { runDoctor } from './doctor.js';
@@ -56,12 +63,18 @@ export function consoleCredentials(
   flags: Pick<ConsoleFlags, 'tokenFile' | 'basicAuthFile'>,
   env: NodeJS.ProcessEnv,
 ): { token?: string; basic?: { user: string; password: string } } {
-  const token = flags.tokenFile !== undefined ? readSecretFile('--token-file', flags.tokenFile) : env.FERRY_CONSOLE_TOKEN?.trim() || undefined;
+  const token =
+    flags.tokenFile !== undefined ? readSecretFile('--token-file', flags.tokenFile) : env.FERRY_CONSOLE_TOKEN?.trim() || undefined;
   const source = flags.tokenFile !== undefined ? '--token-file' : 'FERRY_CONSOLE_TOKEN';
   if (token !== undefined && token.length < MIN_TOKEN)
-    throw new ConfigError(source, `the console token from ${source} has ${token.length} characters; give at least ${MIN_TOKEN} (openssl rand -hex 24)`);
+    throw new ConfigError(
+      source,
+      `the console token from ${source} has ${token.length} characters; give at least ${MIN_TOKEN} (openssl rand -hex 24)`,
+    );
   const pair =
-    flags.basicAuthFile !== undefined ? readSecretFile('--basic-auth-file', flags.basicAuthFile) : env.FERRY_CONSOLE_BASIC_AUTH?.trim() || undefined;
+    flags.basicAuthFile !== undefined
+      ? readSecretFile('--basic-auth-file', flags.basicAuthFile)
+      : env.FERRY_CONSOLE_BASIC_AUTH?.trim() || undefined;
   let basic: { user: string; password: string } | undefined;
   if (pair !== undefined) {
     const at = pair.indexOf(':');

@@ -7,6 +7,7 @@ const ENTITIES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;
  * C0 and C1 controls (but tab and newline), bidirectional overrides and isolates, line and
  * paragraph separators: each shown as a visible `\uXXXX`, so a key cannot hide or reorder text.
  */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: we are finding control characters to show them
 const CONTROLS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/g;
 
 /** Any value as inert HTML text. */

@@ -99,7 +99,10 @@ export async function startConsole(o: ConsoleOptions): Promise<ConsoleServer> {
   const credentials = o.token !== undefined || o.basic !== undefined;
   const loopback = isLoopback(o.host);
 
-  const csrfFor = (who: string | null) => createHmac('sha256', secret).update(`csrf:${who ?? ''}`).digest('hex');
+  const csrfFor = (who: string | null) =>
+    createHmac('sha256', secret)
+      .update(`csrf:${who ?? ''}`)
+      .digest('hex');
 
   function principal(req: IncomingMessage): string | null {
     const auth = req.headers.authorization ?? '';
@@ -130,7 +133,9 @@ export async function startConsole(o: ConsoleOptions): Promise<ConsoleServer> {
     if (r.who === null)
       throw new HttpError(
         403,
-        credentials ? 'actions need the console token or credentials: log in first' : 'actions need credentials: start ferry console with --token-file or --basic-auth-file',
+        credentials
+          ? 'actions need the console token or credentials: log in first'
+          : 'actions need credentials: start ferry console with --token-file or --basic-auth-file',
       );
     if (!sameOrigin(r.req)) throw new HttpError(403, 'cross-origin request refused');
     const token = form.get('csrf') ?? '';
@@ -190,12 +195,18 @@ ${rows.map(
         html`<p class="advice">${status.dead} dead event(s) block their keys: open <a href="/blocked">Blocked keys</a>, fix the cause (<a href="/streams">ferry doctor</a>), then retry or discard them.</p>`,
       );
     if (status.unownedLanesWithBacklog.length > 0)
-      advice.push(html`<p class="advice">Lanes ${status.unownedLanesWithBacklog.join(', ')} have pending events and no live relay: start ferry relay.</p>`);
+      advice.push(
+        html`<p class="advice">Lanes ${status.unownedLanesWithBacklog.join(', ')} have pending events and no live relay: start ferry relay.</p>`,
+      );
     const overdue = status.lanes.filter((l) => l.overdue);
     if (overdue.length > 0)
-      advice.push(html`<p class="advice">${overdue.length} lane lease(s) overdue (owner frozen, cut off or stuck): a live relay takes them on its next poll; check that relay.</p>`);
+      advice.push(
+        html`<p class="advice">${overdue.length} lane lease(s) overdue (owner frozen, cut off or stuck): a live relay takes them on its next poll; check that relay.</p>`,
+      );
     if (status.oldestPendingSeconds > 60)
-      advice.push(html`<p class="advice">The oldest pending event is ${ago(status.oldestPendingSeconds)} old: are the relays running and NATS reachable?</p>`);
+      advice.push(
+        html`<p class="advice">The oldest pending event is ${ago(status.oldestPendingSeconds)} old: are the relays running and NATS reachable?</p>`,
+      );
     for (const p of parked.filter((x) => x.failed > 0))
       advice.push(
         html`<p class="advice">Consumer ${p.consumer} has ${p.failed} failed parked event(s) holding their keys: <a href="/parked${qs({ consumer: p.consumer })}">retry or discard them</a>.</p>`,
@@ -210,7 +221,8 @@ ${
   status.instances.length === 0
     ? html`<p class="note">No live relay instance.</p>`
     : html`<table><tr><th>instance</th><th>where</th><th>since</th><th>lanes</th></tr>${status.instances.map(
-        (i) => html`<tr><td class="mono">${i.instance}</td><td>${i.relayPid === null ? `backend pid ${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`}</td><td>${i.since ?? '-'}</td><td>${i.lanes.join(', ') || '(none)'}</td></tr>`,
+        (i) =>
+          html`<tr><td class="mono">${i.instance}</td><td>${i.relayPid === null ? `backend pid ${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`}</td><td>${i.since ?? '-'}</td><td>${i.lanes.join(', ') || '(none)'}</td></tr>`,
       )}</table>`
 }
 <h2>Lanes</h2>
@@ -234,7 +246,8 @@ ${
     : parked.length === 0
       ? html`<p class="note">None.</p>`
       : html`<table><tr><th>consumer</th><th>parked</th><th>failed (holding their keys)</th></tr>${parked.map(
-          (p) => html`<tr class="${p.failed > 0 ? 'bad' : ''}"><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
+          (p) =>
+            html`<tr class="${p.failed > 0 ? 'bad' : ''}"><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
         )}</table>`
 }
 <h2>Consumers (JetStream)</h2>
@@ -256,7 +269,11 @@ ${
     redelivered: number;
   }
 
-  async function consumerLag(): Promise<{ rows: LagRow[]; error?: string; streams: Array<{ name: string; subjects: string[]; messages: number; bytes: number; consumers: number }> }> {
+  async function consumerLag(): Promise<{
+    rows: LagRow[];
+    error?: string;
+    streams: Array<{ name: string; subjects: string[]; messages: number; bytes: number; consumers: number }>;
+  }> {
     if (!o.nc) return { rows: [], streams: [], error: o.natsError ?? 'not connected (ferry console --nats-url)' };
     try {
       const jsm = await jetstreamManager(o.nc, { timeout: 2000 });
@@ -354,10 +371,25 @@ ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'crea
     if (!id) throw new HttpError(400, 'give ?id=EVENT_ID');
     const { rows } = await o.pool.query(showEventSql(s), [id, PAYLOAD_BYTES]);
     const e = rows[0] as
-      | (Record<string, unknown> & { key: string; version: string; data: Buffer; data_bytes: number; content_type: string; headers: Record<string, unknown> | null })
+      | (Record<string, unknown> & {
+          key: string;
+          version: string;
+          data: Buffer;
+          data_bytes: number;
+          content_type: string;
+          headers: Record<string, unknown> | null;
+        })
       | undefined;
     if (!e) throw new HttpError(404, `no outbox event ${id} (pruned after the retention, or never committed)`);
-    const state = e.published_at ? (e.dead_at ? 'discarded' : 'published') : e.dead_at ? 'dead' : Number(e.attempts) > 0 ? 'backing-off' : 'pending';
+    const state = e.published_at
+      ? e.dead_at
+        ? 'discarded'
+        : 'published'
+      : e.dead_at
+        ? 'dead'
+        : Number(e.attempts) > 0
+          ? 'backing-off'
+          : 'pending';
     const payload = showPayload(e.data, e.content_type);
     const history = await keyHistory(o.pool, o.schema, e.key, e.version);
     const fields: Array<[string, unknown]> = [
@@ -391,11 +423,18 @@ ${state === 'dead' ? html`<p>${deadForm(r, 'retry', { id }, 'Retry…')} ${deadF
 
   async function parkedPage(r: Req): Promise<string> {
     const jobTable = await bossJobTable(o.pool, o.bossSchema);
-    if (!jobTable) return layout(r, 'Parked events', '/parked', html`<p class="note">No inbox parking lot in schema ${o.bossSchema} (ferry console --boss-schema).</p>`);
+    if (!jobTable)
+      return layout(
+        r,
+        'Parked events',
+        '/parked',
+        html`<p class="note">No inbox parking lot in schema ${o.bossSchema} (ferry console --boss-schema).</p>`,
+      );
     const consumer = r.url.searchParams.get('consumer') ?? '';
     const counts = await parkedCounts(o.pool, jobTable);
     const list = html`<table><tr><th>consumer</th><th>parked</th><th>failed</th></tr>${counts.map(
-      (p) => html`<tr><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
+      (p) =>
+        html`<tr><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
     )}</table>`;
     if (!consumer || !counts.some((c) => c.consumer === consumer)) {
       return layout(r, 'Parked events', '/parked', counts.length ? list : html`<p class="ok">No parked events.</p>`);
@@ -434,7 +473,13 @@ ${rows.map((p) => {
     const key = r.url.searchParams.get('key') ?? '';
     const consumer = r.url.searchParams.get('consumer') || undefined;
     const form = html`<form class="filter" method="get" action="/versions"><label>key<input name="key" value="${key}"></label><label>consumer (optional)<input name="consumer" value="${consumer ?? ''}"></label><button type="submit">Show</button></form>`;
-    if (!key) return layout(r, 'Inbox versions', '/versions', html`${form}<p class="note">What each inbox consumer applied for a key (inbox_versions).</p>`);
+    if (!key)
+      return layout(
+        r,
+        'Inbox versions',
+        '/versions',
+        html`${form}<p class="note">What each inbox consumer applied for a key (inbox_versions).</p>`,
+      );
     const rows = await inboxVersions(o.pool, o.schema, key, consumer);
     const body =
       rows === null
@@ -457,10 +502,12 @@ ${rows.map((p) => {
       lag.error
         ? html`<p class="advice">NATS: ${lag.error}</p>`
         : html`<table><tr><th>stream</th><th>subjects</th><th>messages</th><th>bytes</th><th>consumers</th></tr>${lag.streams.map(
-            (st) => html`<tr><td>${st.name}</td><td>${st.subjects.join(', ')}</td><td class="n">${st.messages}</td><td class="n">${st.bytes}</td><td class="n">${st.consumers}</td></tr>`,
+            (st) =>
+              html`<tr><td>${st.name}</td><td>${st.subjects.join(', ')}</td><td class="n">${st.messages}</td><td class="n">${st.bytes}</td><td class="n">${st.consumers}</td></tr>`,
           )}</table>
 <h2>Consumers</h2><table><tr><th>stream</th><th>consumer</th><th>lag</th><th>ack pending</th><th>redelivered</th></tr>${lag.rows.map(
-            (c) => html`<tr><td>${c.stream}</td><td>${c.consumer}</td><td class="n">${c.pending}</td><td class="n">${c.ackPending}</td><td class="n">${c.redelivered}</td></tr>`,
+            (c) =>
+              html`<tr><td>${c.stream}</td><td>${c.consumer}</td><td class="n">${c.pending}</td><td class="n">${c.ackPending}</td><td class="n">${c.redelivered}</td></tr>`,
           )}</table>`
     }
 <h2>ferry doctor</h2>${
@@ -469,7 +516,8 @@ ${rows.map((p) => {
         : report instanceof Error
           ? html`<p class="advice">${report.message}</p>`
           : html`<p>${report.problems} problem(s), ${report.warnings} warning(s).</p><table class="findings"><tr><th>check</th><th>status</th><th>finding</th><th>fix</th></tr>${report.findings.map(
-              (f) => html`<tr class="${f.status === 'problem' ? 'bad' : f.status === 'warning' ? 'warn' : ''}"><td>${f.check}</td><td>${f.status}</td><td>${f.message}</td><td>${f.fix ?? ''}</td></tr>`,
+              (f) =>
+                html`<tr class="${f.status === 'problem' ? 'bad' : f.status === 'warning' ? 'warn' : ''}"><td>${f.check}</td><td>${f.status}</td><td>${f.message}</td><td>${f.fix ?? ''}</td></tr>`,
             )}</table>`
     }`;
     return layout(r, 'Streams, consumers and doctor', '/streams', body);
@@ -511,10 +559,7 @@ ${rows.map((p) => {
     const p = await previewDead(o.pool, o.schema, f);
     const what = f.key !== undefined && p.keys <= 1 ? html` of key <b>${f.key}</b>` : html` of ${p.keys} key(s)`;
     const verb = action === 'retry' ? 'retries' : 'discards';
-    const flow =
-      action === 'retry'
-        ? `${p.behind} row(s) behind them flow once they are published.`
-        : `${p.behind} row(s) behind them will flow.`;
+    const flow = action === 'retry' ? 'row(s) behind them flow once they are published.' : 'row(s) behind them will flow.';
     const hidden = Object.entries(filterFields(f))
       .filter(([k, v]) => v !== undefined && k !== 'id')
       .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
@@ -528,7 +573,8 @@ ${rows.map((p) => {
 <input type="hidden" name="expect_rows" value="${p.rows}"><input type="hidden" name="expect_max_seq" value="${p.maxSeq ?? ''}">
 <button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${p.rows} event(s)</button> <a href="/blocked">Cancel</a></form></div>
 <h2>The first ${p.sample.length}</h2><table><tr><th>id</th><th>key</th><th>version</th><th>subject</th><th>type</th><th>last error</th></tr>${p.sample.map(
-            (e) => html`<tr><td>${eventLink(e.id)}</td><td>${e.key}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td>${e.last_error ?? ''}</td></tr>`,
+            (e) =>
+              html`<tr><td>${eventLink(e.id)}</td><td>${e.key}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td>${e.last_error ?? ''}</td></tr>`,
           )}</table>`;
     return layout(r, `Preview: ${action} dead events`, '/blocked', body);
   }
@@ -555,10 +601,12 @@ ${rows.map((p) => {
 
   function parkedTarget(form: URLSearchParams): { consumer: string; ids: string[] } {
     const consumer = form.get('consumer') ?? '';
-    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(consumer)) throw new HttpError(400, `consumer ${JSON.stringify(consumer.slice(0, 64))} is not an inbox consumer name`);
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(consumer))
+      throw new HttpError(400, `consumer ${JSON.stringify(consumer.slice(0, 64))} is not an inbox consumer name`);
     const ids = form.getAll('id');
     if (ids.length === 0 || ids.length > 1000) throw new HttpError(400, 'give 1 to 1000 parked job ids');
-    for (const id of ids) if (!/^[0-9a-f-]{36}$/i.test(id)) throw new HttpError(400, `${JSON.stringify(id.slice(0, 40))} is not a parked job id`);
+    for (const id of ids)
+      if (!/^[0-9a-f-]{36}$/i.test(id)) throw new HttpError(400, `${JSON.stringify(id.slice(0, 40))} is not a parked job id`);
     return { consumer, ids };
   }
 
@@ -589,7 +637,14 @@ ${parkedTable(r, consumer, eligible, false)}`;
     const who = checkAction(r, form);
     const action = parkedAction(form);
     const { consumer, ids } = parkedTarget(form);
-    const boss = new PgBoss({ db: pgBossDb(o.pool), schema: o.bossSchema, supervise: false, schedule: false, migrate: false, createSchema: false });
+    const boss = new PgBoss({
+      db: pgBossDb(o.pool),
+      schema: o.bossSchema,
+      supervise: false,
+      schedule: false,
+      migrate: false,
+      createSchema: false,
+    });
     boss.on('error', () => {});
     try {
       await startPgBoss(() => boss.start());
@@ -622,7 +677,8 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     if (!sameSecret(form.get('csrf') ?? '', r.csrf)) throw new HttpError(403, 'missing or wrong CSRF token: reload the page and try again');
     let who: string | null = null;
     if (o.token !== undefined && sameSecret(form.get('token') ?? '', o.token)) who = 'token';
-    if (o.basic && sameSecret(form.get('user') ?? '', o.basic.user) && sameSecret(form.get('password') ?? '', o.basic.password)) who = o.basic.user;
+    if (o.basic && sameSecret(form.get('user') ?? '', o.basic.user) && sameSecret(form.get('password') ?? '', o.basic.password))
+      who = o.basic.user;
     if (who === null) {
       res.statusCode = 403;
       return loginPage(r, 'Wrong credentials.');
@@ -680,6 +736,11 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     if (req.method === 'GET' && url.pathname === '/console.css') {
       res.setHeader('content-type', 'text/css; charset=utf-8');
       res.end(CONSOLE_CSS);
+      return;
+    }
+    if (req.method === 'GET' && url.pathname === '/favicon.ico') {
+      res.statusCode = 204; // no icon, and no 404 in the browser's console
+      res.end();
       return;
     }
     if (req.method === 'GET' && url.pathname === '/console.js') {
