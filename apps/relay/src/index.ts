@@ -2,10 +2,10 @@
 // "Library API") and the `ferry` CLI (bin/ferry.js runs main). Fault-injection hooks for tests
 // live apart, in @ferry/relay/testing.
 
-// The operator console (`ferry console`), for embedding it or running it in tests.
-export { type ConsoleOptions, type ConsoleServer, startConsole } from './console/server.js';
 // The CLI, for embedding it or running it in tests.
 export { buildProgram, main } from './cli.js';
+// The operator console (`ferry console`), for embedding it or running it in tests.
+export { type ConsoleOptions, type ConsoleServer, startConsole } from './console/server.js';
 export type { CommandContext } from './context.js';
 // Internals the benchmarks and tests measure directly: the claim statement, the lock namespaces, the event columns.
 export { lockNamespace } from './daemon/lane-leaser.js';
