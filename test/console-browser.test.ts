@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { quoteIdentifier, withTransaction } from '@ferry/core';
+import { grantsSql, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createInbox, type Inbox } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, createRelay, type Relay, startConsole } from '@ferry/relay';
@@ -158,6 +158,18 @@ async function watchedPage(): Promise<{ page: Page; problems: string[] }> {
   return { page, problems };
 }
 
+/**
+ * Waits until the element's text passes `ok`, read from the page as it is now (no reload): the live
+ * refresh has to bring it. Polled from here, since the console's CSP forbids the eval a string predicate needs.
+ */
+async function showsText(page: Page, selector: string, ok: (text: string) => boolean, what: string): Promise<void> {
+  await waitFor(async () => ok((await page.textContent(selector, { timeout: 1000 }).catch(() => null)) ?? ''), {
+    what,
+    timeoutMs: 15_000,
+    intervalMs: 100,
+  });
+}
+
 describe('ferry console in Chromium', () => {
   test('console - a key blocked by an unroutable head shows as blocked with its reason; discarding it unblocks it and its later versions reach the stream in order', async () => {
     const [head] = await publish([{ subject: `${unrouted}.orders`, key: 'stuck', type: 'OrderPlaced' }]);
@@ -170,7 +182,8 @@ describe('ferry console in Chromium', () => {
 
     const { page: overview, problems } = await watchedPage();
     await overview.goto(`${consoleServer.url}/`);
-    assert.equal(await overview.textContent('[data-card=dead] b'), '1');
+    // The overview's numbers are one shared snapshot, read again once per refresh: it shows the dead row within one.
+    await showsText(overview, '[data-card=dead] b', (t) => t === '1', 'the overview to count 1 dead event');
     assert.match((await overview.textContent('#live')) ?? '', /1 dead event\(s\) block their keys/);
     await overview.screenshot({ path: join(DOCS, 'console-overview.png'), fullPage: true });
 
@@ -204,7 +217,7 @@ describe('ferry console in Chromium', () => {
       'in version order',
     );
     // The overview, never reloaded, refreshed itself: no dead event left.
-    await overview.waitForFunction("document.querySelector('[data-card=dead] b')?.textContent === '0'", undefined, { timeout: 15_000 });
+    await showsText(overview, '[data-card=dead] b', (t) => t === '0', 'the overview, never reloaded, to count 0 dead events');
     assert.deepEqual(problems, [], 'no script error, dialog or CSP violation');
     const { rows } = await db.pool.query<{ filter: { maxSeq?: unknown } }>(
       `SELECT actor, via, action, filter, rows, outcome FROM ${s}.operator_actions WHERE via = 'console'`,
@@ -286,7 +299,12 @@ describe('ferry console in Chromium', () => {
     );
     const { page, problems } = await watchedPage();
     await page.goto(`${consoleServer.url}/`);
-    assert.match((await page.textContent('#live')) ?? '', /Consumer billing has 1 failed parked event/);
+    await showsText(
+      page,
+      '#live',
+      (t) => t.includes('Consumer billing has 1 failed parked event'),
+      'the overview to name the parked event',
+    );
     await page.goto(`${consoleServer.url}/parked?consumer=billing`);
     const row = page.locator('table.parked tr[data-job]');
     assert.equal(await row.count(), 1);
@@ -391,10 +409,28 @@ describe('ferry console in Chromium', () => {
     );
     assert.equal(rebound, 421, 'a foreign Host (DNS rebinding) is refused on a loopback bind');
 
-    // ferry console --read-only, started as an operator would, with the same token.
+    // ferry console --read-only, started as an operator would, with the same token, as a role holding only
+    // what ferry migrate --print-grants --for console prints (SELECT, nothing else).
+    const role = `${db.schema}_ro`;
+    await db.pool.query(`CREATE ROLE ${quoteIdentifier(role)} LOGIN`);
+    await db.pool.query(grantsSql({ role, for: 'console', schema: db.schema }));
+    const roleUrl = new URL(db.url);
+    roleUrl.username = role;
     const child = spawn(
       process.execPath,
-      [FERRY_BIN, 'console', '--read-only', '--port', '0', '--database-url', db.url, '--schema', db.schema, '--nats-url', natsUrl()],
+      [
+        FERRY_BIN,
+        'console',
+        '--read-only',
+        '--port',
+        '0',
+        '--database-url',
+        roleUrl.toString(),
+        '--schema',
+        db.schema,
+        '--nats-url',
+        natsUrl(),
+      ],
       { env: { ...process.env, FERRY_CONSOLE_TOKEN: TOKEN }, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     try {
@@ -408,6 +444,19 @@ describe('ferry console in Chromium', () => {
         timeoutMs: 20_000,
       });
       assert.match(out, /\(read-only\)/);
+      for (const path of [
+        '/',
+        '/events?state=dead',
+        `/event?id=${dead}`,
+        '/parked?consumer=billing',
+        '/versions?key=invoice-7',
+        '/audit',
+      ]) {
+        const res = await fetch(`${url}${path}`, { headers: auth });
+        const text = await res.text();
+        assert.equal(res.status, 200, `${path} as the SELECT-only role: ${text.slice(0, 400)}`);
+        assert.doesNotMatch(text, /<form[^>]*method="post"/, `${path} offers no action`);
+      }
       const ro = await (await fetch(`${url}/blocked`, { headers: auth })).text();
       assert.match(ro, /auth-key/);
       assert.doesNotMatch(ro, /<form[^>]*action="\/(dlq|parked)\//, 'no action offered');
@@ -421,6 +470,8 @@ describe('ferry console in Chromium', () => {
     } finally {
       child.kill('SIGTERM');
       await new Promise((r) => child.once('exit', r));
+      await db.pool.query(`DROP OWNED BY ${quoteIdentifier(role)}`).catch(() => {});
+      await db.pool.query(`DROP ROLE IF EXISTS ${quoteIdentifier(role)}`).catch(() => {});
     }
     const open = await ferry(['console', '--host', '0.0.0.0', '--database-url', db.url, '--schema', db.schema], {});
     assert.equal(open.code, 2, 'another bind without credentials is refused');

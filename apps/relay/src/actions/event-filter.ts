@@ -30,7 +30,9 @@ export function stateCondition(state: EventState): string {
     case 'backing-off':
       return 'o.published_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0';
     case 'dead':
-      return 'o.published_at IS NULL AND o.dead_at IS NOT NULL';
+      // attempts > 0 holds for every dead row (the relay counts the failure that killed it) and lets the
+      // planner use outbox_retrying_key_idx, the small index of failed rows, instead of the whole table.
+      return 'o.published_at IS NULL AND o.attempts > 0 AND o.dead_at IS NOT NULL';
     case 'published':
       return 'o.published_at IS NOT NULL AND o.dead_at IS NULL';
     case 'discarded':

@@ -32,6 +32,8 @@ export const CLI_DEFAULTS = Object.freeze({
   consolePort: 9470,
   /** `ferry console`: statement_timeout of every query it sends, so no page can load the database for long. */
   consoleStatementTimeoutMs: 2000,
+  /** `ferry console`: statement_timeout of the overview's exact counts (one reader for every viewer) and of the actions. */
+  consoleLongStatementTimeoutMs: 30_000,
   consoleRefreshMs: 5000,
   canarySubject: 'ferry.canary',
   canaryTimeoutMs: 10_000,

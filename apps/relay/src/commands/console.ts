@@ -122,7 +122,10 @@ export function consoleCommand(ctx: CommandContext): Command {
         .argParser(parseSchema),
     )
     .addOption(
-      new Option('--statement-timeout-ms <ms>', 'server-side statement_timeout of every query the console sends (100-60000)')
+      new Option(
+        '--statement-timeout-ms <ms>',
+        "server-side statement_timeout of each page's queries (100-60000); the overview's shared status read and the actions get 30 s",
+      )
         .env('FERRY_CONSOLE_STATEMENT_TIMEOUT_MS')
         .default(CLI_DEFAULTS.consoleStatementTimeoutMs)
         .argParser(parseIntIn(100, 60_000)),
@@ -152,6 +155,17 @@ export function consoleCommand(ctx: CommandContext): Command {
         idle_in_transaction_session_timeout: flags.statementTimeoutMs + 5000,
       });
       pool.on('error', () => {});
+      // The overview's exact counts and the actions (a preview or change may cover 100,000 rows) get longer.
+      const longPool = new pg.Pool({
+        connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env),
+        max: 2,
+        application_name: 'ferry-console',
+        connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
+        statement_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs,
+        query_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 1000,
+        idle_in_transaction_session_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 5000,
+      });
+      longPool.on('error', () => {});
       let nc: NatsConnection | undefined;
       let natsError: string | undefined;
       try {
@@ -164,6 +178,7 @@ export function consoleCommand(ctx: CommandContext): Command {
         }
         const server = await startConsole({
           pool,
+          longPool,
           schema: flags.schema,
           bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
           ...(nc ? { nc } : {}),
@@ -199,6 +214,7 @@ export function consoleCommand(ctx: CommandContext): Command {
       } finally {
         await nc?.close().catch(() => {});
         await pool.end().catch(() => {});
+        await longPool.end().catch(() => {});
       }
     });
 }

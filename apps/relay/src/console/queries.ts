@@ -27,8 +27,11 @@ const EVENT_COLUMNS = `o.seq::text AS seq, o.id::text AS id, o.key, o.version::t
 export async function searchEvents(pool: pg.Pool, schema: string, f: EventFilter, limit: number): Promise<EventRow[]> {
   const s = quoteIdentifier(schema);
   const { sql, params } = filterCondition(f);
+  // Failed rows are few and have an index of their own (outbox_retrying_key_idx): sorting them beats a
+  // primary-key walk back through every newer row. Other filters walk back from the newest row.
+  const order = f.state === 'dead' || f.state === 'backing-off' ? 'o.seq + 0' : 'o.seq';
   const { rows } = await pool.query<EventRow>(
-    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
+    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE ${sql} ORDER BY ${order} DESC LIMIT ${Math.trunc(limit)}`,
     params,
   );
   return rows;
@@ -57,16 +60,20 @@ export interface BlockedRow {
   waiting: number;
 }
 
-/** Keys held behind a failed head, oldest first (outbox_retrying_key_idx), with the rows waiting behind each. */
+/**
+ * Keys held behind a failed head, oldest first, with the rows waiting behind each. Only a key's head is
+ * ever sent, so every failed row heads its key: the oldest failed rows are the oldest blocked keys, read
+ * from outbox_retrying_key_idx (`seq + 0` keeps the planner off a primary-key walk through the history).
+ */
 export async function blockedKeys(pool: pg.Pool, schema: string, limit: number): Promise<BlockedRow[]> {
   const s = quoteIdentifier(schema);
   const { rows } = await pool.query<BlockedRow>(
     `SELECT h.key, h.id::text AS id, h.version::text AS version, h.subject, h.type, h.attempts, h.last_error, h.dead_at, h.next_attempt_at,
             (SELECT count(*) FROM ${s}.outbox b
               WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL AND b.seq > h.seq)::int AS waiting
-       FROM (SELECT DISTINCT ON (o.key) o.key, o.lane, o.id, o.seq, o.version, o.subject, o.type, o.attempts, o.last_error, o.dead_at, o.next_attempt_at
-               FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.key, o.seq) h
-      ORDER BY h.seq LIMIT $1`,
+       FROM (SELECT o.key, o.lane, o.id, o.seq, o.version, o.subject, o.type, o.attempts, o.last_error, o.dead_at, o.next_attempt_at
+               FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 LIMIT $1) h
+      ORDER BY h.seq`,
     [limit],
   );
   return rows;

@@ -11,7 +11,7 @@ import { type DeadAction, previewDead, SelectionChangedError, settleDead } from 
 import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-filter.js';
 import { type ParkedAction, settleParked } from '../actions/parked.js';
 import type { DoctorReport } from '../commands/doctor.js';
-import { readStatus } from '../commands/status.js';
+import { readStatus, type StatusReport } from '../commands/status.js';
 import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { ago, esc, Html, html, iso, qs, showPayload } from './html.js';
@@ -21,6 +21,7 @@ import {
   type EventRow,
   inboxVersions,
   keyHistory,
+  type ParkedCount,
   type ParkedRow,
   parkedCounts,
   parkedEvents,
@@ -31,6 +32,12 @@ import {
 export interface ConsoleOptions {
   /** A pool whose connections carry a statement_timeout (the CLI sets one). */
   pool: pg.Pool;
+  /**
+   * For the overview's exact counts (`ferry status`'s, read once per refresh for every viewer) and for
+   * the actions' previews and changes, which may cover 100,000 rows: a longer statement_timeout than
+   * the pages' own. Default `pool`.
+   */
+  longPool?: pg.Pool;
   schema: string;
   /** The inbox's pg-boss schema (its parking lot). */
   bossSchema: string;
@@ -184,12 +191,53 @@ ${rows.map(
 
   // ---- pages ----
 
+  // The overview's numbers: `ferry status`'s exact counts over every pending row (seconds at a million
+  // rows), so read by one reader for every viewer, at most once per refresh interval and only while
+  // someone looks; a page is a read of the last snapshot, however many tabs refresh.
+  interface Snapshot {
+    at: number;
+    status?: StatusReport;
+    parked: ParkedCount[];
+    jobTable: string | null;
+    lag: Awaited<ReturnType<typeof consumerLag>>;
+    error?: string;
+  }
+  let snapshot: Snapshot | undefined;
+  let reading: Promise<Snapshot> | undefined;
+  const longPool = o.longPool ?? o.pool;
+  function readSnapshot(): Promise<Snapshot> {
+    reading ??= (async () => {
+      const at = Date.now();
+      try {
+        const [status, jobTable, lag] = await Promise.all([
+          readStatus(longPool, o.schema),
+          bossJobTable(o.pool, o.bossSchema),
+          consumerLag(),
+        ]);
+        const parked = jobTable ? await parkedCounts(o.pool, jobTable) : [];
+        snapshot = { at, status, parked, jobTable, lag };
+      } catch (err) {
+        snapshot = { ...(snapshot ?? { parked: [], jobTable: null, lag: { rows: [], streams: [] } }), at, error: (err as Error).message };
+      }
+      return snapshot;
+    })().finally(() => {
+      reading = undefined;
+    });
+    return reading;
+  }
+  async function currentSnapshot(): Promise<Snapshot> {
+    if (!snapshot) return readSnapshot();
+    if (Date.now() - snapshot.at >= o.refreshMs / 2) void readSnapshot();
+    return snapshot;
+  }
+
   async function overviewFragment(): Promise<Html> {
-    const status = await readStatus(o.pool, o.schema);
-    const jobTable = await bossJobTable(o.pool, o.bossSchema);
-    const parked = jobTable ? await parkedCounts(o.pool, jobTable) : [];
-    const lag = await consumerLag();
+    const snap = await currentSnapshot();
+    const { status, parked, jobTable, lag } = snap;
+    const stamp = html`<p class="note" id="asof" data-age-ms="${Date.now() - snap.at}">Numbers as of ${new Date(snap.at).toISOString()} (read once per ${o.refreshMs / 1000} s for every viewer).</p>`;
+    if (!status) return html`<p class="advice">Cannot read the status: ${snap.error ?? 'not read yet'}</p>${stamp}`;
     const advice: Html[] = [];
+    if (snap.error) advice.push(html`<p class="advice">The last status read failed (these numbers are older): ${snap.error}</p>`);
     if (status.dead > 0)
       advice.push(
         html`<p class="advice">${status.dead} dead event(s) block their keys: open <a href="/blocked">Blocked keys</a>, fix the cause (<a href="/streams">ferry doctor</a>), then retry or discard them.</p>`,
@@ -258,7 +306,7 @@ ${
         (c) =>
           html`<tr class="${c.pending > 1000 ? 'bad' : ''}"><td>${c.stream}</td><td>${c.consumer}</td><td class="n">${c.pending}</td><td class="n">${c.ackPending}</td><td class="n">${c.redelivered}</td></tr>`,
       )}</table>`
-}`;
+}${stamp}`;
   }
 
   interface LagRow {
@@ -556,7 +604,7 @@ ${rows.map((p) => {
     checkAction(r, form);
     const action = deadAction(form);
     const f = formFilter(form);
-    const p = await previewDead(o.pool, o.schema, f);
+    const p = await previewDead(longPool, o.schema, f);
     const what = f.key !== undefined && p.keys <= 1 ? html` of key <b>${f.key}</b>` : html` of ${p.keys} key(s)`;
     const verb = action === 'retry' ? 'retries' : 'discards';
     const flow = action === 'retry' ? 'row(s) behind them flow once they are published.' : 'row(s) behind them will flow.';
@@ -587,7 +635,7 @@ ${rows.map((p) => {
     if (!Number.isInteger(rows) || rows < 0) throw new HttpError(400, 'expect_rows must come from a preview');
     const maxSeq = form.get('expect_max_seq') || null;
     if (maxSeq !== null && !/^\d{1,19}$/.test(maxSeq)) throw new HttpError(400, 'expect_max_seq must come from a preview');
-    const ids = await settleDead(o.pool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } });
+    const ids = await settleDead(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } });
     const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${ids.length}</b> event(s); the relays were woken.</p>
 <ul>${ids.slice(0, 50).map((id) => html`<li>${eventLink(id)}</li>`)}</ul><p><a href="/blocked">Blocked keys</a> · <a href="/audit">Audit trail</a></p>`;
     return layout(r, 'Done', '/blocked', body);
