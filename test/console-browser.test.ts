@@ -11,7 +11,7 @@ import { grantsSql, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createInbox, type Inbox } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, createRelay, type Relay, startConsole } from '@ferry/relay';
-import { createTestDatabase, createTestStream, natsUrl, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { createTestDatabase, createTestStream, freePort, natsUrl, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { ferryEvent, publishEvents as publishToStream } from './inbox-support.js';
 import { ferry } from './ops-helpers.js';
@@ -357,7 +357,7 @@ describe('ferry console in Chromium', () => {
     await page.close();
   });
 
-  test('console - without the token an action is refused (403), a cross-origin POST is refused, and --read-only offers no actions and accepts none', async () => {
+  test('console - without the token an action is refused (403), a cross-origin POST is refused, --read-only offers no actions and accepts none, ferry relay --console serves it too', async () => {
     const [dead] = await publish([{ subject: `${unrouted}.auth`, key: 'auth-key', type: 'AuthTest' }]);
     await waitFor(async () => (await deadIds()).includes(dead as string), { what: 'a dead row', timeoutMs: 20_000 });
     const form = (fields: Record<string, string>) => new URLSearchParams(fields).toString();
@@ -372,8 +372,14 @@ describe('ferry console in Chromium', () => {
     const session = await context.cookies();
     await context.clearCookies();
     const { page } = await watchedPage();
-    await page.goto(`${consoleServer.url}/blocked`);
-    assert.equal(await page.locator('tr[data-key="auth-key"]').count(), 1);
+    // The blocked keys are read once per refresh interval for every viewer: reload until the new one shows.
+    await waitFor(
+      async () => {
+        await page.goto(`${consoleServer.url}/blocked`);
+        return (await page.locator('tr[data-key="auth-key"]').count()) === 1;
+      },
+      { what: 'the blocked page to list auth-key', timeoutMs: 15_000, intervalMs: 300 },
+    );
     assert.equal(await page.locator('form[action^="/dlq"]').count(), 0, 'no action offered without the token');
     await page.close();
     await context.addCookies(session);
@@ -472,6 +478,43 @@ describe('ferry console in Chromium', () => {
       await new Promise((r) => child.once('exit', r));
       await db.pool.query(`DROP OWNED BY ${quoteIdentifier(role)}`).catch(() => {});
       await db.pool.query(`DROP ROLE IF EXISTS ${quoteIdentifier(role)}`).catch(() => {});
+    }
+    // ferry relay --console: the same console on the relay's HTTP port, beside /metrics.
+    const port = await freePort();
+    const relayChild = spawn(
+      process.execPath,
+      [
+        FERRY_BIN,
+        'relay',
+        '--console',
+        '--http-port',
+        String(port),
+        '--database-url',
+        db.url,
+        '--schema',
+        db.schema,
+        '--nats-url',
+        natsUrl(),
+      ],
+      { env: { ...process.env, FERRY_CONSOLE_TOKEN: TOKEN, FERRY_LOG_LEVEL: 'warn' }, stdio: ['ignore', 'ignore', 'ignore'] },
+    );
+    try {
+      const base = `http://127.0.0.1:${port}`;
+      await waitFor(async () => (await fetch(`${base}/healthz`).catch(() => undefined))?.status === 200, {
+        what: 'ferry relay --console to listen',
+        timeoutMs: 20_000,
+      });
+      assert.equal((await fetch(`${base}/metrics`)).status, 200);
+      const page = await fetch(`${base}/blocked`, { headers: auth });
+      assert.equal(page.status, 200);
+      const text = await page.text();
+      assert.match(text, /auth-key/);
+      assert.match(text, /action="\/dlq\/preview"/, 'actions offered to the token holder');
+      const refused = await post(base, '/dlq/apply', form({ action: 'discard', key: 'auth-key', expect_rows: '1' }));
+      assert.equal(refused.status, 403, 'no token, no action');
+    } finally {
+      relayChild.kill('SIGTERM');
+      await new Promise((r) => relayChild.once('exit', r));
     }
     const open = await ferry(['console', '--host', '0.0.0.0', '--database-url', db.url, '--schema', db.schema], {});
     assert.equal(open.code, 2, 'another bind without credentials is refused');

@@ -15,7 +15,7 @@ import {
   type NatsFlags,
   type RetrySpanFlags,
 } from '../cli/shared-options.js';
-import { isLoopback, startConsole } from '../console/server.js';
+import { type ConsoleOptions, isLoopback, startConsole } from '../console/server.js';
 import type { CommandContext } from '../context.js';
 import { runDoctor } from './doctor.js';
 
@@ -86,6 +86,80 @@ export function consoleCredentials(
   return { ...(token !== undefined ? { token } : {}), ...(basic ? { basic } : {}) };
 }
 
+/** What a console needs besides where it listens and who gets in, and how to let go of it. */
+export interface OpenedConsole {
+  options: Omit<ConsoleOptions, 'host' | 'port' | 'readOnly' | 'token' | 'basic'>;
+  close(): Promise<void>;
+}
+
+/**
+ * The console's pools (pages: --statement-timeout-ms; the shared status read and the actions: 30 s)
+ * and NATS connection (without it, the streams and lag say why), for `ferry console` and `ferry relay --console`.
+ */
+export async function openConsole(
+  flags: DatabaseFlags & NatsFlags & RetrySpanFlags & { bossSchema?: string; statementTimeoutMs: number; refreshMs: number },
+  ctx: CommandContext,
+  who: string,
+): Promise<OpenedConsole> {
+  const pool = new pg.Pool({
+    connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env),
+    max: 4,
+    application_name: 'ferry-console',
+    connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
+    statement_timeout: flags.statementTimeoutMs,
+    query_timeout: flags.statementTimeoutMs + 1000,
+    idle_in_transaction_session_timeout: flags.statementTimeoutMs + 5000,
+  });
+  pool.on('error', () => {});
+  // The overview's exact counts and the actions (a preview or change may cover 100,000 rows) get longer.
+  const longPool = new pg.Pool({
+    connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env),
+    max: 2,
+    application_name: 'ferry-console',
+    connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
+    statement_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs,
+    query_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 1000,
+    idle_in_transaction_session_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 5000,
+  });
+  longPool.on('error', () => {});
+  let nc: NatsConnection | undefined;
+  let natsError: string | undefined;
+  const close = async () => {
+    await nc?.close().catch(() => {});
+    await pool.end().catch(() => {});
+    await longPool.end().catch(() => {});
+  };
+  try {
+    await requireOutbox(pool, flags.schema);
+    try {
+      nc = await connectNats(flags, 'ferry-console');
+    } catch (err) {
+      natsError = (err as Error).message;
+      ctx.err(`${who}: warning: NATS unreachable, the console shows no streams or consumer lag: ${natsError}`);
+    }
+  } catch (err) {
+    await close();
+    throw err;
+  }
+  return {
+    options: {
+      pool,
+      longPool,
+      schema: flags.schema,
+      bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
+      ...(nc ? { nc } : {}),
+      ...(natsError ? { natsError } : {}),
+      refreshMs: flags.refreshMs,
+      doctor: () =>
+        runDoctor(
+          { ...flags, maxPayloadBytes: CLI_DEFAULTS.maxPayloadBytes, inboxMaxDeliver: CLI_DEFAULTS.inboxMaxDeliver },
+          { ...ctx, out: () => {}, err: () => {} },
+        ),
+    },
+    close,
+  };
+}
+
 /** `ferry console`: the operator console in the browser, until SIGINT or SIGTERM. */
 export function consoleCommand(ctx: CommandContext): Command {
   return addRetrySpanOptions(
@@ -145,58 +219,14 @@ export function consoleCommand(ctx: CommandContext): Command {
           '--host',
           `--host ${flags.host} lets other hosts in: give a token (--token-file or FERRY_CONSOLE_TOKEN) or credentials (--basic-auth-file or FERRY_CONSOLE_BASIC_AUTH), or keep --host 127.0.0.1`,
         );
-      const pool = new pg.Pool({
-        connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env),
-        max: 4,
-        application_name: 'ferry-console',
-        connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
-        statement_timeout: flags.statementTimeoutMs,
-        query_timeout: flags.statementTimeoutMs + 1000,
-        idle_in_transaction_session_timeout: flags.statementTimeoutMs + 5000,
-      });
-      pool.on('error', () => {});
-      // The overview's exact counts and the actions (a preview or change may cover 100,000 rows) get longer.
-      const longPool = new pg.Pool({
-        connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env),
-        max: 2,
-        application_name: 'ferry-console',
-        connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
-        statement_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs,
-        query_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 1000,
-        idle_in_transaction_session_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 5000,
-      });
-      longPool.on('error', () => {});
-      let nc: NatsConnection | undefined;
-      let natsError: string | undefined;
+      const opened = await openConsole(flags, ctx, 'ferry console');
       try {
-        await requireOutbox(pool, flags.schema);
-        try {
-          nc = await connectNats(flags, 'ferry-console');
-        } catch (err) {
-          natsError = (err as Error).message;
-          ctx.err(`ferry console: warning: NATS unreachable, streams and consumer lag not shown: ${natsError}`);
-        }
         const server = await startConsole({
-          pool,
-          longPool,
-          schema: flags.schema,
-          bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
-          ...(nc ? { nc } : {}),
-          ...(natsError ? { natsError } : {}),
+          ...opened.options,
           host: flags.host,
           port: flags.port,
           readOnly: Boolean(flags.readOnly),
           ...creds,
-          refreshMs: flags.refreshMs,
-          doctor: () =>
-            runDoctor(
-              {
-                ...flags,
-                maxPayloadBytes: CLI_DEFAULTS.maxPayloadBytes,
-                inboxMaxDeliver: CLI_DEFAULTS.inboxMaxDeliver,
-              },
-              { ...ctx, out: () => {}, err: () => {} },
-            ),
         });
         ctx.out(
           `ferry console on ${server.url}${flags.readOnly ? ' (read-only)' : hasCreds ? '' : ' (actions off: no token or credentials)'}; Ctrl-C stops it`,
@@ -212,9 +242,7 @@ export function consoleCommand(ctx: CommandContext): Command {
         });
         await server.close();
       } finally {
-        await nc?.close().catch(() => {});
-        await pool.end().catch(() => {});
-        await longPool.end().catch(() => {});
+        await opened.close();
       }
     });
 }

@@ -23,15 +23,25 @@ export interface EventRow {
 const EVENT_COLUMNS = `o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, ${STATE_SQL} AS state,
   o.attempts, o.created_at, o.published_at, o.last_error`;
 
+/** A dead or backing-off search looks at the newest `limit × FAILED_SCAN` failed rows (the page says so when it fills). */
+export const FAILED_SCAN = 10;
+
 /** Newest first, at most `limit`. */
 export async function searchEvents(pool: pg.Pool, schema: string, f: EventFilter, limit: number): Promise<EventRow[]> {
   const s = quoteIdentifier(schema);
   const { sql, params } = filterCondition(f);
-  // Failed rows are few and have an index of their own (outbox_retrying_key_idx): sorting them beats a
-  // primary-key walk back through every newer row. Other filters walk back from the newest row.
-  const order = f.state === 'dead' || f.state === 'backing-off' ? 'o.seq + 0' : 'o.seq';
+  if (f.state === 'dead' || f.state === 'backing-off') {
+    // Failed rows are few and have an index of their own (outbox_retrying_key_idx): the newest of them
+    // from the index alone, then the filter on those rows, instead of a walk back through every newer row.
+    const { rows } = await pool.query<EventRow>(
+      `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 DESC LIMIT ${Math.trunc(limit) * FAILED_SCAN})
+       SELECT ${EVENT_COLUMNS} FROM f JOIN ${s}.outbox o ON o.seq = f.seq WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
+      params,
+    );
+    return rows;
+  }
   const { rows } = await pool.query<EventRow>(
-    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE ${sql} ORDER BY ${order} DESC LIMIT ${Math.trunc(limit)}`,
+    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
     params,
   );
   return rows;
@@ -67,12 +77,13 @@ export interface BlockedRow {
  */
 export async function blockedKeys(pool: pg.Pool, schema: string, limit: number): Promise<BlockedRow[]> {
   const s = quoteIdentifier(schema);
+  // Two steps: the oldest failed seqs from the index alone (no heap), then those rows' details.
   const { rows } = await pool.query<BlockedRow>(
-    `SELECT h.key, h.id::text AS id, h.version::text AS version, h.subject, h.type, h.attempts, h.last_error, h.dead_at, h.next_attempt_at,
+    `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 LIMIT $1)
+     SELECT h.key, h.id::text AS id, h.version::text AS version, h.subject, h.type, h.attempts, h.last_error, h.dead_at, h.next_attempt_at,
             (SELECT count(*) FROM ${s}.outbox b
               WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL AND b.seq > h.seq)::int AS waiting
-       FROM (SELECT o.key, o.lane, o.id, o.seq, o.version, o.subject, o.type, o.attempts, o.last_error, o.dead_at, o.next_attempt_at
-               FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 LIMIT $1) h
+       FROM f JOIN ${s}.outbox h ON h.seq = f.seq
       ORDER BY h.seq`,
     [limit],
   );

@@ -16,6 +16,7 @@ import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { ago, esc, Html, html, iso, qs, showPayload } from './html.js';
 import {
+  type BlockedRow,
   blockedKeys,
   bossJobTable,
   type EventRow,
@@ -98,8 +99,56 @@ interface Req {
   csrf: string;
 }
 
+/** The console's pages and actions, for an HTTP server of its own or the relay's (`ferry relay --console`). */
+export type ConsoleHandler = (req: IncomingMessage, res: ServerResponse) => void;
+
+/** The paths the console serves: what `ferry relay --console` hands it on the relay's HTTP port. */
+export const CONSOLE_PATHS = new Set([
+  '/',
+  '/blocked',
+  '/events',
+  '/event',
+  '/parked',
+  '/versions',
+  '/streams',
+  '/audit',
+  '/login',
+  '/console.css',
+  '/console.js',
+  '/favicon.ico',
+  '/dlq/preview',
+  '/dlq/apply',
+  '/parked/preview',
+  '/parked/apply',
+]);
+
 /** Starts the console's HTTP server; resolves once it listens. */
 export async function startConsole(o: ConsoleOptions): Promise<ConsoleServer> {
+  const server = createServer(consoleHandler(o));
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 30_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port, o.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const addr = server.address() as AddressInfo;
+  const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  return {
+    url: `http://${shownHost}:${addr.port}`,
+    server,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** The console's request handler; `o.host` is the address it is reached on (loopback or not decides who reads). */
+export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler {
   const secret = randomBytes(32);
   const sessions = new Map<string, { who: string; until: number }>();
   const s = quoteIdentifier(o.schema);
@@ -227,7 +276,7 @@ ${rows.map(
   }
   async function currentSnapshot(): Promise<Snapshot> {
     if (!snapshot) return readSnapshot();
-    if (Date.now() - snapshot.at >= o.refreshMs / 2) void readSnapshot();
+    if (Date.now() - snapshot.at >= o.refreshMs) void readSnapshot();
     return snapshot;
   }
 
@@ -363,8 +412,26 @@ ${
     );
   }
 
+  // The blocked keys, like the overview, are read at most once per refresh interval for every viewer
+  // (a scan of the failed rows: a tab refreshing it must not slow the relays); an action here drops it.
+  let blocked: { at: number; rows: Promise<BlockedRow[]> } | undefined;
+  function blockedList(): Promise<BlockedRow[]> {
+    if (!blocked || Date.now() - blocked.at >= o.refreshMs) {
+      const rows = blockedKeys(o.pool, o.schema, LIST_LIMIT);
+      blocked = { at: Date.now(), rows };
+      rows.catch(() => {
+        blocked = undefined;
+      });
+    }
+    return blocked.rows;
+  }
+  const changed = () => {
+    blocked = undefined;
+    snapshot = undefined;
+  };
+
   async function blockedPage(r: Req): Promise<string> {
-    const rows = await blockedKeys(o.pool, o.schema, LIST_LIMIT);
+    const rows = await blockedList();
     const body =
       rows.length === 0
         ? html`<p class="ok">No key is blocked.</p>`
@@ -635,7 +702,7 @@ ${rows.map((p) => {
     if (!Number.isInteger(rows) || rows < 0) throw new HttpError(400, 'expect_rows must come from a preview');
     const maxSeq = form.get('expect_max_seq') || null;
     if (maxSeq !== null && !/^\d{1,19}$/.test(maxSeq)) throw new HttpError(400, 'expect_max_seq must come from a preview');
-    const ids = await settleDead(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } });
+    const ids = await settleDead(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } }).finally(changed);
     const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${ids.length}</b> event(s); the relays were woken.</p>
 <ul>${ids.slice(0, 50).map((id) => html`<li>${eventLink(id)}</li>`)}</ul><p><a href="/blocked">Blocked keys</a> · <a href="/audit">Audit trail</a></p>`;
     return layout(r, 'Done', '/blocked', body);
@@ -696,7 +763,9 @@ ${parkedTable(r, consumer, eligible, false)}`;
     boss.on('error', () => {});
     try {
       await startPgBoss(() => boss.start());
-      const done = await settleParked(action, { boss, pool: o.pool, schema: o.schema, consumer, ids, actor: who, via: 'console' });
+      const done = await settleParked(action, { boss, pool: o.pool, schema: o.schema, consumer, ids, actor: who, via: 'console' }).finally(
+        changed,
+      );
       const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${done.changed}</b> of ${ids.length} parked event(s) of ${consumer}.</p>
 ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
       return layout(r, 'Done', '/parked', body);
@@ -732,7 +801,9 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
       return loginPage(r, 'Wrong credentials.');
     }
     const sid = randomBytes(24).toString('base64url');
-    sessions.set(sid, { who, until: Date.now() + SESSION_MS });
+    const now = Date.now();
+    for (const [k, v] of sessions) if (v.until <= now) sessions.delete(k); // expired sessions go at the next login
+    sessions.set(sid, { who, until: now + SESSION_MS });
     res.setHeader('set-cookie', `ferry_console=${sid}; Path=/; HttpOnly; SameSite=Strict; Max-Age=${SESSION_MS / 1000}`);
     res.statusCode = 303;
     res.setHeader('location', '/');
@@ -850,27 +921,7 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     void req;
   }
 
-  const server = createServer((req, res) => {
+  return (req, res) => {
     handle(req, res).catch((err) => fail(req, res, err));
-  });
-  server.headersTimeout = 10_000;
-  server.requestTimeout = 30_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(o.port, o.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const addr = server.address() as AddressInfo;
-  const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  return {
-    url: `http://${shownHost}:${addr.port}`,
-    server,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
   };
 }
