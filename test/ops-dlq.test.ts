@@ -103,3 +103,23 @@ test('ferry dlq - retry --key K --yes retries only that key; discard --all-dead 
   assert.equal(shown.state, 'discarded');
   assert.match(String(shown.lastError), /^discarded by ferry dlq discard/);
 });
+
+test('ferry dlq - every retry and discard is recorded in operator_actions: who, via the CLI, what filter, how many rows', async () => {
+  const { rows } = await db.pool.query<{
+    actor: string;
+    via: string;
+    action: string;
+    filter: Record<string, unknown>;
+    rows: number;
+    outcome: string;
+  }>(`SELECT actor, via, action, filter, rows, outcome FROM ${s()}.operator_actions ORDER BY id`);
+  // The earlier tests: retry --key k1 (1 row), discard --all-dead (3 rows); retry --all-dead found nothing and changed nothing.
+  assert.deepEqual(
+    rows.map((r) => [r.via, r.action, r.filter, r.rows, r.outcome]),
+    [
+      ['cli', 'dlq.retry', { key: 'k1', state: 'dead' }, 1, 'ok'],
+      ['cli', 'dlq.discard', { state: 'dead' }, 3, 'ok'],
+    ],
+  );
+  assert.match(rows[0]?.actor ?? '', /.@./, 'user@host');
+});

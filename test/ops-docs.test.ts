@@ -72,6 +72,7 @@ test('docs - security.md shows exactly what --print-grants prints (the publish f
     grantsSql({ role: 'billing_inbox', for: 'inbox', consumers: ['billing'] }),
     grantsSql({ role: 'ferry_idempotency', for: 'idempotency' }),
     grantsSql({ role: 'ferry_reader', for: 'reader' }),
+    grantsSql({ role: 'ferry_console', for: 'console' }),
   ]
     .join('\n')
     .trim();

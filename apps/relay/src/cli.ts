@@ -1,5 +1,6 @@
 import { isConfigError, isMigrationError, isValidationError } from '@ferry/core';
 import { Command, CommanderError } from 'commander';
+import { consoleCommand } from './commands/console.js';
 import { dlqCommand } from './commands/dlq.js';
 import { doctorCommand } from './commands/doctor.js';
 import { inboxCommand } from './commands/inbox.js';
@@ -40,6 +41,7 @@ export function buildProgram(ctx: CommandContext): Command {
   program.addCommand(replayCommand(ctx));
   program.addCommand(doctorCommand(ctx));
   program.addCommand(verifyCommand(ctx));
+  program.addCommand(consoleCommand(ctx));
   for (const cmd of program.commands)
     cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
   return program;

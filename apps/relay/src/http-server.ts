@@ -1,5 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import { ConfigError } from '@ferry/core';
+import { CONSOLE_PATHS, type ConsoleHandler } from './console/server.js';
 import type { Relay } from './types.js';
 
 /**
@@ -9,9 +10,14 @@ import type { Relay } from './types.js';
  * `host` has no default here: the CLI's (`--http-host`, 127.0.0.1) is the one
  * place that decides who can reach them; they answer without credentials.
  */
-export function startHttpServer(relay: Relay, port: number, host: string): Promise<Server> {
+export function startHttpServer(relay: Relay, port: number, host: string, console_?: ConsoleHandler): Promise<Server> {
   const server = createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    // `ferry relay --console`: the operator console's pages and actions beside the probes.
+    if (console_ && CONSOLE_PATHS.has(path)) {
+      console_(req, res);
+      return;
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
@@ -30,7 +36,9 @@ export function startHttpServer(relay: Relay, port: number, host: string): Promi
         .writeHead(ready ? 200 : 503, { 'content-type': 'application/json' })
         .end(JSON.stringify({ ready, state: relay.state, lanes: relay.lanes.length }));
     } else {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: try /metrics, /healthz or /readyz\n');
+      res
+        .writeHead(404, { 'content-type': 'text/plain' })
+        .end(`not found: try /metrics, /healthz or /readyz${console_ ? ', or the console at /' : ''}\n`);
     }
   });
   return new Promise((resolve, reject) => {

@@ -4,6 +4,8 @@
 
 // The CLI, for embedding it or running it in tests.
 export { buildProgram, main } from './cli.js';
+// The operator console (`ferry console`), for embedding it or running it in tests.
+export { type ConsoleOptions, type ConsoleServer, startConsole } from './console/server.js';
 export type { CommandContext } from './context.js';
 // Internals the benchmarks and tests measure directly: the claim statement, the lock namespaces, the event columns.
 export { lockNamespace } from './daemon/lane-leaser.js';

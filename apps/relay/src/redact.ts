@@ -109,7 +109,13 @@ function urlSecrets(text: string): string[] {
 
 /** Flags and FERRY_* variables whose whole value is a credential. */
 const SECRET_FLAGS = ['--nats-password', '--nats-token', '--nats-nkey-seed'] as const;
-const SECRET_VARIABLES = ['FERRY_NATS_PASSWORD', 'FERRY_NATS_TOKEN', 'FERRY_NATS_NKEY_SEED'] as const;
+const SECRET_VARIABLES = [
+  'FERRY_NATS_PASSWORD',
+  'FERRY_NATS_TOKEN',
+  'FERRY_NATS_NKEY_SEED',
+  'FERRY_CONSOLE_TOKEN',
+  'FERRY_CONSOLE_BASIC_AUTH',
+] as const;
 /** Variables that may hold a URL with a credential in it. */
 const URL_VARIABLES = ['FERRY_DATABASE_URL', 'DATABASE_URL', 'FERRY_NATS_URL'] as const;
 /** An nkey seed (S + role letter + base32) or a JWT, as they sit on a line of a `.creds` file. */

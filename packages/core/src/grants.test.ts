@@ -73,8 +73,17 @@ test('grants - idempotency and reader get only their tables', () => {
   assert.doesNotMatch(reader, /INSERT|UPDATE|DELETE|boss/);
 });
 
-test('grants - relay, inbox, idempotency and reader never CREATE', () => {
-  for (const target of ['relay', 'inbox', 'idempotency', 'reader'] as const) {
+test('grants - the console reads the audit trail, inbox_versions and the parking lot, and changes nothing', () => {
+  const console_ = grantsSql({ role: 'ops', for: 'console', schema: 'app', bossSchema: 'app_parked' });
+  assert.match(console_, /GRANT SELECT ON "app"\.operator_actions TO "ops";/);
+  assert.match(console_, /GRANT SELECT ON "app"\.inbox_versions TO "ops";/);
+  assert.match(console_, /GRANT SELECT ON "app_parked"\.job TO "ops";/);
+  assert.doesNotMatch(console_, /GRANT [^;]*(INSERT|UPDATE|DELETE|TRUNCATE|EXECUTE)/);
+  assert.match(grantsSql({ role: 'r', for: 'relay' }), /GRANT SELECT, INSERT ON "ferry"\.operator_actions TO "r";/);
+});
+
+test('grants - relay, inbox, idempotency, reader and console never CREATE', () => {
+  for (const target of ['relay', 'inbox', 'idempotency', 'reader', 'console'] as const) {
     assert.doesNotMatch(grantsSql({ role: 'r', for: target }), /CREATE (TABLE|SCHEMA)|ALL PRIVILEGES|GRANT CREATE/, target);
   }
 });

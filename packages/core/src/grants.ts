@@ -6,9 +6,10 @@ import { bossSchemaFor, idempotencyBossSchemaFor, quoteIdentifier, relayBossSche
  * The Ferry parts a least-privileged role can be granted for. `reader` is the
  * read-only operator: `ferry status`, `ferry doctor`, `ferry dlq list|show`,
  * `ferry replay` (it reads the outbox and sends to NATS) and
- * `ferry migrate --dry-run`.
+ * `ferry migrate --dry-run`. `console` is `ferry console --read-only`: the
+ * reader's grants, the audit trail, the inbox's versions and parking lot.
  */
-export const GRANT_TARGETS = ['publisher', 'relay', 'inbox', 'idempotency', 'reader'] as const;
+export const GRANT_TARGETS = ['publisher', 'relay', 'inbox', 'idempotency', 'reader', 'console'] as const;
 export type GrantTarget = (typeof GRANT_TARGETS)[number];
 
 /**
@@ -179,6 +180,8 @@ export function grantsSql(options: GrantOptions): string {
       // Lane leases with a term and the instances' heartbeats (outbox migration 000010).
       `GRANT SELECT, UPDATE ON ${s}.relay_leases TO ${role};`,
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_instances TO ${role};`,
+      // ferry dlq retry|discard record each action in the audit trail (outbox migration 000012).
+      `GRANT SELECT, INSERT ON ${s}.operator_actions TO ${role};`,
       ...bossGrants(boss, role),
     );
   } else if (target === 'inbox') {
@@ -196,6 +199,18 @@ export function grantsSql(options: GrantOptions): string {
     lines.push(migrations, `GRANT SELECT ON ${s}.settings, ${s}.outbox TO ${role};`);
     // ferry status and doctor show the lane leases and the live relays (outbox migration 000010).
     lines.push(`GRANT SELECT ON ${s}.relay_leases, ${s}.relay_instances TO ${role};`);
+    if (target === 'console') {
+      const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? bossSchemaFor(schemaName), 'bossSchema'));
+      lines.push(
+        // The audit trail (outbox migration 000012), what inbox_versions recorded, and the parking lot's jobs: read only.
+        `GRANT SELECT ON ${s}.operator_actions TO ${role};`,
+        '-- The inbox part (leave it out when this schema has no inbox tables): SELECT only, every consumer.',
+        `GRANT SELECT ON ${s}.inbox_versions TO ${role};`,
+        ...inboxPolicies(s, roleName, role, consumers).filter((l) => !l.startsWith('--')),
+        `GRANT USAGE ON SCHEMA ${boss} TO ${role};`,
+        `GRANT SELECT ON ${boss}.job TO ${role};`,
+      );
+    }
   }
   return `${lines.join('\n')}\n`;
 }

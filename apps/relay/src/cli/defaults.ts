@@ -28,6 +28,13 @@ export const CLI_DEFAULTS = Object.freeze({
   replayProgress: 'auto' as const,
   dlqListLimit: 100,
   parkedListLimit: 1000,
+  /** `ferry console`: its port (the relay's metrics are on 9464, an inbox's often on 9465). */
+  consolePort: 9470,
+  /** `ferry console`: statement_timeout of every query it sends, so no page can load the database for long. */
+  consoleStatementTimeoutMs: 2000,
+  /** `ferry console`: statement_timeout of the overview's exact counts (one reader for every viewer) and of the actions. */
+  consoleLongStatementTimeoutMs: 30_000,
+  consoleRefreshMs: 5000,
   canarySubject: 'ferry.canary',
   canaryTimeoutMs: 10_000,
   /** `ferry doctor`: the publisher's and the inbox's defaults it checks against. */

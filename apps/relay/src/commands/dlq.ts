@@ -1,6 +1,8 @@
-import { ConfigError, notifyChannel, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
+import { ConfigError, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
 import { Command, Option } from 'commander';
 import type pg from 'pg';
+import { cliOperator } from '../actions/audit.js';
+import { settleDead } from '../actions/dead.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn } from '../cli/flag-parsers.js';
@@ -12,9 +14,7 @@ import { CommandFailedError, NotConfirmedError } from '../errors.js';
 import { countDeadSql } from '../sql/count-dead.js';
 import type { DeadSelector } from '../sql/dead-events.js';
 import { listDeadSql } from '../sql/list-dead.js';
-import { NOTIFY_RELAYS_SQL } from '../sql/notify-relays.js';
 import { selectDeadIdsSql } from '../sql/select-dead.js';
-import { settleDeadSql } from '../sql/settle-dead.js';
 import { showEventSql } from '../sql/show-event.js';
 
 interface DlqFlags {
@@ -85,9 +85,9 @@ async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlag
       question = `${action} ${count(n, 'dead event')} ${what} (${count(counted.rows[0]?.keys ?? 0, 'key')})`;
     }
     if (question !== undefined && !flags.yes && !(await confirm(question))) throw new NotConfirmedError();
-    const { rows } = await pool.query<{ id: string }>(settleDeadSql(schemaSql, action, selector), values);
-    if (rows.length > 0) await pool.query(NOTIFY_RELAYS_SQL, [notifyChannel(flags.schema), 'dlq']);
-    return rows.map((r) => r.id);
+    // The change itself is the shared action (the console calls it too), recorded in operator_actions.
+    const filter = selector === 'ids' ? { ids: valid } : selector === 'key' ? { key: flags.key as string } : {};
+    return settleDead(pool, flags.schema, action, filter, cliOperator());
   });
   const changed = new Set(done);
   const missing = valid.filter((id) => !changed.has(id.toLowerCase()));

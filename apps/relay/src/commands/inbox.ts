@@ -1,8 +1,10 @@
 import { bossSchemaFor, ConfigError, isUuid, pgBossDb, startPgBoss, ValidationError } from '@ferry/core';
-import { discardParked, listParked, type ParkedEvent, retryParked } from '@ferry/inbox';
+import { listParked, type ParkedEvent } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
+import { cliOperator } from '../actions/audit.js';
+import { type SettledParked, settleParked } from '../actions/parked.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
@@ -102,6 +104,12 @@ async function confirmParked(
   return true;
 }
 
+/** How many changed; a warning on stderr when the action could not be recorded in the audit trail. */
+function settled(ctx: CommandContext, r: SettledParked): number {
+  if (r.notRecorded) ctx.err(`ferry: warning: not recorded in the audit trail: ${r.notRecorded}`);
+  return r.changed;
+}
+
 /** `ferry inbox parked list|retry|discard`: the inbox's parked events, in its pg-boss queues. */
 export function inboxCommand(ctx: CommandContext): Command {
   const inbox = new Command('inbox').description('operate inbox consumers: their parked events');
@@ -142,9 +150,19 @@ export function inboxCommand(ctx: CommandContext): Command {
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
-        const n = await withBoss(flags, ctx, async (boss) =>
+        const n = await withBoss(flags, ctx, async (boss, pool) =>
           (await confirmParked('retry', valid, flags, ctx, boss))
-            ? retryParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid })
+            ? settled(
+                ctx,
+                await settleParked('retry', {
+                  boss,
+                  pool,
+                  schema: flags.schema,
+                  consumer: flags.consumer as string,
+                  ids: valid,
+                  ...cliOperator(),
+                }),
+              )
             : undefined,
         );
         if (n === undefined) return; // --dry-run
@@ -164,7 +182,17 @@ export function inboxCommand(ctx: CommandContext): Command {
         const valid = validateJobIds(ids);
         const n = await withBoss(flags, ctx, async (boss, pool) =>
           (await confirmParked('discard', valid, flags, ctx, boss))
-            ? discardParked({ boss, pool, schema: flags.schema, ...(flags.consumer ? { consumer: flags.consumer } : {}), ids: valid })
+            ? settled(
+                ctx,
+                await settleParked('discard', {
+                  boss,
+                  pool,
+                  schema: flags.schema,
+                  consumer: flags.consumer as string,
+                  ids: valid,
+                  ...cliOperator(),
+                }),
+              )
             : undefined,
         );
         if (n === undefined) return; // --dry-run

@@ -216,7 +216,7 @@ export function migrateCommand(ctx: CommandContext): Command {
     .addOption(
       new Option(
         '--for <part>',
-        'the part the role runs (with --print-grants; reader: status, doctor, dlq list, replay, migrate --dry-run)',
+        'the part the role runs (with --print-grants; reader: status, doctor, dlq list, replay, migrate --dry-run; console: ferry console --read-only)',
       ).choices(GRANT_TARGETS),
     )
     .addOption(
@@ -227,7 +227,7 @@ export function migrateCommand(ctx: CommandContext): Command {
     )
     .addHelpText(
       'after',
-      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql            (what this database still needs)\n  ferry migrate --print-sql --from-version 0 > new.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql\n  ferry migrate --print-grants --role billing_inbox --for inbox --consumer billing | psql",
+      "\nThe outbox keeps published rows for its retention (default 7d), stored in its settings\ntable: every relay's prune job uses it, whatever the relay's own flags.\n\nExamples:\n  ferry migrate --database-url postgres://app@db/app\n  ferry migrate --retention 14d\n  ferry migrate --inbox --schema billing_ferry\n  ferry migrate --print-sql > ferry.sql            (what this database still needs)\n  ferry migrate --print-sql --from-version 0 > new.sql\n  ferry migrate --boss && ferry migrate --print-grants --role ferry_relay --for relay | psql\n  ferry migrate --print-grants --role billing_inbox --for inbox --consumer billing | psql\n  ferry migrate --print-grants --role ops_console --for console | psql",
     )
     .action(async (flags: MigrateFlags) => {
       const set: MigrationSet = flags.inbox ? 'inbox' : flags.idempotency ? 'idempotency' : 'outbox';

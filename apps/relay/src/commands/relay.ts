@@ -16,6 +16,7 @@ import {
 import type { CommandContext } from '../context.js';
 import { createRelay } from '../daemon/relay.js';
 import { parseDuration } from '../duration.js';
+import { type ConsoleHandler, consoleHandler, isLoopback } from '../console/server.js';
 import { CommandFailedError } from '../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { startHttpServer } from '../http-server.js';
@@ -24,6 +25,7 @@ import { redactNatsUrls, redactUrl, urlPasswords } from '../redact.js';
 import { RELAY_DEFAULTS, RELAY_LIMITS } from '../relay-options.js';
 import { startTraceExporter, traceExportWanted } from '../trace-exporter.js';
 import type { EnsureStream, RelayOptions } from '../types.js';
+import { consoleCredentials, type OpenedConsole, openConsole } from './console.js';
 
 export interface RelayFlags extends NatsFlags, RetrySpanFlags {
   databaseUrl?: string;
@@ -48,6 +50,8 @@ export interface RelayFlags extends NatsFlags, RetrySpanFlags {
   pgKeepaliveMs: number;
   natsPingIntervalMs: number;
   natsMaxPingOut: number;
+  console?: boolean;
+  consoleReadOnly?: boolean;
 }
 
 const d = RELAY_DEFAULTS;
@@ -128,6 +132,13 @@ export function relayCommand(ctx: CommandContext): Command {
         .default(CLI_DEFAULTS.httpHost)
         .argParser(parseHost),
     )
+    .addOption(
+      new Option(
+        '--console',
+        'also serve the operator console (ferry console) on the HTTP port; credentials from FERRY_CONSOLE_TOKEN(_FILE) or FERRY_CONSOLE_BASIC_AUTH(_FILE), needed off 127.0.0.1',
+      ).env('FERRY_RELAY_CONSOLE'),
+    )
+    .addOption(new Option('--console-read-only', 'with --console: offer no actions and accept none').env('FERRY_RELAY_CONSOLE_READ_ONLY'))
     .addOption(new Option('--log-level <level>', 'log level').env('FERRY_LOG_LEVEL').default(CLI_DEFAULTS.logLevel).choices(LOG_LEVELS))
     .addOption(new Option('--otel', 'export OpenTelemetry traces over OTLP/HTTP (or set OTEL_EXPORTER_OTLP_ENDPOINT)'))
     .addOption(
@@ -287,13 +298,48 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     process.on('SIGINT', onSignal);
   });
 
+  // --console: the operator console on the HTTP port, with the same rules as ferry console's own.
+  let console_: OpenedConsole | undefined;
+  let consoleHandle: ConsoleHandler | undefined;
+  if (flags.console) {
+    if (flags.httpPort === 0) throw new ConfigError('--console', '--console serves the console on --http-port: give a port, not 0');
+    const creds = consoleCredentials(
+      { tokenFile: ctx.env.FERRY_CONSOLE_TOKEN_FILE, basicAuthFile: ctx.env.FERRY_CONSOLE_BASIC_AUTH_FILE },
+      ctx.env,
+    );
+    if (!isLoopback(flags.httpHost) && creds.token === undefined && creds.basic === undefined)
+      throw new ConfigError(
+        '--console',
+        `--console on --http-host ${flags.httpHost} lets other hosts in: set FERRY_CONSOLE_TOKEN (or _FILE) or FERRY_CONSOLE_BASIC_AUTH (or _FILE), or keep --http-host 127.0.0.1`,
+      );
+    console_ = await openConsole(
+      {
+        ...flags,
+        statementTimeoutMs: CLI_DEFAULTS.consoleStatementTimeoutMs,
+        refreshMs: CLI_DEFAULTS.consoleRefreshMs,
+        json: false,
+      },
+      ctx,
+      'ferry relay',
+    );
+    consoleHandle = consoleHandler({ ...console_.options, host: flags.httpHost, readOnly: Boolean(flags.consoleReadOnly), ...creds });
+  }
   // Before the try: a port in use is a one-line usage error (ConfigError naming --http-port), not a logged stack trace.
-  const server: Server | undefined = flags.httpPort > 0 ? await startHttpServer(relay, flags.httpPort, flags.httpHost) : undefined;
+  const server: Server | undefined =
+    flags.httpPort > 0
+      ? await startHttpServer(relay, flags.httpPort, flags.httpHost, consoleHandle).catch(async (err) => {
+          await console_?.close();
+          throw err;
+        })
+      : undefined;
   if (server) {
     const where = server.address();
     const address =
       typeof where === 'object' && where ? `${where.family === 'IPv6' ? `[${where.address}]` : where.address}:${where.port}` : '';
-    logger.info({ event: 'http-listening', address }, `/metrics, /healthz and /readyz on http://${address} (--http-host, --http-port)`);
+    logger.info(
+      { event: 'http-listening', address },
+      `/metrics, /healthz and /readyz${console_ ? ', and the console at /,' : ''} on http://${address} (--http-host, --http-port)`,
+    );
   }
   try {
     // A signal while the start still waits for NATS abandons the start: that is a clean stop, not a failure.
@@ -302,12 +348,14 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
     logger.error({ err }, 'relay failed to start');
     await relay.stop().catch(() => {});
     server?.close();
+    await console_?.close();
     await stopTracing?.();
     throw err;
   }
   const code = await done;
   server?.close();
   server?.closeAllConnections();
+  if (!forced) await console_?.close();
   if (!forced) await stopTracing?.();
   if (forced) {
     // Nothing more is awaited: a forced stop must not hang on a server that does not answer.

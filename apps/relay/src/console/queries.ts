@@ -1,0 +1,209 @@
+import { quoteIdentifier } from '@ferry/core';
+import type { ParkedJobData } from '@ferry/inbox';
+import type pg from 'pg';
+import { type EventFilter, filterCondition, STATE_SQL } from '../actions/event-filter.js';
+
+// The console's own reads. Each is bounded: a LIMIT, an index (id, (key, version), the failed-row
+// and pending-key indexes, pg-boss's queue name), and the pool's statement_timeout.
+
+export interface EventRow {
+  seq: string;
+  id: string;
+  key: string;
+  version: string;
+  subject: string;
+  type: string;
+  state: string;
+  attempts: number;
+  created_at: Date;
+  published_at: Date | null;
+  last_error: string | null;
+}
+
+const EVENT_COLUMNS = `o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, ${STATE_SQL} AS state,
+  o.attempts, o.created_at, o.published_at, o.last_error`;
+
+/** A dead or backing-off search looks at the newest `limit × FAILED_SCAN` failed rows (the page says so when it fills). */
+export const FAILED_SCAN = 10;
+
+/** Newest first, at most `limit`. */
+export async function searchEvents(pool: pg.Pool, schema: string, f: EventFilter, limit: number): Promise<EventRow[]> {
+  const s = quoteIdentifier(schema);
+  const { sql, params } = filterCondition(f);
+  if (f.state === 'dead' || f.state === 'backing-off') {
+    // Failed rows are few and have an index of their own (outbox_retrying_key_idx): the newest of them
+    // from the index alone, then the filter on those rows, instead of a walk back through every newer row.
+    const { rows } = await pool.query<EventRow>(
+      `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 DESC LIMIT ${Math.trunc(limit) * FAILED_SCAN})
+       SELECT ${EVENT_COLUMNS} FROM f JOIN ${s}.outbox o ON o.seq = f.seq WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
+      params,
+    );
+    return rows;
+  }
+  const { rows } = await pool.query<EventRow>(
+    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
+    params,
+  );
+  return rows;
+}
+
+/** The key's versions around `version` (the unique (key, version) index). */
+export async function keyHistory(pool: pg.Pool, schema: string, key: string, version: string, around = 10): Promise<EventRow[]> {
+  const s = quoteIdentifier(schema);
+  const { rows } = await pool.query<EventRow>(
+    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE o.key = $1 AND o.version BETWEEN $2::bigint - $3 AND $2::bigint + $3 ORDER BY o.version`,
+    [key, version, around],
+  );
+  return rows;
+}
+
+export interface BlockedRow {
+  key: string;
+  id: string;
+  version: string;
+  subject: string;
+  type: string;
+  attempts: number;
+  last_error: string | null;
+  dead_at: Date | null;
+  next_attempt_at: Date;
+  waiting: number;
+}
+
+/**
+ * Keys held behind a failed head, oldest first, with the rows waiting behind each. Only a key's head is
+ * ever sent, so every failed row heads its key: the oldest failed rows are the oldest blocked keys, read
+ * from outbox_retrying_key_idx (`seq + 0` keeps the planner off a primary-key walk through the history).
+ */
+export async function blockedKeys(pool: pg.Pool, schema: string, limit: number): Promise<BlockedRow[]> {
+  const s = quoteIdentifier(schema);
+  // Two steps: the oldest failed seqs from the index alone (no heap), then those rows' details.
+  const { rows } = await pool.query<BlockedRow>(
+    `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 LIMIT $1)
+     SELECT h.key, h.id::text AS id, h.version::text AS version, h.subject, h.type, h.attempts, h.last_error, h.dead_at, h.next_attempt_at,
+            (SELECT count(*) FROM ${s}.outbox b
+              WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL AND b.seq > h.seq)::int AS waiting
+       FROM f JOIN ${s}.outbox h ON h.seq = f.seq
+      ORDER BY h.seq`,
+    [limit],
+  );
+  return rows;
+}
+
+/** pg-boss's job table of the inbox's parking lot, or null when that schema has none. */
+export async function bossJobTable(pool: pg.Pool, bossSchema: string): Promise<string | null> {
+  const table = `${quoteIdentifier(bossSchema)}.job`;
+  const { rows } = await pool.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [table]);
+  return rows[0]?.t ? table : null;
+}
+
+const isParkedJobData = (d: unknown): d is ParkedJobData => typeof d === 'object' && d !== null && (d as { format?: unknown }).format === 1;
+
+const LIVE = `('created', 'retry', 'active', 'failed')`;
+const PARK_QUEUE = /^ferry\.inbox\.([a-z_][a-z0-9_]{0,62})\.parked$/;
+
+export interface ParkedCount {
+  consumer: string;
+  live: number;
+  /** Failed: holding its key until retried or discarded. */
+  failed: number;
+}
+
+export async function parkedCounts(pool: pg.Pool, jobTable: string): Promise<ParkedCount[]> {
+  const { rows } = await pool.query<{ name: string; live: number; failed: number }>(
+    `SELECT name, count(*)::int AS live, (count(*) FILTER (WHERE state = 'failed'))::int AS failed
+       FROM ${jobTable} WHERE name LIKE 'ferry.inbox.%.parked' AND state IN ${LIVE} GROUP BY name ORDER BY name LIMIT 200`,
+  );
+  return rows.flatMap((r) => {
+    const consumer = PARK_QUEUE.exec(r.name)?.[1];
+    return consumer ? [{ consumer, live: r.live, failed: r.failed }] : [];
+  });
+}
+
+export interface ParkedRow {
+  jobId: string;
+  state: string;
+  key: string | null;
+  id: string | null;
+  version: string | null;
+  type: string | null;
+  reason: string | null;
+  error: string | null;
+  lastError: string | null;
+  retryCount: number;
+  parkedAt: string;
+  mode: string | null;
+  subject: string | null;
+  headers: ReadonlyArray<readonly [string, string]>;
+  body: Buffer;
+}
+
+/** A consumer's parked events not yet applied or discarded, oldest first; `ids` or `key` narrow them. */
+export async function parkedEvents(
+  pool: pg.Pool,
+  jobTable: string,
+  consumer: string,
+  limit: number,
+  narrow: { ids?: string[]; key?: string; failedOnly?: boolean } = {},
+): Promise<ParkedRow[]> {
+  const params: unknown[] = [`ferry.inbox.${consumer}.parked`];
+  let where = `name = $1 AND state IN ${LIVE}`;
+  if (narrow.ids) {
+    params.push(narrow.ids);
+    where += ` AND id = ANY ($${params.length}::uuid[])`;
+  }
+  if (narrow.key !== undefined) {
+    params.push(narrow.key);
+    where += ` AND data->>'key' = $${params.length}`;
+  }
+  if (narrow.failedOnly) where += ` AND state = 'failed'`;
+  const { rows } = await pool.query<{ id: string; state: string; data: unknown; output: unknown; retry_count: number; created_on: Date }>(
+    `SELECT id::text AS id, state::text AS state, data, output, retry_count, created_on FROM ${jobTable}
+      WHERE ${where} ORDER BY created_on, id LIMIT ${Math.trunc(limit)}`,
+    params,
+  );
+  return rows.map((r) => {
+    const d: Partial<ParkedJobData> = isParkedJobData(r.data) ? r.data : {};
+    const out = r.output as { message?: unknown } | null;
+    return {
+      jobId: r.id,
+      state: r.state,
+      key: d.key ?? null,
+      id: d.id ?? null,
+      version: d.version ?? null,
+      type: d.type ?? null,
+      reason: d.reason ?? null,
+      error: d.error ?? null,
+      lastError: typeof out?.message === 'string' ? out.message : null,
+      retryCount: r.retry_count,
+      parkedAt: d.parkedAt ?? r.created_on.toISOString(),
+      mode: d.mode ?? null,
+      subject: d.natsSubject ?? null,
+      headers: Array.isArray(d.headers) ? d.headers : [],
+      body: typeof d.body === 'string' ? Buffer.from(d.body, 'base64') : Buffer.alloc(0),
+    };
+  });
+}
+
+export interface VersionRow {
+  consumer: string;
+  key: string;
+  version: string;
+  applied_at: Date;
+  parked: number | null;
+  skipped: string[] | null;
+}
+
+/** What inbox_versions recorded for a key (every consumer, or one: the primary key). */
+export async function inboxVersions(pool: pg.Pool, schema: string, key: string, consumer?: string): Promise<VersionRow[] | null> {
+  const s = quoteIdentifier(schema);
+  const t = await pool.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [`${s}.inbox_versions`]);
+  if (!t.rows[0]?.t) return null;
+  const { rows } = await pool.query<VersionRow>(
+    `SELECT consumer, key, version::text AS version, applied_at, to_jsonb(v)->'parked' AS parked,
+            (SELECT array_agg(x::text) FROM jsonb_array_elements_text(to_jsonb(v)->'skipped') x) AS skipped
+       FROM ${s}.inbox_versions v WHERE key = $1 ${consumer ? 'AND consumer = $2' : ''} ORDER BY consumer LIMIT 100`,
+    consumer ? [key, consumer] : [key],
+  );
+  return rows;
+}

@@ -1,0 +1,197 @@
+/**
+ * The operator console under a large outbox (issue 31): every page's answer
+ * time with 1,000,000 pending rows and 100,000 dead ones (--quick: 50,000 and
+ * 5,000), and the relay's drain rate while the console refreshes, against the
+ * same drain without it, in the same run.
+ * - pages: each console page and preview fetched --fetches times over HTTP
+ *   (median and worst), the console in process with its CLI's default
+ *   statement_timeout (2 s);
+ * - drain: a relay draining --drain pending rows (the 100,000 dead still
+ *   there), alternating trials without and with --tabs browser tabs that
+ *   each refresh the overview and the blocked keys every second (five times
+ *   the console's default refresh).
+ * Targets: every page < 500 ms; drain with the console ≥ 0.95× without.
+ *
+ *   node bench/dist/scenarios/console-load.js [--quick] [--pending N] [--dead N] [--drain N] [--fetches N] [--trials N] [--tabs N]
+ */
+import { quoteIdentifier } from '@ferry/core';
+import { startConsole } from '@ferry/relay';
+import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
+import pg from 'pg';
+import { declareFlags, hasFlag, numArg, sleep } from '../lib/args.js';
+import { generateRows, relayDrain } from '../lib/outbox.js';
+import { printTable, summarize, writeResult } from '../lib/stats.js';
+
+declareFlags('node bench/dist/scenarios/console-load.js', 'Console page times at a large outbox, and the relay drain while it refreshes.', {
+  quick: 'a small run (50,000 pending, 5,000 dead, 20,000 drained, 3 fetches, 1 trial)',
+  pending: '<n> pending rows while the pages are timed (default 1,000,000)',
+  dead: '<n> dead rows, one per key, each with a row waiting behind it (default 100,000)',
+  drain: '<n> rows the relay drains per trial (default 200,000)',
+  fetches: '<n> fetches per page (default 5)',
+  trials: '<n> drain trials with and without the console (default 2)',
+  tabs: '<n> tabs refreshing every second during a drain (default 3)',
+});
+
+const QUICK = hasFlag('quick');
+const PENDING = numArg('pending', QUICK ? 50_000 : 1_000_000);
+const DEAD = numArg('dead', QUICK ? 5_000 : 100_000);
+const DRAIN = numArg('drain', QUICK ? 20_000 : 200_000);
+const FETCHES = numArg('fetches', QUICK ? 3 : 5);
+const TRIALS = numArg('trials', QUICK ? 1 : 2);
+const TABS = numArg('tabs', 3);
+
+const db = await createTestDatabase({ prefix: 'bench_console', max: 6 });
+const s = quoteIdentifier(db.schema);
+const consolePool = new pg.Pool({ connectionString: db.url, max: 4, statement_timeout: 2000, application_name: 'ferry-console' });
+const longPool = new pg.Pool({ connectionString: db.url, max: 2, statement_timeout: 30_000, application_name: 'ferry-console' });
+const console_ = await startConsole({
+  pool: consolePool,
+  longPool,
+  schema: db.schema,
+  bossSchema: `${db.schema}_boss`,
+  host: '127.0.0.1',
+  port: 0,
+  readOnly: false,
+  token: 'bench-console-token-0123456789',
+  refreshMs: 5000,
+});
+const AUTH = { authorization: 'Bearer bench-console-token-0123456789' };
+
+// The dead rows first (the oldest, as after an outage), each key with one more row waiting behind it; then the pending backlog.
+const t0 = performance.now();
+await generateRows(db.pool, db.schema, { count: DEAD * 2, keys: DEAD, keyPrefix: 'dead-', subject: 'bench.console' });
+await db.pool.query(
+  `UPDATE ${s}.outbox SET dead_at = now(), attempts = 25, last_error = 'no_responders: bench' WHERE key LIKE 'dead-%' AND version = 1`,
+);
+await generateRows(db.pool, db.schema, { count: PENDING, keys: 10_000, keyPrefix: 'p-', subject: 'bench.console' });
+await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+console.log(`seeded ${PENDING} pending + ${DEAD} dead (+${DEAD} behind them) in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+
+const { rows: sample } = await db.pool.query<{ id: string }>(`SELECT id::text AS id FROM ${s}.outbox WHERE key = 'p-42' AND version = 2`);
+const someId = sample[0]?.id ?? '';
+
+/** Milliseconds of one request, checking it answered 200. */
+async function timed(path: string, body?: URLSearchParams, csrf?: string): Promise<number> {
+  const t = performance.now();
+  const res = await fetch(`${console_.url}${path}`, {
+    method: body ? 'POST' : 'GET',
+    headers: { ...AUTH, ...(body ? { 'content-type': 'application/x-www-form-urlencoded', origin: console_.url } : {}) },
+    ...(body ? { body: new URLSearchParams({ ...Object.fromEntries(body), csrf: csrf ?? '' }).toString() } : {}),
+  });
+  const text = await res.text();
+  const ms = performance.now() - t;
+  if (res.status !== 200) {
+    // A page over its statement timeout answers 503: counted, and shown in the table, not fatal.
+    failures.push(`${path}: HTTP ${res.status}: ${/id="error">([^<]*)/.exec(text)?.[1] ?? text.slice(0, 200)}`);
+  }
+  return ms;
+}
+const failures: string[] = [];
+
+const csrf = /name="csrf" value="([0-9a-f]{64})"/.exec(await (await fetch(`${console_.url}/blocked`, { headers: AUTH })).text())?.[1] ?? '';
+const pages: Array<[string, string, URLSearchParams?]> = [
+  ['overview', '/'],
+  ['overview refresh (fragment)', '/?fragment=1'],
+  ['blocked keys (200 oldest)', '/blocked'],
+  ['events: by key', '/events?key=p-42'],
+  ['events: by id', `/events?id=${someId}`],
+  ['events: state dead (newest 200)', '/events?state=dead'],
+  ['events: type, last hour', `/events?type=OrderPlaced&since=${encodeURIComponent(new Date(Date.now() - 3600_000).toISOString())}`],
+  ['events: subject prefix + pending', '/events?subject=bench.&state=pending'],
+  ['one event + key history', `/event?id=${someId}`],
+  ['parked', '/parked'],
+  ['inbox versions of a key', '/versions?key=p-42'],
+  ['audit', '/audit'],
+  ['preview: discard one key', '/dlq/preview', new URLSearchParams({ action: 'discard', key: 'dead-7' })],
+  ['preview: discard every dead row', '/dlq/preview', new URLSearchParams({ action: 'discard' })],
+];
+const pageRows: Array<[string, number, number, number]> = [];
+const pageResults: Record<string, { firstMs: number; medianMs: number; maxMs: number }> = {};
+for (const [name, path, body] of pages) {
+  // The first fetch apart: it pays for cold pages and plans, what an operator opening the page sees first.
+  const first = await timed(path, body, csrf);
+  const ms: number[] = [];
+  for (let i = 0; i < FETCHES; i++) ms.push(await timed(path, body, csrf));
+  const sum = summarize(ms);
+  pageRows.push([name, first, sum.median, sum.max]);
+  pageResults[name] = { firstMs: first, medianMs: sum.median, maxMs: sum.max };
+}
+printTable(
+  `Console pages with ${PENDING} pending and ${DEAD} dead rows (target < 500 ms)`,
+  ['page', 'first ms', `median of ${FETCHES} ms`, 'worst ms'],
+  pageRows,
+);
+
+// The drain: the timed pending rows become history; the dead ones stay.
+await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() WHERE key LIKE 'p-%'`);
+await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+
+/** Tabs refreshing the overview and the blocked keys every second until stopped; returns the refreshes made. */
+function refreshing(): { stop: () => Promise<number> } {
+  let on = true;
+  let n = 0;
+  const tab = async () => {
+    while (on) {
+      const t = performance.now();
+      await timed('/?fragment=1');
+      await timed('/blocked');
+      n += 2;
+      await sleep(Math.max(0, 1000 - (performance.now() - t)));
+    }
+  };
+  const tabs = Array.from({ length: TABS }, tab);
+  return {
+    stop: async () => {
+      on = false;
+      await Promise.all(tabs);
+      return n;
+    },
+  };
+}
+
+const drained = { without: [] as number[], with: [] as number[] };
+let run = 0;
+let refreshes = 0;
+for (let t = 0; t < TRIALS; t++) {
+  for (const withConsole of [false, true]) {
+    const stream = await createTestStream({ prefix: 'benchconsole', storage: 'file' });
+    const load = withConsole ? refreshing() : undefined;
+    try {
+      const rate = await relayDrain(
+        db.pool,
+        db.schema,
+        { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
+        { count: DRAIN, keys: 1000, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
+      );
+      (withConsole ? drained.with : drained.without).push(rate);
+    } finally {
+      if (load) refreshes += await load.stop();
+      await stream.close();
+    }
+  }
+}
+await console_.close();
+await consolePool.end();
+await longPool.end();
+await db.close();
+
+const result = {
+  pending: PENDING,
+  dead: DEAD,
+  fetches: FETCHES,
+  pages: pageResults,
+  failures,
+  slowestPageMs: Math.max(...Object.values(pageResults).map((p) => Math.max(p.maxMs, p.firstMs))),
+  drain: { rows: DRAIN, tabs: TABS, refreshes, withoutConsole: summarize(drained.without), withConsole: summarize(drained.with) },
+  drainRatio: summarize(drained.with).median / summarize(drained.without).median,
+};
+printTable(
+  `Relay drain of ${DRAIN} rows (${DEAD} dead rows present), without and with ${TABS} tabs refreshing every second (target ≥ 0.95×)`,
+  ['', 'ev/s (median)', 'ratio'],
+  [
+    ['without the console', result.drain.withoutConsole.median, 1],
+    ['with the console refreshing', result.drain.withConsole.median, result.drainRatio],
+  ],
+);
+if (failures.length > 0) console.log(`${failures.length} request(s) failed:\n  ${failures.join('\n  ')}`);
+console.log(`wrote ${writeResult('console-load', result)}`);
