@@ -19,10 +19,14 @@ import { FERRY_BIN, readStream } from './relay-helpers.js';
 
 // The operator console in a real Chromium (Debian's package, driven by playwright-core) against the
 // real PostgreSQL and NATS: a relay publishes, an inbox consumes and parks, and the console is used
-// the way an operator would, by clicking. The screenshots in docs/console.md are written here.
+// the way an operator would, by clicking. The screenshots in docs/console.md are made here.
 
 const CHROMIUM = process.env.FERRY_CHROMIUM ?? '/usr/bin/chromium';
-const DOCS = fileURLToPath(new URL('../../docs/', import.meta.url));
+// The screenshots go to docs/ only when asked (FERRY_UPDATE_SCREENSHOTS=1): a test run leaves the tree as it found it.
+const SHOTS =
+  process.env.FERRY_UPDATE_SCREENSHOTS === '1'
+    ? fileURLToPath(new URL('../../docs/', import.meta.url))
+    : mkdtempSync(join(tmpdir(), 'ferry-console-shots-'));
 const TOKEN = 'console-test-token-0123456789';
 
 let db: TestDatabase;
@@ -133,6 +137,7 @@ before(async () => {
 after(async () => {
   await context?.close().catch(() => {});
   if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+  if (process.env.FERRY_UPDATE_SCREENSHOTS !== '1') rmSync(SHOTS, { recursive: true, force: true });
   await consoleServer?.close();
   await inbox?.stop().catch(() => {});
   await relay?.stop().catch(() => {});
@@ -185,14 +190,14 @@ describe('ferry console in Chromium', () => {
     // The overview's numbers are one shared snapshot, read again once per refresh: it shows the dead row within one.
     await showsText(overview, '[data-card=dead] b', (t) => t === '1', 'the overview to count 1 dead event');
     assert.match((await overview.textContent('#live')) ?? '', /1 dead event\(s\) block their keys/);
-    await overview.screenshot({ path: join(DOCS, 'console-overview.png'), fullPage: true });
+    await overview.screenshot({ path: join(SHOTS, 'console-overview.png'), fullPage: true });
 
     const { page } = await watchedPage();
     await page.goto(`${consoleServer.url}/blocked`);
     const row = page.locator('tr[data-key="stuck"]');
     assert.match((await row.locator('td.reason').textContent()) ?? '', /no_responders/);
     assert.equal(await row.locator('td.waiting').textContent(), '2');
-    await page.screenshot({ path: join(DOCS, 'console-blocked.png'), fullPage: true });
+    await page.screenshot({ path: join(SHOTS, 'console-blocked.png'), fullPage: true });
 
     await row.locator('button[data-action=discard]').click();
     await page.waitForURL('**/dlq/preview');
