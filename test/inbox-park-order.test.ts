@@ -222,4 +222,30 @@ describe('inbox parking lot order (issue 28)', () => {
       'every version from 2 on went through the parking lot once',
     );
   });
+
+  test("inbox - sequential with a pg-boss of the caller's: start() fails naming bossSchema when it is not that pg-boss's schema", async () => {
+    const f = await fixture();
+    const schema = `${f.bossSchema}_own`;
+    const boss = new PgBoss({ connectionString: f.db.url, schema, supervise: false, schedule: false, max: 2 });
+    boss.on('error', () => {});
+    await boss.start();
+    bosses.push(boss);
+    try {
+      const handlers: InboxOptions['handlers'] = { Set: async () => {} };
+      const wrong = f.inbox({ mode: 'sequential', boss, handlers }); // the fixture's bossSchema, not `schema`
+      await assert.rejects(wrong.start(), (err: Error & { option?: string }) => {
+        assert.equal(err.name, 'ConfigError');
+        assert.equal(err.option, 'bossSchema');
+        assert.match(err.message, new RegExp(`no queue ferry\\.inbox\\.billing\\.parked in schema "${f.bossSchema}"`));
+        return true;
+      });
+      const right = f.inbox({ mode: 'sequential', boss, bossSchema: schema, handlers });
+      await right.start();
+      assert.equal(right.state, 'running');
+      await right.stop();
+    } finally {
+      await boss.stop({ graceful: false }).catch(() => {});
+      await f.db.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  });
 });
