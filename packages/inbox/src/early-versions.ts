@@ -212,7 +212,7 @@ export class EarlyVersions {
         const jobId = await boss.send(this.#parkQueue, data, { singletonKey: key, db: pgBossDb(tx) });
         await addParked(tx, this.#s, o.consumer, key, 1);
         await deleteEarly(tx, this.#s, o.consumer, key, e.version);
-        await orderParked(tx, this.#b, this.#parkQueue, key, { from: e.version });
+        await orderParked(tx, this.#b, this.#parkQueue, key, jobId ? { added: { id: jobId, version: e.version } } : {});
         return { id: e.message.id, key, version: e.version, ...why, jobId };
       });
       if (step === 'ready') {

@@ -135,7 +135,8 @@ export class Parking {
         singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
         db: pgBossDb(tx),
       });
-      if (event && o.mode === 'sequential') await orderParked(tx, this.#b, this.#parkQueue, event.key, { from: event.version });
+      if (event && o.mode === 'sequential')
+        await orderParked(tx, this.#b, this.#parkQueue, event.key, jobId ? { added: { id: jobId, version: event.version } } : {});
       return { stale: false as const, jobId };
     });
   }

@@ -27,17 +27,22 @@ export interface SlotChange {
  * with fresh attempts: the version that failed there is behind it again.
  * The caller holds the key's row lock.
  *
- * `from`: the version just parked, in a key whose other parked events are in
- * order already: only the slots of versions from it on are sorted (a suffix
- * of the slots, the new job being the last), so parking in order costs a
- * look at the key's jobs and no write.
+ * `added`: the job just sent and the version it holds, in a key whose other
+ * parked events are in order already. Only the jobs holding a version from
+ * it on, or created no earlier than it, are sorted: the old slots before the
+ * new job hold an ascending run, so those with a version from it on are the
+ * end of that run, and with the new job and every slot after it they make a
+ * suffix of the slots whose versions are all at least the ones before. (The
+ * new job is not always the last slot: `created_on` is its transaction's
+ * start, and a transaction that began later can have taken the key's lock
+ * first.) So parking in order costs a look at the key's jobs and no write.
  */
 export async function orderParked(
   tx: Queryable,
   bossSchemaSql: string,
   queue: string,
   key: string,
-  options: { active?: string; from?: bigint } = {},
+  options: { active?: string; added?: { id: string; version: bigint } } = {},
 ): Promise<SlotChange[]> {
   const b = bossSchemaSql;
   const { rows } = await tx.query<{ id: string; data: ParkedJobData }>(
@@ -45,7 +50,8 @@ export async function orderParked(
        SELECT id, data, state, created_on FROM ${b}.job
         WHERE name = $1 AND singleton_key = $2
           AND (state IN ('created', 'retry', 'failed') OR id = $3::uuid)
-          AND ($4::numeric IS NULL OR (data->>'version')::numeric >= $4::numeric)
+          AND ($4::numeric IS NULL OR (data->>'version')::numeric >= $4::numeric
+               OR created_on >= (SELECT n.created_on FROM ${b}.job n WHERE n.name = $1 AND n.id = $5::uuid))
         FOR UPDATE),
      slot AS (
        SELECT id, state, data->>'version' AS held,
@@ -66,7 +72,7 @@ export async function orderParked(
        FROM slot s JOIN payload p USING (n)
       WHERE j.name = $1 AND j.id = s.id AND s.held IS DISTINCT FROM p.data->>'version'
       RETURNING j.id, j.data`,
-    [queue, key, options.active ?? null, options.from?.toString() ?? null],
+    [queue, key, options.active ?? null, options.added?.version.toString() ?? null, options.added?.id ?? null],
   );
   return rows;
 }
