@@ -5,7 +5,7 @@ import type { Gate } from './gate.js';
 import type { KeyScheduler } from './key-scheduler.js';
 import type { CompiledInboxOptions } from './options.js';
 import { errorText, type GateOutcome, type OutcomeReporter } from './outcomes.js';
-import { decodeParked, type ParkedJobData } from './parked-job.js';
+import { decodeParked, PARK_HEARTBEAT_SECONDS, type ParkedJobData } from './parked-job.js';
 import {
   deleteEarly,
   deleteEarlySql,
@@ -209,7 +209,11 @@ export class EarlyVersions {
           why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has ${row.parked} parked event(s) ahead of it` };
         else why = { reason, error: error ?? `waited ${e.waitedMs} ms for version ${row.version + 1n} of key ${JSON.stringify(key)}` };
         const data: ParkedJobData = { ...e.message, reason: why.reason, error: why.error, parkedAt: new Date().toISOString() };
-        const jobId = await boss.send(this.#parkQueue, data, { singletonKey: key, db: pgBossDb(tx) });
+        const jobId = await boss.send(this.#parkQueue, data, {
+          singletonKey: key,
+          heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
+          db: pgBossDb(tx),
+        });
         await addParked(tx, this.#s, o.consumer, key, 1);
         await deleteEarly(tx, this.#s, o.consumer, key, e.version);
         await orderParked(tx, this.#b, this.#parkQueue, key, jobId ? { added: { id: jobId, version: e.version } } : {});

@@ -200,6 +200,8 @@ class InboxImpl implements Inbox {
         schema: o.bossSchema,
         schedule: o.mode === 'dedupe',
         supervise: true,
+        // A parked job whose worker died is put back within PARK_HEARTBEAT_SECONDS plus this.
+        superviseIntervalSeconds: 10,
       });
       own.on('error', (err) => o.logger.error({ err }, 'inbox pg-boss error'));
       await startPgBoss(() => own.start());

@@ -6,7 +6,7 @@ import type { Gate } from './gate.js';
 import type { CompiledInboxOptions } from './options.js';
 import type { OutcomeReporter } from './outcomes.js';
 import { errorText } from './outcomes.js';
-import { decodeParked, isParkedJobData, type ParkedJobData } from './parked-job.js';
+import { decodeParked, isParkedJobData, PARK_HEARTBEAT_SECONDS, type ParkedJobData } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { orderParked } from './sql/park-order.js';
@@ -58,6 +58,7 @@ export class ParkWorker {
       retryDelay: Math.ceil(o.parkRetryDelayMs / 1000),
       retryBackoff: true,
       deleteAfterSeconds: 7 * 86_400,
+      heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
     });
     if (check) await check();
     this.#workerId = await boss.work<ParkedJobData>(

@@ -4,7 +4,7 @@ import type { PgBoss } from 'pg-boss';
 import type { EarlyVersions } from './early-versions.js';
 import type { CompiledInboxOptions } from './options.js';
 import type { OutcomeReporter } from './outcomes.js';
-import { type ParkedJobData, parkKey } from './parked-job.js';
+import { PARK_HEARTBEAT_SECONDS, type ParkedJobData, parkKey } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { orderParked } from './sql/park-order.js';
@@ -133,6 +133,7 @@ export class Parking {
       }
       const jobId = await boss.send(this.#parkQueue, data, {
         singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
+        heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
         db: pgBossDb(tx),
       });
       if (event && o.mode === 'sequential')
