@@ -11,7 +11,7 @@ import { createPublisher } from '@ferry/publisher';
 import { createRelay, type Relay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl, type TestDatabase, type TestStream } from '@ferry/testkit';
 
-const PHASE_MS = Number(process.env.FERRY_TEST_BREAKER_PHASE_MS ?? 8_000);
+const PHASE_MS = Number(process.env.FERRY_TEST_BREAKER_PHASE_MS ?? 7_000);
 const RATE = 50; // healthy events a second
 
 describe('relay NATS circuit with rows on unbound subjects', () => {
@@ -42,6 +42,7 @@ describe('relay NATS circuit with rows on unbound subjects', () => {
     });
     const badIds: string[] = [];
     const bad = async (round: number) => {
+      if (badSubjects === 0) return;
       // The first row of three new keys on each unbound subject, all in one transaction: one claim, failing chains side by side.
       const rows = Array.from({ length: badSubjects * 3 }, (_, i) => ({
         subject: `${stream.prefix}_nobody_${name}_${i % badSubjects}.e`,
@@ -86,12 +87,18 @@ describe('relay NATS circuit with rows on unbound subjects', () => {
     return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? Number.NaN;
   };
 
-  test('relay - first rows of keys on 2 and on 10 unbound subjects never open the circuit; healthy p50 stays under 50 ms at 50 events/s', async (t) => {
+  test('relay - first rows of keys on 2 and on 10 unbound subjects never open the circuit; healthy p50 stays under 50 ms at 50 events/s (or twice a loaded baseline)', async (t) => {
     const circuit: string[] = [];
     // Default options, as the issue ran it (threshold 5, cool-down 5 s, backoff from 500 ms).
     relay = createRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() }, maintenance: false });
     relay.on('relay:circuit', (e) => circuit.push(e.state));
     await relay.start();
+    // The same load with no bad rows first: on a loaded machine the publishing itself is slow, and the
+    // bound below is 50 ms or, when the machine cannot do 50 ms with nothing failing, twice that baseline
+    // plus 25 ms. Before the fix the circuit's 5 s cool-downs put p50 in seconds either way.
+    const baseline = pct((await phase('s0', 0)).latencies, 50);
+    t.diagnostic(`no unbound subjects: healthy p50 ${baseline.toFixed(1)} ms`);
+    const limit = Math.max(50, 2 * baseline + 25);
     for (const subjects of [2, 10]) {
       const { latencies, badIds } = await phase(`s${subjects}`, subjects);
       const p50 = pct(latencies, 50);
@@ -105,7 +112,7 @@ describe('relay NATS circuit with rows on unbound subjects', () => {
       );
       assert.equal(rows[0]?.tried, badIds.length, 'every bad row was tried and failed');
       assert.deepEqual(circuit, [], `the circuit stayed closed with ${subjects} unbound subjects`);
-      assert.ok(p50 < 50, `healthy p50 ${p50.toFixed(1)} ms with ${subjects} unbound subjects (limit 50 ms)`);
+      assert.ok(p50 < limit, `healthy p50 ${p50.toFixed(1)} ms with ${subjects} unbound subjects (limit ${limit.toFixed(1)} ms)`);
     }
     assert.match(await relay.metrics(), /ferry_circuit_state 0/);
   });

@@ -177,7 +177,19 @@ describe('relay under NATS outages', () => {
       const conf = join(server.storeDir, 'nats.conf');
       writeFileSync(conf, readFileSync(conf, 'utf8').replace('RELAY: {', 'RELAY: { jetstream: enabled,'));
       process.kill(server.pid ?? 0, 'SIGHUP');
-      nc = await connect({ servers: server.url, user: 'relay', pass: 'relay' });
+      // A connection that arrives while the server reloads can be refused (Authorization Violation): try again.
+      await waitFor(
+        async () =>
+          connect({ servers: server.url, user: 'relay', pass: 'relay' }).then(
+            (c) => {
+              nc = c;
+              return true;
+            },
+            () => false,
+          ),
+        { timeoutMs: 10_000, what: 'a connection after the reload' },
+      );
+      if (!nc) throw new Error('no connection after the reload');
       const jsm = await jetstreamManager(nc);
       await waitFor(
         async () =>
