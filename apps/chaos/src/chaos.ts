@@ -52,6 +52,17 @@ const POISON_MAX_PAYLOAD = 65_536;
 /** Poison keys: the first event of each can never be published; three events wait behind it. */
 const POISON_KEYS = ['poison-unroutable', 'poison-oversized'] as const;
 const POISON_BEHIND = 3;
+/**
+ * Late-gap keys: each gets LATE_FIRST versions in one transaction at the start, and its version 1
+ * fails until LATE_MS after a consumer first saw it, so versions 2.. are stored, wait GAP_TIMEOUT_MS and park (a flush
+ * by one consumer while the other parks the key's newer versions, which the writers keep adding);
+ * then version 1 arrives late and must go ahead of them (issue 28).
+ */
+const LATE_PREFIX = 'late-';
+const LATE_KEYS = 3;
+const LATE_FIRST = 120;
+const LATE_MS = 4_000;
+const GAP_TIMEOUT_MS = 1_500;
 
 async function run(o: ChaosOptions): Promise<number> {
   const databaseUrl = process.env.FERRY_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -78,6 +89,8 @@ async function run(o: ChaosOptions): Promise<number> {
     await pool.query(
       `CREATE TABLE ${s}.effects (n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id uuid NOT NULL, key text NOT NULL, version bigint NOT NULL)`,
     );
+    // When a consumer first saw each late key's version 1 (consumer.ts): it fails until LATE_MS after that.
+    await pool.query(`CREATE TABLE ${s}.late_seen (key text PRIMARY KEY, first_seen timestamptz NOT NULL DEFAULT clock_timestamp())`);
     nc = await connect({ servers: nats.url, name: 'chaos', maxReconnectAttempts: -1, reconnectTimeWait: 250 });
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({
@@ -150,6 +163,9 @@ async function run(o: ChaosOptions): Promise<number> {
         stream: streamName,
         consumer: 'chaos',
         applicationName: `chaos-${runId}-consumer-${i}`,
+        gapTimeoutMs: GAP_TIMEOUT_MS,
+        latePrefix: LATE_PREFIX,
+        lateMs: LATE_MS,
       };
       return [CONSUMER_BIN, JSON.stringify(config)];
     };
@@ -174,6 +190,15 @@ async function run(o: ChaosOptions): Promise<number> {
         ),
       ]),
     );
+    await withTransaction(pool, (tx) =>
+      publisher.publishMany(
+        tx,
+        Array.from({ length: LATE_KEYS * LATE_FIRST }, (_, i) => {
+          const key = `${LATE_PREFIX}${i % LATE_KEYS}`;
+          return { subject: `${prefix}.set`, key, type: 'Set', data: { key } };
+        }),
+      ),
+    );
     let claimed = 0;
     let committed = 0;
     const started = Date.now();
@@ -185,7 +210,8 @@ async function run(o: ChaosOptions): Promise<number> {
         const dueMs = started + (claimed / o.ratePerSecond) * 1000 - Date.now();
         if (dueMs > 0) await sleep(dueMs);
         const events = Array.from({ length: n }, () => {
-          const key = `k${Math.floor(rnd() * o.keys)}`;
+          // Now and then a late key's next version, parked behind its stored ones by whichever consumer gets it.
+          const key = rnd() < 0.02 ? `${LATE_PREFIX}${Math.floor(rnd() * LATE_KEYS)}` : `k${Math.floor(rnd() * o.keys)}`;
           return { subject: `${prefix}.set`, key, type: 'Set', data: { key } };
         });
         await withTransaction(pool, (tx) => publisher.publishMany(tx, events));
@@ -248,7 +274,7 @@ async function run(o: ChaosOptions): Promise<number> {
     await waitUntil(
       async () =>
         (await count(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at IS NULL AND ${notPoison}`)) === 0 &&
-        (await count(`SELECT count(*)::text AS n FROM ${s}.effects`)) >= committed,
+        (await count(`SELECT count(*)::text AS n FROM ${s}.effects`)) >= committed + LATE_KEYS * LATE_FIRST,
       o.drainTimeoutMs,
       'the drain',
     ).catch((err) => log(String(err)));
@@ -300,14 +326,21 @@ async function run(o: ChaosOptions): Promise<number> {
     const parked = consumers.reduce((n, c) => n + (c.reports.get('parked') ?? 0), 0);
     const gaps = consumers.reduce((n, c) => n + (c.reports.get('gap') ?? 0), 0);
     const violations: string[] = [];
-    if (v.committed !== o.events) violations.push(`committed ${v.committed}, expected ${o.events}`);
+    const expected = o.events + LATE_KEYS * LATE_FIRST;
+    if (v.committed !== expected) violations.push(`committed ${v.committed}, expected ${expected}`);
     if (v.inStream !== v.committed) violations.push(`stream holds ${v.inStream} messages for ${v.committed} committed events`);
     if (v.streamDistinct !== v.committed) violations.push(`stream holds ${v.streamDistinct} distinct events of ${v.committed}`);
     if (v.applied !== v.committed) violations.push(`${v.applied} effects for ${v.committed} committed events`);
     if (v.appliedTwice > 0) violations.push(`${v.appliedTwice} events applied twice`);
     if (v.orderViolations > 0 || v.streamOrderViolations > 0)
       violations.push(`per-key order violations: ${v.orderViolations} applied, ${v.streamOrderViolations} in the stream`);
-    if (parked > 0) violations.push(`${parked} events parked`);
+    // Parking is expected now (late gaps, redeliveries after the gap timeout); staying parked is not.
+    const leftParked = await count(`SELECT coalesce(sum(parked), 0)::text AS n FROM ${s}.inbox_versions`);
+    const lateParked = await count(
+      `SELECT count(*)::text AS n FROM ${quoteIdentifier(bossSchema)}.job WHERE name = 'ferry.inbox.chaos.parked' AND data->>'key' LIKE '${LATE_PREFIX}%'`,
+    );
+    if (leftParked > 0) violations.push(`${leftParked} events still parked`);
+    if (lateParked < LATE_KEYS * 2) violations.push(`only ${lateParked} events of the late keys went through the parking lot`);
     if (poisonInStream > 0) violations.push(`${poisonInStream} events of the poison keys reached the stream`);
     if (!poisonHeld) violations.push(`the poison keys are not held at their first event: ${JSON.stringify(poison.rows)}`);
 
@@ -334,6 +367,13 @@ async function run(o: ChaosOptions): Promise<number> {
       ['duplicates dropped by the stream', String(v.resent), 'at least: re-sends of an id the tap saw before'],
       ['duplicates dropped by the inbox', String(v.inboxDropped), 'duplicate + stale reports'],
       ['inbox gap waits', String(gaps), 'sequential mode: early versions stored to wait'],
+      [
+        'events parked, left parked',
+        `${parked}, ${leftParked}`,
+        leftParked === 0 && lateParked >= LATE_KEYS * 2
+          ? `ok (${lateParked} of the late keys; gap timeout ${GAP_TIMEOUT_MS} ms)`
+          : 'VIOLATION',
+      ],
       ['time to drain', `${(v.drainMs / 1000).toFixed(1)} s`, 'after the last commit'],
       ['processes SIGKILLed and restarted', String(faultLog.kills), ''],
       ['nats-server stops and restarts', String(faultLog.natsRestarts), ''],

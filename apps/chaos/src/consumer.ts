@@ -15,6 +15,11 @@ export interface ChaosConsumerConfig {
   stream: string;
   consumer: string;
   applicationName: string;
+  /** How long a stored early version waits for its predecessor before it parks. */
+  gapTimeoutMs: number;
+  /** Keys with this prefix fail their version 1 until lateMs after a consumer first saw it (table late_seen): a late gap. */
+  latePrefix: string;
+  lateMs: number;
 }
 
 const config = JSON.parse(process.argv[2] ?? '{}') as ChaosConsumerConfig;
@@ -38,7 +43,11 @@ const inbox = createInbox<{ Set: unknown }>({
   mode: 'sequential',
   concurrency: 32,
   ackWaitMs: 3000,
-  gapTimeoutMs: 600_000,
+  // Short, so that redeliveries after a kill or a NATS restart, and the late keys' version 1, arrive
+  // after their successors parked: the parking lot must still apply every key in order.
+  gapTimeoutMs: config.gapTimeoutMs,
+  parkPollIntervalMs: 500,
+  parkRetryLimit: 6,
   gapRetryMs: 100,
   maxDeliver: 100,
   backoffMs: [100, 500, 1000],
@@ -48,6 +57,17 @@ const inbox = createInbox<{ Set: unknown }>({
   },
   handlers: {
     Set: async (event, { tx }) => {
+      // A late gap: version 1 of a late key fails (from the stream, then from the parking lot) until lateMs
+      // after either consumer first saw it, long after its successors waited gapTimeoutMs and parked.
+      if (event.key.startsWith(config.latePrefix) && event.version === 1n) {
+        // On the pool, not tx: the first sighting must outlive this attempt's rollback.
+        const { rows } = await pool.query<{ ms: number }>(
+          `WITH ins AS (INSERT INTO ${s}.late_seen (key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING first_seen)
+           SELECT (extract(epoch FROM clock_timestamp() - coalesce((SELECT first_seen FROM ins), (SELECT first_seen FROM ${s}.late_seen WHERE key = $1))) * 1000)::float8 AS ms`,
+          [event.key],
+        );
+        if ((rows[0]?.ms ?? 0) < config.lateMs) throw new Error('late on purpose');
+      }
       await tx.query(`INSERT INTO ${s}.effects (id, key, version) VALUES ($1, $2, $3)`, [event.id, event.key, event.version.toString()]);
     },
   },

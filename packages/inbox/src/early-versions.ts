@@ -5,7 +5,7 @@ import type { Gate } from './gate.js';
 import type { KeyScheduler } from './key-scheduler.js';
 import type { CompiledInboxOptions } from './options.js';
 import { errorText, type GateOutcome, type OutcomeReporter } from './outcomes.js';
-import { decodeParked, type ParkedJobData } from './parked-job.js';
+import { decodeParked, PARK_HEARTBEAT_SECONDS, type ParkedJobData } from './parked-job.js';
 import {
   deleteEarly,
   deleteEarlySql,
@@ -17,6 +17,7 @@ import {
 } from './sql/early-statements.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
+import { orderParked } from './sql/park-order.js';
 import { inProcessSpan } from './tracing.js';
 import type { ParkReason } from './types.js';
 
@@ -39,6 +40,8 @@ export interface EarlyVersionsOptions {
   o: CompiledInboxOptions;
   /** The quoted schema, escaped once. */
   s: string;
+  /** The quoted pg-boss schema, escaped once. */
+  b: string;
   parkQueue: string;
   scheduler: KeyScheduler;
   gate: Gate;
@@ -60,6 +63,7 @@ export interface EarlyVersionsOptions {
 export class EarlyVersions {
   readonly #o: CompiledInboxOptions;
   readonly #s: string;
+  readonly #b: string;
   readonly #parkQueue: string;
   readonly #scheduler: KeyScheduler;
   readonly #gate: Gate;
@@ -77,6 +81,7 @@ export class EarlyVersions {
   constructor(options: EarlyVersionsOptions) {
     this.#o = options.o;
     this.#s = options.s;
+    this.#b = options.b;
     this.#parkQueue = options.parkQueue;
     this.#scheduler = options.scheduler;
     this.#gate = options.gate;
@@ -187,9 +192,10 @@ export class EarlyVersions {
     const o = this.#o;
     const boss = this.#boss();
     const moved: MovedEarly[] = [];
-    // One stored version per transaction: pg-boss orders a key's jobs by created_on, which is
-    // the transaction's start time, so jobs sent in one transaction would tie (and come back in
-    // id order, which is random).
+    // One stored version per transaction, each under the key's row lock and each followed by
+    // orderParked: the key's parked events are in version order at every commit, whatever another
+    // instance parks for the key between two of them (issue 28), and the stream is not held up
+    // behind one long transaction.
     for (;;) {
       const step = await withTransaction(o.pool, async (tx): Promise<'ready' | 'done' | MovedEarly> => {
         const row = await lockKey(tx, this.#s, o.consumer, key);
@@ -203,9 +209,14 @@ export class EarlyVersions {
           why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has ${row.parked} parked event(s) ahead of it` };
         else why = { reason, error: error ?? `waited ${e.waitedMs} ms for version ${row.version + 1n} of key ${JSON.stringify(key)}` };
         const data: ParkedJobData = { ...e.message, reason: why.reason, error: why.error, parkedAt: new Date().toISOString() };
-        const jobId = await boss.send(this.#parkQueue, data, { singletonKey: key, db: pgBossDb(tx) });
+        const jobId = await boss.send(this.#parkQueue, data, {
+          singletonKey: key,
+          heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
+          db: pgBossDb(tx),
+        });
         await addParked(tx, this.#s, o.consumer, key, 1);
         await deleteEarly(tx, this.#s, o.consumer, key, e.version);
+        await orderParked(tx, this.#b, this.#parkQueue, key, jobId ? { added: { id: jobId, version: e.version } } : {});
         return { id: e.message.id, key, version: e.version, ...why, jobId };
       });
       if (step === 'ready') {

@@ -72,16 +72,17 @@ class InboxImpl implements Inbox {
     const o = Object.freeze({ ...options, onEvent: observed(options.onEvent, this.#metrics) });
     this.#o = o;
     const s = this.#s;
+    const b = quoteIdentifier(o.bossSchema);
     const parkQueue = this.parkQueue;
     const boss = () => this.#startedBoss();
     const backoffMs = (attempt: number) => this.#backoffMs(attempt);
     const report = new OutcomeReporter(o, this.#counts);
     const gate = new Gate(o, s, this.#metrics, boss);
     const stopping = () => this.#stopping !== undefined;
-    const early = new EarlyVersions({ o, s, parkQueue, scheduler: this.#scheduler, gate, report, boss, stopping, backoffMs });
+    const early = new EarlyVersions({ o, s, b, parkQueue, scheduler: this.#scheduler, gate, report, boss, stopping, backoffMs });
     const forget = (seq: number) => this.#attempts.forget(seq);
-    this.#parking = new Parking({ o, s, parkQueue, report, early, boss, forget, backoffMs });
-    this.#parkWorker = new ParkWorker(o, s, parkQueue, { gate, report, early, boss });
+    this.#parking = new Parking({ o, s, b, parkQueue, report, early, boss, forget, backoffMs });
+    this.#parkWorker = new ParkWorker(o, s, b, parkQueue, { gate, report, early, boss });
     this.#report = report;
     this.#gate = gate;
     this.#early = early;
@@ -199,6 +200,8 @@ class InboxImpl implements Inbox {
         schema: o.bossSchema,
         schedule: o.mode === 'dedupe',
         supervise: true,
+        // A parked job whose worker died is put back within PARK_HEARTBEAT_SECONDS plus this.
+        superviseIntervalSeconds: 10,
       });
       own.on('error', (err) => o.logger.error({ err }, 'inbox pg-boss error'));
       await startPgBoss(() => own.start());
@@ -206,8 +209,30 @@ class InboxImpl implements Inbox {
       this.#ownBoss = true;
     }
     this.#boss = boss;
-    this.#workerIds.push(await this.#parkWorker.start(boss));
+    const check = o.boss && o.mode === 'sequential' ? () => this.#checkBossSchema() : undefined;
+    this.#workerIds.push(await this.#parkWorker.start(boss, check));
     if (o.mode === 'dedupe') this.#workerIds.push(await startDedupePrune(boss, o, this.#s));
+  }
+
+  /**
+   * `sequential` mode keeps a key's parked events in version order with SQL on the parking lot's
+   * job table (sql/park-order.ts), so the schema of a caller's pg-boss must be `bossSchema`.
+   */
+  async #checkBossSchema(): Promise<void> {
+    const o = this.#o;
+    const found = await o.pool
+      .query<{ ok: boolean }>('SELECT to_regclass($1) IS NOT NULL AS ok', [`${quoteIdentifier(o.bossSchema)}.job`])
+      .then(async (r) => {
+        if (!r.rows[0]?.ok) return false;
+        const q = await o.pool.query(`SELECT 1 FROM ${quoteIdentifier(o.bossSchema)}.queue WHERE name = $1`, [this.parkQueue]);
+        return q.rows.length > 0;
+      });
+    if (!found) {
+      throw new ConfigError(
+        'bossSchema',
+        `the pg-boss passed as \`boss\` has no queue ${this.parkQueue} in schema ${JSON.stringify(o.bossSchema)}: pass createInbox({ bossSchema }) the schema that pg-boss was constructed with (a sequential inbox orders its parking lot there)`,
+      );
+    }
   }
 
   // ---- stream messages -----------------------------------------------------------------------

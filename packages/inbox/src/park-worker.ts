@@ -1,12 +1,15 @@
-import { type FerryEvent, pgBossDb } from '@ferry/core';
+import { type FerryEvent, pgBossDb, withTransaction } from '@ferry/core';
 import type { Job, PgBoss } from 'pg-boss';
 import type { EarlyVersions } from './early-versions.js';
 import { ParkedGapError, PoisonMessageError } from './errors.js';
 import type { Gate } from './gate.js';
 import type { CompiledInboxOptions } from './options.js';
 import type { OutcomeReporter } from './outcomes.js';
-import { decodeParked, isParkedJobData, type ParkedJobData } from './parked-job.js';
+import { errorText } from './outcomes.js';
+import { decodeParked, isParkedJobData, PARK_HEARTBEAT_SECONDS, type ParkedJobData } from './parked-job.js';
+import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
+import { orderParked } from './sql/park-order.js';
 import { inProcessSpan } from './tracing.js';
 
 /**
@@ -18,21 +21,27 @@ export class ParkWorker {
   readonly #o: CompiledInboxOptions;
   /** The quoted schema, escaped once. */
   readonly #s: string;
+  /** The quoted pg-boss schema, escaped once. */
+  readonly #b: string;
   readonly #parkQueue: string;
   readonly #gate: Gate;
   readonly #report: OutcomeReporter;
   readonly #early: EarlyVersions;
   /** The started pg-boss (throws before start). */
   readonly #boss: () => PgBoss;
+  /** pg-boss's id of the park worker, once started. */
+  #workerId: string | undefined;
 
   constructor(
     o: CompiledInboxOptions,
     s: string,
+    b: string,
     parkQueue: string,
     parts: { gate: Gate; report: OutcomeReporter; early: EarlyVersions; boss: () => PgBoss },
   ) {
     this.#o = o;
     this.#s = s;
+    this.#b = b;
     this.#parkQueue = parkQueue;
     this.#gate = parts.gate;
     this.#report = parts.report;
@@ -40,8 +49,8 @@ export class ParkWorker {
     this.#boss = parts.boss;
   }
 
-  /** Creates the consumer's parking lot queue (key_strict_fifo) on `boss` and works it; returns the worker's id. */
-  async start(boss: PgBoss): Promise<string> {
+  /** Creates the consumer's parking lot queue (key_strict_fifo) on `boss`, runs `check`, and works the queue; returns the worker's id. */
+  async start(boss: PgBoss, check?: () => Promise<void>): Promise<string> {
     const o = this.#o;
     await boss.createQueue(this.#parkQueue, {
       policy: 'key_strict_fifo',
@@ -49,22 +58,73 @@ export class ParkWorker {
       retryDelay: Math.ceil(o.parkRetryDelayMs / 1000),
       retryBackoff: true,
       deleteAfterSeconds: 7 * 86_400,
+      heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
     });
-    return boss.work<ParkedJobData>(
+    if (check) await check();
+    this.#workerId = await boss.work<ParkedJobData>(
       this.#parkQueue,
       { pollingIntervalSeconds: o.parkPollIntervalMs / 1000, batchSize: 1, localConcurrency: 2 },
       async ([job]) => {
         if (job) await this.retry(job);
       },
     );
+    return this.#workerId;
   }
 
-  /** Retries one parked event through the same gate; throws (so pg-boss retries, then fails it) when it still cannot apply. */
+  /**
+   * Retries one parked event through the same gate; throws (so pg-boss retries, then fails it) when it still cannot apply.
+   *
+   * `sequential`: pg-boss hands the worker the key's head job, which holds the key's lowest parked
+   * version (`orderParked` keeps them so). A lower version parked after the fetch cannot apply
+   * around it (the gate applies only the next version), so the run fails with a gap; the job is
+   * then failed under the key's row lock, unless a lower version was parked meanwhile: then the job
+   * takes that one and runs again. So a key's job never goes back to the queue holding a version
+   * while a lower one is parked.
+   */
   async retry(job: Job<ParkedJobData>): Promise<void> {
     const o = this.#o;
     const boss = this.#boss();
     if (!isParkedJobData(job.data)) throw new PoisonMessageError('undecodable-headers', `parked job ${job.id} is not a Ferry parked event`);
-    const event = decodeParked(job.data);
+    const key = o.mode === 'sequential' ? job.data.key : undefined;
+    if (key === undefined || job.data.version === undefined) {
+      await this.#retryOnce(job, job.data, boss);
+      return;
+    }
+    let data = job.data;
+    // Each turn runs a strictly lower version than the one before: bounded by the key's recorded version.
+    for (;;) {
+      try {
+        await this.#retryOnce(job, data, boss);
+        return;
+      } catch (err) {
+        const lower = await this.#failOrLower(job, key, data, err);
+        if (!lower) return; // failed under the lock (pg-boss retries it after its backoff, or it holds the key)
+        data = lower;
+      }
+    }
+  }
+
+  /**
+   * Under the key's row lock: sorts the key's parked events into its jobs with `job` first. Returns
+   * the event `job` holds now when that changed (a lower version was parked); otherwise fails `job`
+   * with `err` in the same transaction and returns undefined.
+   */
+  async #failOrLower(job: Job<ParkedJobData>, key: string, data: ParkedJobData, err: unknown): Promise<ParkedJobData | undefined> {
+    const o = this.#o;
+    const boss = this.#boss();
+    return withTransaction(o.pool, async (tx) => {
+      await lockKey(tx, this.#s, o.consumer, key);
+      const changed = await orderParked(tx, this.#b, this.#parkQueue, key, { active: job.id });
+      const mine = changed.find((c) => c.id === job.id);
+      if (mine && mine.data.version !== data.version) return mine.data;
+      await boss.fail(this.#parkQueue, { id: job.id, retryCount: job.retryCount }, { message: errorText(err) }, { db: pgBossDb(tx) });
+      return undefined;
+    });
+  }
+
+  async #retryOnce(job: Job<ParkedJobData>, data: ParkedJobData, boss: PgBoss): Promise<void> {
+    const o = this.#o;
+    const event = decodeParked(data);
     const attempt = job.retryCount + 1;
     await inProcessSpan(event, o.stream, o.consumer, { attempt, via: 'park' }, () => this.#retryParkedEvent(job, event, attempt, boss));
   }
@@ -85,6 +145,9 @@ export class ParkWorker {
       );
     }
     this.#report.settled(outcome, event, true);
+    // The key's next parked event (if any) is due now: fetch again at once instead of after the poll
+    // interval, so a key's parked chain drains at the handler's pace, not one event per poll.
+    if (this.#workerId) boss.notifyWorker(this.#workerId);
     if (outcome.kind === 'applied' && o.mode === 'sequential') this.#early.queue(event.key, 'drain');
   }
 }

@@ -4,15 +4,18 @@ import type { PgBoss } from 'pg-boss';
 import type { EarlyVersions } from './early-versions.js';
 import type { CompiledInboxOptions } from './options.js';
 import type { OutcomeReporter } from './outcomes.js';
-import { type ParkedJobData, parkKey } from './parked-job.js';
+import { PARK_HEARTBEAT_SECONDS, type ParkedJobData, parkKey } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
+import { orderParked } from './sql/park-order.js';
 import type { ParkReason } from './types.js';
 
 export interface ParkingOptions {
   o: CompiledInboxOptions;
   /** The quoted schema, escaped once. */
   s: string;
+  /** The quoted pg-boss schema, escaped once. */
+  b: string;
   parkQueue: string;
   report: OutcomeReporter;
   early: EarlyVersions;
@@ -32,6 +35,7 @@ export interface ParkingOptions {
 export class Parking {
   readonly #o: CompiledInboxOptions;
   readonly #s: string;
+  readonly #b: string;
   readonly #parkQueue: string;
   readonly #report: OutcomeReporter;
   readonly #early: EarlyVersions;
@@ -42,6 +46,7 @@ export class Parking {
   constructor(options: ParkingOptions) {
     this.#o = options.o;
     this.#s = options.s;
+    this.#b = options.b;
     this.#parkQueue = options.parkQueue;
     this.#report = options.report;
     this.#early = options.early;
@@ -110,7 +115,9 @@ export class Parking {
   /**
    * Enqueues a parked event in one transaction with its key's parked count,
    * so in `sequential` mode the key's later events park behind it. An event
-   * that became stale meanwhile is not parked.
+   * that became stale meanwhile is not parked. In `sequential` mode the key's
+   * parked events are then sorted by version (`orderParked`): a version that
+   * arrives after its successors were parked goes ahead of them.
    */
   async #park(
     data: ParkedJobData,
@@ -126,8 +133,11 @@ export class Parking {
       }
       const jobId = await boss.send(this.#parkQueue, data, {
         singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
+        heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
         db: pgBossDb(tx),
       });
+      if (event && o.mode === 'sequential')
+        await orderParked(tx, this.#b, this.#parkQueue, event.key, jobId ? { added: { id: jobId, version: event.version } } : {});
       return { stale: false as const, jobId };
     });
   }

@@ -27,6 +27,14 @@ export interface ParkedJobData {
   readonly type?: string;
 }
 
+/**
+ * Every parked job's heartbeat: a park worker that dies (SIGKILL, lost host)
+ * while it runs a job stops touching it, and pg-boss's supervisor puts the job
+ * back within about this long plus its supervise interval, instead of holding
+ * the key until the job expires (15 minutes). The minimum pg-boss takes.
+ */
+export const PARK_HEARTBEAT_SECONDS = 10;
+
 /** The pg-boss singletonKey: the event key, or a key of its own for a message with none (it blocks nothing). */
 export function parkKey(key: string | undefined, stream: string, streamSeq: number | null): string {
   return key ?? `~nokey/${stream}/${streamSeq ?? 'unknown'}/${Date.now()}`;

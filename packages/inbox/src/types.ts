@@ -148,7 +148,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   manageConsumer?: boolean;
   /** A started pg-boss of the caller's; by default the inbox runs its own on `pool`. */
   boss?: PgBoss;
-  /** Schema of the inbox's own pg-boss. Default `<schema>_boss` (`ferry_boss`), as for every part; earlier versions used `pgboss`. */
+  /** Schema of the inbox's own pg-boss. Default `<schema>_boss` (`ferry_boss`), as for every part; earlier versions used `pgboss`. With `boss` in `sequential` mode: the schema that pg-boss was constructed with (the parking lot is kept in version order there). */
   bossSchema?: string;
   /** How often the park worker polls, in ms (≥ 500). Default 2 000. */
   parkPollIntervalMs?: number;

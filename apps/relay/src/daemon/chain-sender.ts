@@ -23,9 +23,6 @@ export interface ChainSenderDeps {
  */
 export class ChainSender {
   readonly #d: ChainSenderDeps;
-  /** Subjects that answered no responders since the last publish that succeeded (see #publishChain). */
-  readonly #noResponders = new Set<string>();
-
   constructor(deps: ChainSenderDeps) {
     this.#d = deps;
   }
@@ -60,19 +57,20 @@ export class ChainSender {
       outcomes.set(row, outcome);
       if (!outcome.ok) break;
     }
-    // The breaker counts a segment only when NATS itself failed the rows it was given: a timeout or a lost
-    // connection, or no responders on two or more subjects since the last publish that succeeded
-    // (JetStream itself is not answering). No responders on one subject is that subject's problem (no
-    // stream binds it): its rows back off on their own and never pause the healthy keys.
+    // The breaker counts a segment only when NATS itself failed the rows it was given: a timeout or a
+    // lost connection, or no responders while JetStream itself does not answer either (a probe of its
+    // API, asked at most once a second). No responders from a JetStream that answers belongs to the
+    // subject (no stream binds it): its rows back off per key and never pause the healthy keys, on
+    // however many subjects (issue 28; docs/relay.md).
     let answered = false;
     let first: Outcome | undefined;
-    for (const [row, x] of outcomes) {
-      if (x.ok) this.#noResponders.clear();
+    let noResponders: Outcome | undefined;
+    for (const x of outcomes.values()) {
       if (x.ok || (!x.transport && x.reason !== 'no_responders')) answered = true;
-      else if (x.reason === 'no_responders') this.#noResponders.add(row.subject);
+      else if (x.reason === 'no_responders') noResponders ??= x;
       else first ??= x;
     }
-    if (!answered && this.#noResponders.size >= 2) first ??= [...outcomes.values()].find((x) => !x.ok);
+    if (!answered && !first && noResponders && !(await this.#d.acks.jetStreamAnswers())) first = noResponders;
     if (!answered && first && !first.ok) {
       throw new NatsUnavailableError(`publishing failed: ${first.message}`, { cause: outcomes });
     }

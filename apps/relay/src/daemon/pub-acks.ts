@@ -45,6 +45,9 @@ export class PubAcks {
   #next = 0;
   #timer: NodeJS.Timeout | undefined;
   #closed = false;
+  /** The last JetStream probe (see jetStreamAnswers) and when it was asked. */
+  #probe: Promise<boolean> | undefined;
+  #probeAt = 0;
 
   constructor(nc: NatsConnection, timeoutMs: number) {
     this.#nc = nc;
@@ -78,6 +81,34 @@ export class PubAcks {
       this.#pending.set(token, { subject, deadline: performance.now() + this.#timeoutMs, resolve, reject });
       this.#timer ??= setTimeout(() => this.#expire(), this.#timeoutMs);
     });
+  }
+
+  /**
+   * Whether JetStream itself answers on this connection: a `$JS.API.INFO`
+   * request, asked at most once a second (callers share the answer). No
+   * responders, no answer within the publish timeout, or an answer with error
+   * code 503 (JetStream not enabled for the account, or unavailable) is false:
+   * a subject's no responders is then JetStream's, not the subject's.
+   * Any other answer, or an error that says nothing about JetStream (no
+   * permission for the API, a closed connection), is true.
+   */
+  jetStreamAnswers(): Promise<boolean> {
+    const now = performance.now();
+    if (this.#probe && now - this.#probeAt < 1_000) return this.#probe;
+    this.#probeAt = now;
+    this.#probe = this.#nc.request('$JS.API.INFO', undefined, { timeout: this.#timeoutMs }).then(
+      (msg) => {
+        if (msg.data.length === 0) return msg.headers?.code !== 503; // a bare 503 is no responders
+        // The server answers for an account without JetStream (or while JetStream is unavailable) with a 503 error.
+        try {
+          return (msg.json() as { error?: { code?: unknown } }).error?.code !== 503;
+        } catch {
+          return true;
+        }
+      },
+      (err: unknown) => !(err instanceof NoRespondersError || err instanceof TimeoutError || isNoResponders(err)),
+    );
+    return this.#probe;
   }
 
   /** PubAcks still awaited. */
@@ -165,4 +196,10 @@ export class PubAcks {
       }
     })().catch(() => {});
   }
+}
+
+/** nats.js reports a request nobody answered as a RequestError whose cause is the NoRespondersError. */
+function isNoResponders(err: unknown): boolean {
+  const e = err as { isNoResponders?: () => boolean; cause?: unknown } | null;
+  return typeof e?.isNoResponders === 'function' ? e.isNoResponders() : e?.cause instanceof NoRespondersError;
 }

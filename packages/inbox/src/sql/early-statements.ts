@@ -110,8 +110,10 @@ export async function lockFirstEarly(
   above: bigint,
 ): Promise<StoredEarly | undefined> {
   const { rows } = await tx.query<{ version: string; message: ParkedJobData; waited_ms: number }>(
-    `SELECT version::text AS version, message, (extract(epoch FROM now() - received_at) * 1000)::float8 AS waited_ms
-       FROM ${schemaSql}.inbox_early WHERE consumer = $1 AND key = $2 AND version > $3 ORDER BY version LIMIT 1 FOR UPDATE`,
+    // ORDER BY the column, not the output name: `version` there would be the text alias, and
+    // '10' < '9' (issue 28).
+    `SELECT e.version::text AS version, e.message, (extract(epoch FROM now() - e.received_at) * 1000)::float8 AS waited_ms
+       FROM ${schemaSql}.inbox_early e WHERE e.consumer = $1 AND e.key = $2 AND e.version > $3 ORDER BY e.version LIMIT 1 FOR UPDATE`,
     [consumer, key, above.toString()],
   );
   const r = rows[0];
