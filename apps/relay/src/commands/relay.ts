@@ -13,10 +13,10 @@ import {
   type RetrySpanFlags,
   schemaOption,
 } from '../cli/shared-options.js';
+import { type ConsoleHandler, consoleHandler, isLoopback } from '../console/server.js';
 import type { CommandContext } from '../context.js';
 import { createRelay } from '../daemon/relay.js';
 import { parseDuration } from '../duration.js';
-import { type ConsoleHandler, consoleHandler, isLoopback } from '../console/server.js';
 import { CommandFailedError } from '../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { startHttpServer } from '../http-server.js';
