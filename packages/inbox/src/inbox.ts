@@ -126,7 +126,7 @@ class InboxImpl implements Inbox {
     await this.#startBoss();
     const js = jetstream(o.nc);
     const consumer = await js.consumers.get(o.stream, o.consumer);
-    // Pull requests expire after pullExpiresMs (default 5 s; nats.js: 30 s), so heartbeats come
+    // Pull requests expire after pullExpiresMs (default 10 s; nats.js: 30 s), so heartbeats come
     // every half of it, a consumer whose server or stream leader died pulls again within about
     // that long, and stop() waits at most that long for the open request to end (intake-drain.ts).
     this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256), expires: o.pullExpiresMs });

@@ -20,7 +20,7 @@ export const INBOX_DEFAULTS = {
   concurrency: 32,
   maxDeliver: 5,
   ackWaitMs: 30_000,
-  pullExpiresMs: 5_000,
+  pullExpiresMs: 10_000,
   backoffMs: [1_000, 5_000, 30_000],
   gapTimeoutMs: 60_000,
   gapRetryMs: 100,

@@ -123,7 +123,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
    * Life of each JetStream pull request (1 000-60 000). Heartbeats come every half of it, so a
    * consumer whose server died pulls again within about this long; `stop()` lets the open request
    * end rather than cut it (a cut request strands the messages the server was sending for
-   * `ackWaitMs`), so it waits at most this long and a second. Default 5 000.
+   * `ackWaitMs`), so it waits at most this long and a second. Default 10 000.
    */
   pullExpiresMs?: number;
   /**
