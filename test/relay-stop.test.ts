@@ -48,8 +48,9 @@ test('relay - stop() mid-drain returns only after every row it sent is acked and
     stops.push({ published: rows[0]?.n ?? -1, inStream: info.state.messages });
   }
   t.diagnostic(`published after each stop: ${stops.map((st) => st.published).join(', ')} of ${total}`);
+  // A fast relay may finish the backlog during a later stop's drain: at least the first stop is mid-drain.
+  assert.ok((stops[0]?.published ?? total) < total, `the first stop came mid-drain (${stops[0]?.published} of ${total} published)`);
   for (const [i, st] of stops.entries()) {
-    assert.ok(st.published < total, `stop ${i + 1} came mid-drain (${st.published} of ${total} published)`);
     assert.equal(st.inStream, st.published, `stop ${i + 1}: every row the stream holds is marked published, none left in flight`);
   }
   const last = createRelay(options);
