@@ -95,6 +95,9 @@ describe('ferry migrate', () => {
     assert.match(r.out, new RegExp(`CREATE TABLE "${schema}".outbox`));
     assert.match(r.out, /% 8/);
     assert.equal(await schemaExists(schema), false);
+    // Issue 29: comments keep their words; before, the substitution turned them into '-- "cli_…" is replaced by …'.
+    assert.match(r.out, /^-- .*:SCHEMA is replaced by the quoted schema name/m);
+    assert.doesNotMatch(r.out, new RegExp(`^--.*"${schema}"`, 'm'), 'no comment line carries the schema name');
   });
 
   test('ferry migrate - --print-sql prints only what the database still needs (read from it, or --from-version), and it applies', async () => {

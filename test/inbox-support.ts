@@ -110,6 +110,8 @@ export async function inboxFixture(options: { max?: number; duplicateWindowMs?: 
         bossSchema,
         backoffMs: [50],
         parkPollIntervalMs: 500,
+        // stop() waits for the open pull request to end: a short one keeps the suite quick.
+        pullExpiresMs: 2_000,
         onEvent: (r) => reports.push(r),
         ...opts,
       } as InboxOptions);

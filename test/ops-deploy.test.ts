@@ -80,3 +80,13 @@ test('deploy - the Kubernetes example runs several non-root replicas with /healt
   assert.doesNotMatch(k8s, /\t/, 'no tabs in YAML');
   assert.match(read('Dockerfile'), /^USER node$/m, 'the image runs as a non-root user');
 });
+
+test('deploy - docker-compose.yml publishes each host port once and scales no service that publishes one', () => {
+  // Issue 29: the relay ran with `deploy: replicas: 2` on one fixed host port; the second replica cannot bind.
+  const compose = read('docker-compose.yml');
+  const hostPorts = [...compose.matchAll(/"127\.0\.0\.1:(\d+):\d+"/g)].map((m) => m[1]);
+  assert.ok(hostPorts.length >= 4, `host ports found: ${hostPorts.join(',')}`);
+  assert.equal(new Set(hostPorts).size, hostPorts.length, `a host port published twice: ${hostPorts.join(',')}`);
+  assert.doesNotMatch(compose, /^\s+replicas:/m, 'no replicas of a service with a fixed host port');
+  assert.match(compose, /^ {2}relay-2:\n {4}<<: \*relay\n {4}ports: \["127\.0\.0\.1:9465:9464"\]/m, 'the second relay has its own port');
+});

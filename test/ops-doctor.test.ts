@@ -44,7 +44,7 @@ test('ferry doctor - --help lists every check and the exit code rule', async () 
     'max_payload',
     '--consumer',
     '--stream',
-    'N problems',
+    '1  problems were found',
     '--json',
   ]) {
     assert.ok(r.out.includes(s), `help mentions ${s}`);
@@ -72,7 +72,7 @@ test('ferry doctor - a healthy setup exits 0; every finding has a check, a statu
   assert.ok(report.findings.some((f) => f.check === `stream ${stream.name}` && f.status === 'warning' && /replica/.test(f.message)));
 });
 
-test('ferry doctor - the exit code is the number of problems: short window, uncovered subject, bad consumer, oversized limit and event', async () => {
+test('ferry doctor - problems exit 1 (never 2, bad usage) and are counted in the report: short window, uncovered subject, bad consumer, oversized limit and event', async () => {
   const publisher = createPublisher({ schema: db.schema, source: 'doctor-test', maxPayloadBytes: 4 * 1024 * 1024 });
   await withTransaction(db.pool, async (tx) => {
     await publisher.publish(tx, { subject: 'ferry_doctor_nowhere.x', key: 'x', type: 'X', data: {} });
@@ -87,7 +87,7 @@ test('ferry doctor - the exit code is the number of problems: short window, unco
   const r = await ferry([...base(), '--consumer', 'bad', '--max-payload-bytes', String(4 * 1024 * 1024), '--json']);
   const report = r.json<DoctorReport>();
   const found = problems(report);
-  assert.equal(r.code, found.length);
+  assert.equal(r.code, 1, 'five problems exit 1, not 5 (nor 2, which is bad usage)');
   assert.equal(report.problems, found.length);
   assert.equal(found.length, 5, JSON.stringify(found, null, 1));
   const by = (re: RegExp) => found.find((f) => re.test(`${f.check} ${f.message}`));
@@ -98,12 +98,12 @@ test('ferry doctor - the exit code is the number of problems: short window, unco
   assert.ok(by(/maxPayloadBytes 4194304 is above the server's max_payload 1048576/));
   assert.ok(by(/has 12\d{5} bytes of data, over the server's max_payload/)); // measured in SQL, not loaded
   for (const f of found) assert.ok(f.fix, `${f.check} has a fix`);
-  // The process exit code, through bin/ferry.js, is the same count.
+  // The process exit code, through bin/ferry.js, is 1 too; the count is in the report.
   const proc = spawnSync(process.execPath, [FERRY_BIN, ...base(), '--consumer', 'bad', '--json'], { encoding: 'utf8', timeout: 30_000 });
-  assert.equal(proc.status, 4, proc.stderr);
+  assert.equal(proc.status, 1, proc.stderr);
   assert.equal((JSON.parse(proc.stdout) as DoctorReport).problems, 4);
   const human = await ferry([...base(), '--consumer', 'bad']);
-  assert.equal(human.code, 4, 'the default maxPayloadBytes fits: one problem fewer');
+  assert.equal(human.code, 1, 'four problems: still 1');
   assert.match(human.out, /^PROBLEM {2}subjects: /m);
   assert.match(human.out, /^ {9}fix: /m);
   assert.match(human.out, /4 problems, \d+ warnings?$/);
@@ -122,7 +122,7 @@ test('ferry doctor - unreachable NATS, an unmigrated schema and a missing stream
     '--json',
   ]);
   const report = r.json<DoctorReport>();
-  assert.equal(r.code, 2);
+  assert.equal(r.code, 1, 'two problems exit 1: before issue 29 they exited 2, which reads as bad usage');
   assert.deepEqual(
     problems(report).map((f) => f.check),
     ['migrations', 'nats'],

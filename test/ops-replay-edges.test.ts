@@ -265,6 +265,7 @@ test('ferry replay - --since/--until without a zone are refused (not read in the
     const r = await ferry([...base(), '--since', bad, '--dry-run']);
     assert.equal(r.code, 2, `${bad}: ${r.err}`);
     assert.match(r.err, /with a zone/);
+    assert.match(r.err, /10m, 2h, 1d/, 'the refusal names the relative form too');
   }
   const hourAgo = new Date(Date.now() - 3_600_000);
   const offset = `${hourAgo.toISOString().slice(0, 19)}+00:00`;
@@ -274,4 +275,18 @@ test('ferry replay - --since/--until without a zone are refused (not read in the
   assert.equal(await lastSeq(), before);
   const help = await ferry(['replay', '--help']);
   assert.match(help.out, /with its zone/);
+  // Issue 29: relative times, a duration back from now (before: refused, ISO times only).
+  const relative = await ferry([...base(), '--since', '2h', '--dry-run', '--json']);
+  assert.equal(relative.code, 0, relative.err);
+  assert.equal(
+    relative.json<ReplayReport>().matched,
+    zoned.json<ReplayReport>().matched,
+    '--since 2h selects what the hour-ago ISO time did',
+  );
+  const none = await ferry([...base(), '--since', '2h', '--until', '1d', '--dry-run']);
+  assert.equal(none.code, 2, 'an --until before --since is refused');
+  const future = await ferry([...base(), '--until', '1d', '--dry-run', '--json']);
+  assert.equal(future.code, 0, future.err);
+  assert.equal(future.json<ReplayReport>().matched, 0, 'nothing was inserted over a day ago');
+  assert.match(help.out, /10m, 2h, 1d/);
 });

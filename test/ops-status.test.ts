@@ -46,7 +46,7 @@ const args = () => ['status', '--database-url', db.url, '--schema', db.schema];
 test('ferry status - --help lists the options and the exit codes', async () => {
   const r = await ferry(['status', '--help']);
   assert.equal(r.code, 0);
-  for (const s of ['--database-url', '--schema', '--json', 'Exit codes', 'FERRY_SCHEMA'])
+  for (const s of ['--database-url', '--schema', '--json', '--check', 'needs a person', 'Exit codes', 'FERRY_SCHEMA'])
     assert.ok(r.out.includes(s), `help mentions ${s}`);
 });
 
@@ -81,6 +81,25 @@ test('ferry status - without a relay: backlog per lane, the dead event and the l
   assert.match(human.out, /relay instances alive: 0/);
   assert.match(human.out, /have pending events and no relay/);
   assert.match(human.out, /1 dead event blocks its key: see ferry dlq list/);
+  // Issue 29: a script can tell. Plain status read fine: 0; --check: 1, naming what needs a person.
+  const check = await ferry([...args(), '--check']);
+  assert.equal(check.code, 1, check.err);
+  assert.match(
+    check.err,
+    /needs a person: 1 dead event \(ferry dlq list\); 1 blocked key .*; \d lanes? with pending events and no live relay/,
+  );
+  assert.match(check.out, /pending 29/, 'the status is printed as without --check');
+});
+
+test('ferry status --check - a healthy outbox exits 0', async () => {
+  const clean = await createTestDatabase({ prefix: 'ops_status_ok', lanes: 2 });
+  try {
+    const r = await ferry(['status', '--database-url', clean.url, '--schema', clean.schema, '--check']);
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.err, '');
+  } finally {
+    await clean.close();
+  }
 });
 
 test('ferry status - two relays: each instance with the lanes it leases, and the events published in the last minute', async () => {

@@ -258,7 +258,7 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
         // four CLIs start at once on a shared machine (load 20+ seen). The proof is that the command ended
         // with bad usage before the relay's starting line, a wait or a connection attempt.
         if (/creds|seed|beside/.test(mode)) {
-          // doctor reports it as one problem (its exit code counts problems); the others: bad usage.
+          // doctor reports it as one problem (exit 1); the others: bad usage.
           assert.equal(r.code, commands[i]?.[0] === 'doctor' ? 1 : 2, `${what}: exit code`);
           assert.doesNotMatch(r.out, /nats-waiting|ferry relay starting|not reachable/, what);
         }

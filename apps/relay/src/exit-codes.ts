@@ -13,7 +13,7 @@ export const EXIT = {
   forced: 4,
 } as const;
 
-/** Ends the command with this exit code (after its output), e.g. `ferry doctor` with the number of problems. */
+/** Ends the command with this exit code (after its output), e.g. `ferry doctor` with 1 when it found problems. */
 export function exitWith(code: number, message = ''): never {
   throw new CommanderError(code, 'ferry.exit', message);
 }

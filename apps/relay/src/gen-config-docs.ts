@@ -25,7 +25,7 @@ command line warns once on stderr. See [security](security.md#credentials).
 Exit codes shared by every command: 0 success, 1 runtime failure, 2 bad usage
 (nothing was done), 3 migration refused or failed, or a schema holding tables
 Ferry did not create, 4 \`ferry relay\` forced to
-stop. \`ferry doctor\` exits with the number of problems it found. See each
+stop. \`ferry doctor\` exits 1 when it found problems (2 only for bad usage). See each
 command's \`--help\` for its own.
 
 See also: [operations runbook](operations.md), [relay](relay.md),

@@ -79,7 +79,12 @@ export function listMigrations(set: MigrationSet = 'outbox'): Migration[] {
 }
 
 function render(template: string, schema: string, lanes: number): string {
-  return template.replaceAll(':SCHEMA', quoteIdentifier(schema)).replaceAll(':LANES', String(lanes));
+  // Placeholders are replaced in statements only: a comment line that explains them
+  // ("-- :SCHEMA is replaced by the quoted schema name") read '"ferry" is replaced by …' in --print-sql.
+  return template
+    .split('\n')
+    .map((line) => (/^\s*--/.test(line) ? line : line.replaceAll(':SCHEMA', quoteIdentifier(schema)).replaceAll(':LANES', String(lanes))))
+    .join('\n');
 }
 
 function bookkeepingSql(schema: string): string {

@@ -30,6 +30,7 @@ import { startDedupePrune } from './dedupe-prune.js';
 import { DeliveryAttempts } from './delivery-attempts.js';
 import { EarlyVersions } from './early-versions.js';
 import { Gate } from './gate.js';
+import { endIntake } from './intake-drain.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { InboxMetrics, startLagSampler } from './metrics.js';
 import { type CompiledInboxOptions, compileInboxOptions, parkQueueName } from './options.js';
@@ -126,10 +127,10 @@ class InboxImpl implements Inbox {
     await this.#startBoss();
     const js = jetstream(o.nc);
     const consumer = await js.consumers.get(o.stream, o.consumer);
-    // Pull requests expire after 10 s (nats.js: 30 s), so heartbeats come every
-    // 5 s and a consumer whose server or stream leader died pulls again within
-    // about 10 s instead of 30 s; an idle consumer sends one pull per 10 s.
-    this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256), expires: 10_000 });
+    // Pull requests expire after pullExpiresMs (default 10 s; nats.js: 30 s), so heartbeats come
+    // every half of it, a consumer whose server or stream leader died pulls again within about
+    // that long, and stop() waits at most that long for the open request to end (intake-drain.ts).
+    this.#messages = await consumer.consume({ max_messages: Math.min(o.maxAckPending, 256), expires: o.pullExpiresMs });
     this.#loop = this.#consumeLoop(this.#messages);
     if (this.#metrics) {
       const jsm = await jetstreamManager(o.nc, { checkAPI: false });
@@ -166,10 +167,13 @@ class InboxImpl implements Inbox {
         this.#o.logger.warn({ err }, `inbox stop: ${what} failed`);
       }
     };
-    // Stop intake: the iterator yields what it already buffered (naked below), then ends.
+    // Stop intake: no more pull requests; the open ones end (filled or expired) and what they
+    // still deliver is applied and acked like any message (intake-drain.ts says why not cut or nak'ed).
     this.#early.stopSweeping();
     this.#stopLagSampler?.();
-    await step('stop consuming', () => this.#messages?.stop());
+    const messages = this.#messages;
+    const loop = this.#loop;
+    if (messages && loop) await step('stop consuming', () => endIntake(messages, loop, this.#o.pullExpiresMs + 1_000));
     await step('early-version sweep', () => this.#early.sweeping);
     await step('consume loop', () => this.#loop);
     await step('drain in-flight', () => this.#scheduler.idle());
@@ -240,10 +244,6 @@ class InboxImpl implements Inbox {
   async #consumeLoop(messages: ConsumerMessages): Promise<void> {
     try {
       for await (const m of messages) {
-        if (this.#stopping) {
-          m.nak();
-          continue;
-        }
         const key = m.headers?.get(WIRE_HEADERS.partitionKey) || `~seq/${m.info.streamSequence}`;
         const receivedAt = Date.now();
         this.#scheduler.push(key, () => this.#handleMessage(m, receivedAt));

@@ -20,6 +20,7 @@ export const INBOX_DEFAULTS = {
   concurrency: 32,
   maxDeliver: 5,
   ackWaitMs: 30_000,
+  pullExpiresMs: 10_000,
   backoffMs: [1_000, 5_000, 30_000],
   gapTimeoutMs: 60_000,
   gapRetryMs: 100,
@@ -45,6 +46,8 @@ export interface CompiledInboxOptions {
   readonly maxDeliver: number;
   readonly maxAckPending: number;
   readonly ackWaitMs: number;
+  /** Life of each pull request; stop() waits at most this (and a second) for the open one to end. */
+  readonly pullExpiresMs: number;
   /** Server-side `idle_in_transaction_session_timeout` of the inbox's own transactions. */
   readonly transactionIdleTimeoutMs: number;
   /** Server-side `lock_timeout` of the inbox's own transactions. */
@@ -169,6 +172,7 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     maxAckPending: int(options.maxAckPending, 'maxAckPending', 1, 100_000, concurrency * 2),
     maxDeliver: int(options.maxDeliver, 'maxDeliver', 1, 100, INBOX_DEFAULTS.maxDeliver),
     ackWaitMs: int(options.ackWaitMs, 'ackWaitMs', 1_000, 3_600_000, INBOX_DEFAULTS.ackWaitMs),
+    pullExpiresMs: int(options.pullExpiresMs, 'pullExpiresMs', 1_000, 60_000, INBOX_DEFAULTS.pullExpiresMs),
     transactionIdleTimeoutMs: int(
       options.transactionIdleTimeoutMs,
       'transactionIdleTimeoutMs',

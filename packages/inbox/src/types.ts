@@ -120,6 +120,13 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   /** JetStream ack wait: a handler must finish within it. Default 30 000. */
   ackWaitMs?: number;
   /**
+   * Life of each JetStream pull request (1 000-60 000). Heartbeats come every half of it, so a
+   * consumer whose server died pulls again within about this long; `stop()` lets the open request
+   * end rather than cut it (a cut request strands the messages the server was sending for
+   * `ackWaitMs`), so it waits at most this long and a second. Default 10 000.
+   */
+  pullExpiresMs?: number;
+  /**
    * Server-side `idle_in_transaction_session_timeout` of each message's transaction: PostgreSQL ends
    * the session of an instance that stops inside a transaction (frozen, cut off) after this long,
    * which releases its key's row lock; its commit then fails, so nothing is applied twice. A handler

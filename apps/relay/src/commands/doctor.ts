@@ -19,7 +19,7 @@ import {
 } from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
-import { exitWith } from '../exit-codes.js';
+import { EXIT, exitWith } from '../exit-codes.js';
 import { countDeadSql } from '../sql/count-dead.js';
 import { outboxSubjectsSql } from '../sql/outbox-subjects.js';
 import { SERVER_SETTINGS_SQL } from '../sql/server-settings.js';
@@ -71,7 +71,7 @@ the backoff cap and a poll interval (about 22 minutes with the defaults).
 
 Exit codes:
   0  no problem (warnings do not count)
-  N  N problems were found (at most 100)
+  1  problems were found (the count is in the last line, or "problems" in --json)
   2  bad usage
 
 Examples:
@@ -110,7 +110,8 @@ export function doctorCommand(ctx: CommandContext): Command {
         }
         ctx.out(`${count(report.problems, 'problem')}, ${count(report.warnings, 'warning')}`);
       }
-      if (report.problems > 0) exitWith(Math.min(100, report.problems));
+      // 1, not the count: 2 problems must not read as bad usage (exit 2); the count is in the output.
+      if (report.problems > 0) exitWith(EXIT.failure);
     });
 }
 

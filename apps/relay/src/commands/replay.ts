@@ -8,6 +8,7 @@ import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { addDatabaseOptions, addNatsOptions, type DatabaseFlags, type NatsFlags } from '../cli/shared-options.js';
+import { parseTimeFlag } from '../cli/time-flag.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
@@ -65,28 +66,13 @@ function parseSeq(value: string): bigint {
   return BigInt(value.trim());
 }
 
-/** An ISO 8601 date-time with its zone: Z or an offset. */
-const ZONED_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$/i;
-
-function parseTime(value: string): Date {
-  const text = value.trim();
-  const d = new Date(text);
-  if (!ZONED_TIME.test(text) || Number.isNaN(d.getTime())) {
-    // Without a zone, JavaScript reads a date-time in the host's local time (and a bare date in
-    // UTC): the same command selected 0 events under TZ=America/New_York and 5 under UTC.
-    throw new InvalidArgumentError(
-      `${JSON.stringify(value)} is not an ISO 8601 time with a zone: use e.g. 2026-11-29T21:00:00Z or 2026-11-29T22:00:00+01:00`,
-    );
-  }
-  return d;
-}
-
 const HELP_AFTER = `
 Re-publishes retained (published, not discarded) outbox rows, in seq order, for
 a consumer that lost its data. The filters combine (AND); give at least one.
 --since/--until compare the row's insert time (created_at); --until is exclusive.
 Their times need a zone (2026-11-29T21:00:00Z, or +01:00): one without is
-refused rather than read in the host's local time.
+refused rather than read in the host's local time. A duration is a time back
+from now, fixed when the command starts: --since 2h --until 10m.
 The run covers the rows selected when it starts (up to the highest seq then).
 
 Each copy carries the original event id in ce-id but a new Nats-Msg-Id
@@ -131,8 +117,18 @@ export function replayCommand(ctx: CommandContext): Command {
   )
     .addOption(new Option('--from-seq <seq>', 'first outbox seq (inclusive)').argParser(parseSeq))
     .addOption(new Option('--to-seq <seq>', 'last outbox seq (inclusive)').argParser(parseSeq))
-    .addOption(new Option('--since <time>', 'rows inserted at or after this ISO time, with its zone (Z or +hh:mm)').argParser(parseTime))
-    .addOption(new Option('--until <time>', 'rows inserted before this ISO time, with its zone (Z or +hh:mm)').argParser(parseTime))
+    .addOption(
+      new Option(
+        '--since <time>',
+        'rows inserted at or after this ISO time, with its zone (Z or +hh:mm), or this long ago (10m, 2h, 1d)',
+      ).argParser(parseTimeFlag),
+    )
+    .addOption(
+      new Option(
+        '--until <time>',
+        'rows inserted before this ISO time, with its zone (Z or +hh:mm), or this long ago (10m, 2h, 1d)',
+      ).argParser(parseTimeFlag),
+    )
     .addOption(new Option('--key <key>', 'only this event key'))
     .addOption(new Option('--subject-prefix <prefix>', 'only subjects starting with this text, e.g. orders.'))
     .addOption(

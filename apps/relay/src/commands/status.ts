@@ -3,8 +3,10 @@ import { Command } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
 import { type RelayInstance, relayInstances } from '../cli/relay-instances.js';
 import { addDatabaseOptions, type DatabaseFlags } from '../cli/shared-options.js';
+import { statusAttention } from '../cli/status-check.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
+import { EXIT, exitWith } from '../exit-codes.js';
 import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 import { countBlockedKeysSql } from '../sql/count-blocked-keys.js';
 import { laneBacklogSql } from '../sql/lane-backlog.js';
@@ -57,13 +59,16 @@ shown as overdue (frozen, cut off or stuck), and a live instance takes it on
 its next poll.
 
 Exit codes:
-  0  the status was read
-  1  PostgreSQL unreachable, or the schema is not migrated
+  0  the status was read (with --check: and nothing needs a person)
+  1  PostgreSQL unreachable, or the schema is not migrated; with --check also
+     when something needs a person: dead events, keys blocked behind a failed
+     event, lanes with pending events and no live relay (named on stderr)
   2  bad usage
 
 Examples:
   ferry status --database-url postgres://ops@db/app
-  ferry status --json | jq '.lanes[] | select(.pending > 0)'`;
+  ferry status --json | jq '.lanes[] | select(.pending > 0)'
+  ferry status --check || page-someone   # in cron or a probe`;
 
 export async function readStatus(pool: import('pg').Pool, schema: string): Promise<StatusReport> {
   await requireOutbox(pool, schema);
@@ -166,13 +171,19 @@ export function statusCommand(ctx: CommandContext): Command {
       'backlog per lane, oldest pending age, dead events, events published in the last minute, live relays and their lanes',
     ),
   )
+    .option('--check', 'exit 1 when something needs a person: dead events, blocked keys, lanes without a live relay')
     .addHelpText('after', HELP_AFTER)
-    .action(async (flags: DatabaseFlags) => {
+    .action(async (flags: DatabaseFlags & { check?: boolean }) => {
       const pool = commandPool(flags, ctx, 'ferry-status');
       try {
         const report = await readStatus(pool, flags.schema);
         if (flags.json) ctx.out(JSON.stringify(report));
         else printStatus(report, ctx.out);
+        const attention = flags.check ? statusAttention(report) : [];
+        if (attention.length > 0) {
+          ctx.err(`ferry status --check: needs a person: ${attention.join('; ')}`);
+          exitWith(EXIT.failure);
+        }
       } finally {
         await pool.end();
       }

@@ -6,6 +6,7 @@ import { markFailedSql } from '../sql/mark-failed.js';
 import { markPublishedSql } from '../sql/mark-published.js';
 import type { CompiledRelayOptions, Logger } from '../types.js';
 import type { Acked, LeasedRow } from './claim-plan.js';
+import { failureText } from './failure-text.js';
 import { Marker } from './marker.js';
 import type { RelayMetrics } from './metrics.js';
 import type { RelayEmitter } from './relay-emitter.js';
@@ -100,7 +101,7 @@ export class RowSettler {
     metrics.failures.inc({ reason: outcome.reason });
     const attempt = row.attempts + 1;
     const dead = outcome.permanent || attempt >= o.maxAttempts;
-    const error = `${outcome.reason}: ${outcome.message}`;
+    const error = failureText(outcome, row.subject);
     const delay = backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs);
     try {
       const r = await withRetries('recording a failure', logger, () =>
