@@ -130,10 +130,12 @@ describe('hostile events at the inbox', () => {
       const { rows } = await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.effects WHERE key LIKE 'other-%'`);
       return rows[0].n === 100;
     };
-    await waitFor(othersApplied, { what: 'the 100 other keys applied', timeoutMs: 30_000, intervalMs: 50 });
+    // Held ack-pending slots would keep the other keys out until A's gap times out (60 s); storing A's 1,000 early
+    // versions first takes a few seconds on a quiet machine and 17-26 s on a loaded 2-core one. The bound sits between.
+    await waitFor(othersApplied, { what: 'the 100 other keys applied', timeoutMs: 50_000, intervalMs: 50 });
     const othersMs = performance.now() - started;
     console.log(`# 100 other keys applied ${Math.round(othersMs)} ms after publishing began (1,000 early versions of A ahead of them)`);
-    assert.ok(othersMs < 15_000, `other keys waited ${Math.round(othersMs)} ms behind one key's gap`);
+    assert.ok(othersMs < 45_000, `other keys waited ${Math.round(othersMs)} ms behind one key's gap (gap timeout 60 s)`);
     await waitFor(async () => (await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.inbox_early`)).rows[0].n === 1000, {
       what: "A's early versions stored",
       timeoutMs: 15_000,
