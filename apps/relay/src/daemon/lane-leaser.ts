@@ -175,13 +175,14 @@ export class LaneLeaser {
     }
   }
 
-  #lost(lanes: number[], reason: string): void {
+  /** `info` for a lane given up on purpose (over the share, stopping): only a loss the instance did not choose warns. */
+  #lost(lanes: number[], reason: string, level: 'warn' | 'info' = 'warn'): void {
     for (const lane of lanes) {
       const h = this.#held.get(lane);
       if (!h) continue;
       this.#held.delete(lane);
       this.#releasing.delete(lane);
-      this.#o.logger.warn({ event: 'lease-lost', lane, epoch: h.epoch, reason }, `lease lost: lane ${lane} epoch ${h.epoch} (${reason})`);
+      this.#o.logger[level]({ event: 'lease-lost', lane, epoch: h.epoch, reason }, `lease lost: lane ${lane} epoch ${h.epoch} (${reason})`);
     }
   }
 
@@ -249,7 +250,7 @@ export class LaneLeaser {
         // Stopping: lanes with nothing in flight go now, so the others take them on their next poll instead
         // of when this instance has drained; busy ones stay renewed until their chains end.
         const idle = [...this.#held.keys()].filter((l) => !busy(l));
-        if (idle.length > 0) await this.#release(idle, 'this instance is stopping');
+        if (idle.length > 0) await this.#release(idle, 'this instance is stopping', 'info');
         this.#failing = false;
         return this.lanes;
       }
@@ -262,7 +263,7 @@ export class LaneLeaser {
         const extra = [...keys.filter((l) => !busy(l)), ...keys.filter((l) => busy(l))];
         for (const l of extra.slice(0, Math.max(0, this.#held.size - share - this.#releasing.size))) this.#releasing.add(l);
         const now = [...this.#releasing].filter((l) => !busy(l));
-        if (now.length > 0) await this.#release(now, `over the fair share of ${share} with ${this.#live} instances`);
+        if (now.length > 0) await this.#release(now, `over the fair share of ${share} with ${this.#live} instances`, 'info');
       } else if (this.#releasing.size > 0) {
         this.#releasing.clear(); // back within the share (an instance left): keep them
       }
@@ -331,9 +332,9 @@ export class LaneLeaser {
     this.#free = Math.max(0, this.#free - rows.length);
   }
 
-  async #release(lanes: number[], reason: string): Promise<void> {
+  async #release(lanes: number[], reason: string, level: 'warn' | 'info' = 'warn'): Promise<void> {
     // Dropped here first: whatever the statement does, this instance no longer acts on them.
-    this.#lost(lanes, `released: ${reason}`);
+    this.#lost(lanes, `released: ${reason}`, level);
     await this.#query(this.#sql.release, [this.#o.instance, lanes]);
   }
 
