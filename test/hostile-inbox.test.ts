@@ -213,6 +213,10 @@ describe('hostile events at the inbox', () => {
       mode: 'sequential',
       maxDeliver: 3,
       backoffMs: [50],
+      // The park worker fetches at start, then every poll interval: with a long one it cannot take
+      // stuck/2 from the parking lot (a fourth handler run) before the asserts below. Its own
+      // retries are inbox-park's subject.
+      parkPollIntervalMs: 600_000,
       handlers: {
         Set: async (event, { tx }) => {
           const id = `${event.key}/${event.version}`;
