@@ -59,6 +59,14 @@ async function seqsOf(eventIds: string[]): Promise<string[]> {
   return rows.map((r) => r.seq);
 }
 
+async function lastAction(): Promise<{ action: string; via: string; rows: number; outcome: string; filter: Record<string, unknown> }> {
+  const { rows } = await db.pool.query(
+    `SELECT action, via, rows, outcome, filter FROM ${quoteIdentifier(db.schema)}.operator_actions ORDER BY id DESC LIMIT 1`,
+  );
+  assert.ok(rows[0], 'an operator_actions row');
+  return rows[0];
+}
+
 const lastSeq = async () => (await stream.jsm.streams.info(stream.name)).state.last_seq;
 const base = () => ['replay', '--database-url', db.url, '--schema', db.schema, '--nats-url', stream.nc.getServer(), '--yes'];
 
@@ -151,6 +159,14 @@ test('ferry replay - --key with --subject-prefix selects one key, versions ascen
   );
   const none = await ferry([...base(), '--key', 'k3', '--subject-prefix', `${stream.prefix}.pay`, '--json']);
   assert.equal(none.json<ReplayReport>().matched, 0);
+  // The run is in the audit trail, as the console's replays are (one shared action).
+  const audit = await lastAction();
+  assert.equal(audit.action, 'replay');
+  assert.equal(audit.via, 'cli');
+  assert.equal(audit.rows, 10);
+  assert.equal(audit.outcome, 'ok');
+  assert.equal(audit.filter.key, 'pay-1');
+  assert.equal(audit.filter.subjectPrefix, `${stream.prefix}.pay`);
 });
 
 test('ferry replay - --since/--until with --dry-run counts and publishes nothing', async () => {
@@ -204,6 +220,10 @@ test('ferry replay - an event no stream covers stops the replay with exit 1 and 
   assert.equal(report.replayed, 0);
   assert.equal(report.failed?.seq, seq);
   assert.match(r.err, new RegExp(`ferry replay --subject-prefix ferry_nostream. --from-seq ${seq} --to-seq ${seq}`));
+  const audit = await lastAction();
+  assert.equal(audit.action, 'replay');
+  assert.equal(audit.rows, 0);
+  assert.match(audit.outcome, /1 publish\(es\) failed/);
 });
 
 test('ferry replay - an inbox that already applied the events drops the replayed copies (duplicate or stale)', async () => {

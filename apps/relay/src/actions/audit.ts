@@ -6,7 +6,7 @@ import { NotMigratedError } from '../errors.js';
 export type ActionVia = 'cli' | 'console';
 
 /** The action names recorded in `operator_actions.action`. */
-export type ActionName = 'dlq.retry' | 'dlq.discard' | 'parked.retry' | 'parked.discard';
+export type ActionName = 'dlq.retry' | 'dlq.discard' | 'parked.retry' | 'parked.discard' | 'replay';
 
 /** Who asked, and through what: every action function takes one. */
 export interface Operator {

@@ -1,8 +1,9 @@
-// ferry replay: the filters, the confirmation and the per-key pipelined publish share one report, so
-// they stay in one file (just over ~350 lines); the progress bar and the resume commands live apart.
-import { ConfigError, encodedSize, encodeEvent, eventFromOutboxRow, LIMITS, quoteIdentifier, replayMsgIdSuffix } from '@ferry/core';
-import { headers as natsHeaders } from '@nats-io/transport-node';
+// ferry replay: the flags, the confirmation and the report. The selection, its count and the per-key
+// pipelined publish are the shared action (actions/replay.ts), which `ferry console` calls too.
+import { replayMsgIdSuffix } from '@ferry/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { cliOperator } from '../actions/audit.js';
+import { checkReplaySelection, previewReplay, type ReplayReport, type ReplaySelection, replayEvents } from '../actions/replay.js';
 import { commandPool, requireOutbox } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn } from '../cli/flag-parsers.js';
@@ -12,13 +13,11 @@ import { parseTimeFlag } from '../cli/time-flag.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
-import { PubAcks } from '../daemon/pub-acks.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
-import type { BoundedOutboxEventRow } from '../sql/outbox-event-columns.js';
-import { countReplaySql, replayPageSql } from '../sql/replay-rows.js';
 import { Progress, type ProgressMode } from './replay-progress.js';
-import { type ReplayFailure, resumeCommands, shellQuote } from './replay-resume.js';
+import { shellQuote } from './replay-resume.js';
 
+export type { ReplayReport } from '../actions/replay.js';
 export type { ReplayFailure } from './replay-resume.js';
 
 interface ReplayFlags extends DatabaseFlags, NatsFlags {
@@ -34,30 +33,6 @@ interface ReplayFlags extends DatabaseFlags, NatsFlags {
   keepGoing?: boolean;
   yes?: boolean;
   progress: ProgressMode;
-}
-
-/** The `--json` output of `ferry replay`. */
-export interface ReplayReport {
-  /** Retained events the filters select. */
-  matched: number;
-  /** Copies acknowledged by JetStream. */
-  replayed: number;
-  firstSeq: string | null;
-  lastSeq: string | null;
-  /** Each copy's `Nats-Msg-Id` is `<event id>` followed by this suffix. */
-  msgIdSuffix: string;
-  durationMs: number;
-  dryRun: boolean;
-  /** The first publish that failed (lowest seq); none of its key's later events was sent. */
-  failed: ReplayFailure | null;
-  /** Every publish that failed, in seq order (one per key at most). */
-  failures: ReplayFailure[];
-  /** Selected events not sent because of a failure: the failed keys' later events, and all after a stop. */
-  skipped: number;
-  /** Selected events deleted before they were read (pruned after the retention, or discarded). */
-  vanished: number;
-  /** Argument lists (add the connection options) that send exactly the events not sent; empty when none. */
-  resume: string[][];
 }
 
 function parseSeq(value: string): bigint {
@@ -104,13 +79,6 @@ Examples:
   ferry replay --since 2026-11-29T08:00:00Z --until 2026-11-29T09:00:00Z --subject-prefix orders.
   ferry replay --key order-42 --json`;
 
-interface Row extends BoundedOutboxEventRow {
-  seq: string;
-}
-
-/** Data bytes one page of the selection may load: pages are cut by bytes as well as rows. */
-const PAGE_BYTES = 64 * 1024 * 1024;
-
 export function replayCommand(ctx: CommandContext): Command {
   return addNatsOptions(
     addDatabaseOptions(new Command('replay').description('re-publish retained outbox events by seq range, time range or key')),
@@ -154,39 +122,18 @@ export function replayCommand(ctx: CommandContext): Command {
 }
 
 async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void> {
-  const { fromSeq, toSeq, since, until, key, subjectPrefix } = flags;
-  if ([fromSeq, toSeq, since, until, key, subjectPrefix].every((v) => v === undefined)) {
-    throw new ConfigError('--from-seq', 'give a range: --from-seq/--to-seq, --since/--until, --key or --subject-prefix');
-  }
-  if (fromSeq !== undefined && toSeq !== undefined && fromSeq > toSeq) {
-    throw new ConfigError('--from-seq', `--from-seq ${fromSeq} is after --to-seq ${toSeq}`);
-  }
-  if (subjectPrefix !== undefined && subjectPrefix.length === 0) {
-    throw new ConfigError(
-      '--subject-prefix',
-      'an empty --subject-prefix selects every subject: give the prefix you mean (e.g. orders.), or --from-seq 1 to replay everything on purpose',
-    );
-  }
-  if (since && until && since >= until) {
-    throw new ConfigError('--since', `--since ${since.toISOString()} is not before --until ${until.toISOString()}`);
-  }
-  const conditions = ['published_at IS NOT NULL', 'dead_at IS NULL'];
-  const values: unknown[] = [];
-  const add = (sql: string, value: unknown) => {
-    values.push(value);
-    conditions.push(sql.replace('?', `$${values.length}`));
+  const sel: ReplaySelection = {
+    ...(flags.fromSeq !== undefined ? { fromSeq: flags.fromSeq } : {}),
+    ...(flags.toSeq !== undefined ? { toSeq: flags.toSeq } : {}),
+    ...(flags.since ? { since: flags.since } : {}),
+    ...(flags.until ? { until: flags.until } : {}),
+    ...(flags.key !== undefined ? { key: flags.key } : {}),
+    ...(flags.subjectPrefix !== undefined ? { subjectPrefix: flags.subjectPrefix } : {}),
   };
-  if (fromSeq !== undefined) add('seq >= ?::bigint', fromSeq.toString());
-  if (toSeq !== undefined) add('seq <= ?::bigint', toSeq.toString());
-  if (since) add('created_at >= ?', since);
-  if (until) add('created_at < ?', until);
-  if (key !== undefined) add('key = ?', key);
-  if (subjectPrefix !== undefined) add('starts_with(subject, ?)', subjectPrefix);
-  const where = conditions.join(' AND ');
-
+  checkReplaySelection(sel);
   const pool = commandPool(flags, ctx, 'ferry-replay');
   const started = Date.now();
-  const report: ReplayReport = {
+  let report: ReplayReport = {
     matched: 0,
     replayed: 0,
     firstSeq: null,
@@ -202,16 +149,28 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   };
   try {
     await requireOutbox(pool, flags.schema);
-    const schemaSql = quoteIdentifier(flags.schema);
-    const counted = await pool.query<{ n: string; first: string | null; last: string | null }>(countReplaySql(schemaSql, where), values);
-    report.matched = Number(counted.rows[0]?.n ?? 0);
-    report.firstSeq = counted.rows[0]?.first ?? null;
-    report.lastSeq = counted.rows[0]?.last ?? null;
-    if (!flags.dryRun && report.matched > 0) {
+    // The count and the run are the shared action's (the console calls them too).
+    const preview = await previewReplay(pool, flags.schema, sel);
+    report = { ...report, ...preview };
+    if (!flags.dryRun && preview.matched > 0) {
       // Every consumer of these subjects receives the copies again: asked on a terminal, --yes elsewhere.
-      const question = `replay ${report.matched} events (seq ${report.firstSeq}..${report.lastSeq}) to every consumer of their subjects`;
+      const question = `replay ${preview.matched} events (seq ${preview.firstSeq}..${preview.lastSeq}) to every consumer of their subjects`;
       if (!flags.yes && !(await confirm(question))) throw new NotConfirmedError();
-      await publishAll(flags, ctx, pool, schemaSql, where, values, report);
+      const nc = await connectNats(flags, 'ferry-replay');
+      const progress = new Progress(flags.progress, preview.matched, ctx);
+      try {
+        report = await replayEvents(pool, nc, flags.schema, sel, preview, {
+          ...cliOperator(),
+          maxInFlight: flags.maxInFlight,
+          publishTimeoutMs: flags.publishTimeoutMs,
+          keepGoing: Boolean(flags.keepGoing),
+          onAck: (n) => progress.update(n),
+        });
+        progress.update(report.replayed, true);
+      } finally {
+        await nc.close();
+      }
+      if (report.notRecorded) ctx.err(`ferry replay: not recorded in the audit trail: ${report.notRecorded}`);
     }
   } finally {
     await pool.end();
@@ -243,115 +202,5 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
         ? `; fix it, then send exactly what was not sent with the same connection options: ${report.resume.map((args) => `ferry replay ${args.map(shellQuote).join(' ')}`).join(' ; ')}`
         : '';
     throw new CommandFailedError(`replay incomplete: ${problems.join('; ')}${hint}`);
-  }
-}
-
-async function publishAll(
-  flags: ReplayFlags,
-  ctx: CommandContext,
-  pool: import('pg').Pool,
-  schemaSql: string,
-  where: string,
-  values: unknown[],
-  report: ReplayReport,
-): Promise<void> {
-  const nc = await connectNats(flags, 'ferry-replay');
-  const acks = new PubAcks(nc, flags.publishTimeoutMs);
-  const progress = new Progress(flags.progress, report.matched, ctx);
-  const inFlight = new Set<Promise<void>>();
-  /** Each key's latest send, settled once its outcome is recorded. */
-  const lastOfKey = new Map<string, Promise<void>>();
-  const failedKeys = new Set<string>();
-  let stop = false;
-  let read = 0;
-  let lastAttempted = 0n;
-  let maxAcked: bigint | null = null;
-  const fail = (row: Row, error: string) => {
-    report.failures.push({ seq: row.seq, id: row.id, key: row.key, error });
-    failedKeys.add(row.key);
-    if (!flags.keepGoing) stop = true;
-  };
-  // The run's upper bound is the last seq counted, so rows published meanwhile do not join it
-  // and every counted row that is not read was deleted during the run (vanished).
-  const upTo = report.lastSeq ?? '0';
-  try {
-    let cursor = '0';
-    const page = 500;
-    pages: while (!stop) {
-      const maxPayload = nc.info?.max_payload ?? LIMITS.maxEventBytes;
-      const { rows } = await pool.query<Row>(replayPageSql(schemaSql, where, values.length, page), [
-        ...values,
-        cursor,
-        upTo,
-        Math.min(maxPayload, LIMITS.maxEventBytes),
-        PAGE_BYTES,
-      ]);
-      for (const row of rows) {
-        read++;
-        // A key's next row goes out only after its previous one is acknowledged: a failure
-        // (refused here, rejected by the server, or timed out) must stop the key's later rows
-        // before they are sent, or they reach the stream ahead of it.
-        const previous = lastOfKey.get(row.key);
-        if (previous) await previous;
-        if (stop) break pages;
-        if (failedKeys.has(row.key)) continue; // --keep-going: this key stopped at its failure
-        while (inFlight.size >= flags.maxInFlight) await Promise.race(inFlight);
-        if (stop) break pages;
-        lastAttempted = BigInt(row.seq);
-        if (row.data === null) {
-          fail(row, `the event's data is ${row.data_bytes} bytes, over the NATS server's max_payload of ${maxPayload}; it was not loaded`);
-          continue;
-        }
-        const event = eventFromOutboxRow({ ...row, data: row.data });
-        const encoded = encodeEvent(event, { msgId: `${row.id}${report.msgIdSuffix}` });
-        // Checked here, before sending, on the copy's real wire size (its longer Nats-Msg-Id counted).
-        const size = encodedSize(encoded);
-        if (size > maxPayload) {
-          fail(row, `the copy encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`);
-          continue;
-        }
-        const h = natsHeaders();
-        for (const [name, value] of encoded.headers) h.set(name, value);
-        // Sent in seq order on one connection, so the copies reach the stream in seq order.
-        const p = acks.publish(encoded.subject, encoded.body, h).then(
-          () => {
-            report.replayed++;
-            const seq = BigInt(row.seq);
-            if (maxAcked === null || seq > maxAcked) maxAcked = seq;
-            progress.update(report.replayed);
-          },
-          (err: Error) => fail(row, err.message),
-        );
-        const tracked = p.finally(() => {
-          inFlight.delete(tracked);
-          if (lastOfKey.get(row.key) === tracked) lastOfKey.delete(row.key);
-        });
-        inFlight.add(tracked);
-        lastOfKey.set(row.key, tracked);
-      }
-      if (rows.length === 0) break; // a page cut by bytes is short, and not the last one
-      cursor = rows.at(-1)?.seq ?? cursor;
-    }
-    await Promise.all(inFlight);
-    progress.update(report.replayed, true);
-    report.failures.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
-    report.failed = report.failures[0] ?? null;
-    if (!stop) report.vanished = Math.max(0, report.matched - read);
-    report.skipped = Math.max(0, report.matched - report.vanished - report.replayed - report.failures.length);
-    report.resume = resumeCommands(
-      {
-        ...(flags.since ? { since: flags.since } : {}),
-        ...(flags.until ? { until: flags.until } : {}),
-        ...(flags.subjectPrefix !== undefined ? { subjectPrefix: flags.subjectPrefix } : {}),
-        ...(flags.key !== undefined ? { key: flags.key } : {}),
-        keepGoing: Boolean(flags.keepGoing),
-        lastSeq: report.lastSeq,
-        failures: report.failures,
-      },
-      lastAttempted,
-      maxAcked,
-    );
-  } finally {
-    await nc.close();
   }
 }
