@@ -290,6 +290,45 @@ describe('ferry console in Chromium', () => {
     await page.close();
   });
 
+  test('console - a replay by key from the events page previews the count, sends the key\'s copies in version order, and is audited', async () => {
+    const ids = await publish(
+      Array.from({ length: 3 }, (_, i) => ({ subject: `${stream.prefix}.replay`, key: 'replay-me', type: 'Replayed', data: { i } })),
+    );
+    await publish([{ subject: `${stream.prefix}.replay`, key: 'not-me', type: 'Replayed' }]);
+    const sent = async (key: string) => (await readStream(stream.nc, stream.name)).filter((e) => e.key === key);
+    await waitFor(async () => (await sent('replay-me')).length === 3 && (await sent('not-me')).length === 1, {
+      what: 'the four events published',
+      timeoutMs: 20_000,
+    });
+
+    const { page, problems } = await watchedPage();
+    await page.goto(`${consoleServer.url}/events?key=replay-me`);
+    await page.click('button:has-text("Replay all matching published")');
+    await page.waitForURL('**/replay/preview');
+    assert.equal(await page.textContent('#count'), '3');
+    assert.match((await page.textContent('#summary')) ?? '', /replays 3 published event\(s\) \(seq \d+\.\.\d+\) to every consumer/);
+    await page.click('#confirm');
+    await page.waitForURL('**/replay/apply');
+    assert.equal(await page.textContent('#done'), '3');
+
+    const copies = await sent('replay-me');
+    assert.deepEqual(
+      copies.map((e) => [e.id, e.version]),
+      [...ids, ...ids].map((id, i) => [id, BigInt((i % 3) + 1)]),
+      'the originals, then one copy of each in version order',
+    );
+    assert.equal((await sent('not-me')).length, 1, 'another key is not replayed');
+    const { rows } = await db.pool.query<{ action: string; rows: number; outcome: string; filter: { key?: string } }>(
+      `SELECT action, rows, outcome, filter FROM ${s}.operator_actions WHERE action = 'replay'`,
+    );
+    assert.equal(rows.length, 1);
+    assert.equal(rows[0]?.rows, 3);
+    assert.equal(rows[0]?.outcome, 'ok');
+    assert.equal(rows[0]?.filter.key, 'replay-me');
+    assert.deepEqual(problems, []);
+    await page.close();
+  });
+
   test('console - a parked event retried in the console is applied by the inbox, once', async () => {
     await publishToStream(inboxStream.nc, [ferryEvent(inboxStream.prefix, { key: 'invoice-7', version: 1, type: 'Charge' })]);
     const jobTable = `${quoteIdentifier(`${db.schema}_boss`)}.job`;

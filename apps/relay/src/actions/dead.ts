@@ -61,8 +61,8 @@ export interface SettleDeadOptions extends Operator {
 
 /** The selection changed between the preview and the confirmation: nothing was done. */
 export class SelectionChangedError extends CommandFailedError {
-  constructor(expected: number, found: number) {
-    super(`nothing done: the preview selected ${expected} dead row(s), now ${found} match: preview again`);
+  constructor(expected: number, found: number, what = 'dead row(s)') {
+    super(`nothing done: the preview selected ${expected} ${what}, now ${found} match: preview again`);
     this.name = 'SelectionChangedError';
   }
 }

@@ -30,6 +30,10 @@ export interface ReplaySelection {
   key?: string;
   /** Subjects starting with this text. */
   subjectPrefix?: string;
+  /** This subject exactly (the console's filter; the CLI has --subject-prefix). */
+  subject?: string;
+  /** This event type (the console's filter). */
+  type?: string;
 }
 
 /** What a replay would send: the rows selected now, and their seq range (the run's bound). */
@@ -55,7 +59,7 @@ export interface ReplayReport extends ReplayPreview {
   skipped: number;
   /** Selected events deleted before they were read (pruned after the retention, or discarded). */
   vanished: number;
-  /** Argument lists (add the connection options) that send exactly the events not sent; empty when none. */
+  /** Argument lists (add the connection options) that send exactly the events not sent; empty when none (or the selection has a subject or type). */
   resume: string[][];
   /** Why the run is not in the audit trail, when it is not. */
   notRecorded?: string;
@@ -63,8 +67,8 @@ export interface ReplayReport extends ReplayPreview {
 
 /** Refuses a selection that is empty, inverted or would select everything by accident. */
 export function checkReplaySelection(sel: ReplaySelection): void {
-  const { fromSeq, toSeq, since, until, key, subjectPrefix } = sel;
-  if ([fromSeq, toSeq, since, until, key, subjectPrefix].every((v) => v === undefined)) {
+  const { fromSeq, toSeq, since, until, key, subjectPrefix, subject, type } = sel;
+  if ([fromSeq, toSeq, since, until, key, subjectPrefix, subject, type].every((v) => v === undefined)) {
     throw new ConfigError('--from-seq', 'give a range: --from-seq/--to-seq, --since/--until, --key or --subject-prefix');
   }
   if (fromSeq !== undefined && toSeq !== undefined && fromSeq > toSeq) {
@@ -94,6 +98,8 @@ function replayCondition(sel: ReplaySelection): { where: string; values: unknown
   if (sel.until) add('created_at < ?', sel.until);
   if (sel.key !== undefined) add('key = ?', sel.key);
   if (sel.subjectPrefix !== undefined) add('starts_with(subject, ?)', sel.subjectPrefix);
+  if (sel.subject !== undefined) add('subject = ?', sel.subject);
+  if (sel.type !== undefined) add('type = ?', sel.type);
   return { where: conditions.join(' AND '), values };
 }
 
@@ -293,6 +299,8 @@ async function publishAll(
   report.failed = report.failures[0] ?? null;
   if (!stop) report.vanished = Math.max(0, report.matched - read);
   report.skipped = Math.max(0, report.matched - report.vanished - report.replayed - report.failures.length);
+  // The CLI has no --subject or --type: a console selection with them gets no resume commands.
+  if (sel.subject !== undefined || sel.type !== undefined) return;
   report.resume = resumeCommands(
     {
       ...(sel.since ? { since: sel.since } : {}),

@@ -63,6 +63,9 @@ copies is sent and the run stops (with --keep-going: the other keys go on).
 The report then names the failures and prints the exact commands (the same
 filters, narrowed) that send what was not sent, and nothing twice.
 
+Each run is recorded in the schema's operator_actions (who, the filters, the
+copies acknowledged, the outcome), as the console's replays are.
+
 It counts the selected events, then asks for confirmation on a terminal;
 elsewhere pass --yes (without it nothing is sent, exit 2). --dry-run only
 counts. An empty --subject-prefix is refused (it would select everything).

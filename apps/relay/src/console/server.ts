@@ -10,6 +10,7 @@ import { listActions } from '../actions/audit.js';
 import { type DeadAction, previewDead, SelectionChangedError, settleDead } from '../actions/dead.js';
 import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-filter.js';
 import { type ParkedAction, settleParked } from '../actions/parked.js';
+import { previewReplay, type ReplaySelection, replayEvents } from '../actions/replay.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
 import { showEventSql } from '../sql/show-event.js';
@@ -66,6 +67,8 @@ export interface ConsoleServer {
 
 /** Rows each list shows at most. */
 const LIST_LIMIT = 200;
+/** Events one console replay sends at most (it answers when done); more is `ferry replay`'s job. */
+const REPLAY_MAX = 100_000;
 /** Payload bytes read for one event (the rest is counted, not loaded). */
 const PAYLOAD_BYTES = 64 * 1024;
 const BODY_LIMIT = 64 * 1024;
@@ -120,6 +123,8 @@ export const CONSOLE_PATHS = new Set([
   '/dlq/apply',
   '/parked/preview',
   '/parked/apply',
+  '/replay/preview',
+  '/replay/apply',
 ]);
 
 /** Starts the console's HTTP server; resolves once it listens. */
@@ -228,6 +233,14 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
       .filter(([, v]) => v !== undefined && v !== '')
       .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
     return html`<form class="inline" method="post" action="/dlq/preview">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}<button type="submit" data-action="${action}">${label}</button></form>`;
+  }
+
+  function replayForm(r: Req, fields: Record<string, string | undefined>, label: string): Html | string {
+    if (!canAct(r)) return '';
+    const hidden = Object.entries(fields)
+      .filter(([, v]) => v !== undefined && v !== '')
+      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+    return html`<form class="inline" method="post" action="/replay/preview">${csrfField(r)}${hidden}<button type="submit" data-action="replay">${label}</button></form>`;
   }
 
   function eventsTable(rows: EventRow[]): Html {
@@ -470,7 +483,11 @@ ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'crea
       any && canAct(r) && (f.state === undefined || f.state === 'dead')
         ? html`<p>Every dead event matching this filter: ${deadForm(r, 'retry', filterFields(f), 'Retry all matching dead…')} ${deadForm(r, 'discard', filterFields(f), 'Discard all matching dead…')} (a preview with the exact count comes first)</p>`
         : '';
-    const body = html`${form}${bulk}${
+    const replayable = any && f.ids === undefined && (f.state === undefined || f.state === 'published');
+    const replay = replayable
+      ? html`<p>Every published event matching this filter: ${replayForm(r, { ...filterFields(f), id: undefined }, 'Replay all matching published…')} (to every consumer of their subjects; a preview with the exact count comes first)</p>`
+      : '';
+    const body = html`${form}${bulk}${replay}${
       any
         ? rows.length === 0
           ? html`<p class="note">No event matches.</p>`
@@ -528,6 +545,7 @@ ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'crea
     ];
     const body = html`<table class="event">${fields.map(([k, v]) => html`<tr><th>${k}</th><td data-field="${k}">${v ?? '-'}</td></tr>`)}</table>
 ${state === 'dead' ? html`<p>${deadForm(r, 'retry', { id }, 'Retry…')} ${deadForm(r, 'discard', { id }, 'Discard…')}</p>` : ''}
+${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String(e.seq), to_seq: String(e.seq) }, 'Replay this event…')} ${replayForm(r, { key: e.key, from_seq: String(e.seq) }, 'Replay this key from here…')}</p>` : ''}
 <h2>Headers</h2><table class="headers">${Object.entries(e.headers ?? {}).map(([k, v]) => html`<tr><th>${k}</th><td>${typeof v === 'string' ? v : JSON.stringify(v)}</td></tr>`)}</table>
 <h2>Payload (${payload.kind === 'hex' ? 'bytes, not UTF-8: hex' : payload.kind}, ${e.data_bytes} bytes${e.data_bytes > e.data.byteLength ? `, first ${e.data.byteLength} shown` : ''})</h2>
 <pre class="payload">${payload.text}</pre>
@@ -708,6 +726,98 @@ ${rows.map((p) => {
     return layout(r, 'Done', '/blocked', body);
   }
 
+  /** A replay selection from a form: the events filter's fields (a subject ending in . or > is a prefix) and a seq range. */
+  function replaySelection(form: URLSearchParams): ReplaySelection {
+    const f = parseFilter(Object.fromEntries(['key', 'subject', 'type', 'since', 'until'].map((k) => [k, form.get(k) ?? ''])));
+    const seq = (name: string): bigint | undefined => {
+      const v = form.get(name) ?? '';
+      if (v === '') return undefined;
+      if (!/^\d{1,19}$/.test(v))
+        throw new HttpError(400, `${name} must be an outbox seq (a positive integer), got ${JSON.stringify(v.slice(0, 40))}`);
+      return BigInt(v);
+    };
+    const sel: ReplaySelection = {};
+    const fromSeq = seq('from_seq');
+    const toSeq = seq('to_seq');
+    if (fromSeq !== undefined) sel.fromSeq = fromSeq;
+    if (toSeq !== undefined) sel.toSeq = toSeq;
+    if (f.key !== undefined) sel.key = f.key;
+    if (f.type !== undefined) sel.type = f.type;
+    if (f.since) sel.since = f.since;
+    if (f.until) sel.until = f.until;
+    if (f.subject !== undefined) {
+      if (/[.>]$/.test(f.subject)) sel.subjectPrefix = f.subject.replace(/>$/, '');
+      else sel.subject = f.subject;
+    }
+    if (Object.keys(sel).length === 0) throw new HttpError(400, 'a replay needs a filter: a key, subject, type, time range or seq range');
+    return sel;
+  }
+
+  function replayHidden(sel: ReplaySelection): Html[] {
+    const fields: Record<string, string | undefined> = {
+      key: sel.key,
+      subject: sel.subject ?? (sel.subjectPrefix !== undefined ? `${sel.subjectPrefix}>` : undefined),
+      type: sel.type,
+      since: sel.since?.toISOString(),
+      until: sel.until?.toISOString(),
+      from_seq: sel.fromSeq?.toString(),
+      to_seq: sel.toSeq?.toString(),
+    };
+    return Object.entries(fields)
+      .filter(([, v]) => v !== undefined)
+      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+  }
+
+  async function replayPreview(r: Req, form: URLSearchParams): Promise<string> {
+    checkAction(r, form);
+    const sel = replaySelection(form);
+    const p = await previewReplay(longPool, o.schema, sel);
+    const described = html`<span class="mono">${JSON.stringify(Object.fromEntries(Object.entries(sel).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v])))}</span>`;
+    let body: Html;
+    if (p.matched === 0)
+      body = html`<p class="note">No published event matches ${described}: nothing to replay.</p><p><a href="/events">Back</a></p>`;
+    else if (p.matched > REPLAY_MAX)
+      body = html`<p class="advice" id="summary">${p.matched} events match ${described}: the console replays at most ${REPLAY_MAX} at a time. Narrow the filter, or run ferry replay with the same filters (it shows progress and prints resume commands).</p>`;
+    else if (!o.nc) body = html`<p class="advice">Cannot replay: ${o.natsError ?? 'not connected to NATS (ferry console --nats-url)'}.</p>`;
+    else
+      body = html`<div class="preview"><p id="summary">This replays <b id="count">${p.matched}</b> published event(s) (seq ${p.firstSeq}..${p.lastSeq}) to <b>every consumer of their subjects</b>, in seq order, each key's copies one at a time. Inboxes drop the events they already applied.</p>
+<p class="note">Filter: ${described}. Only rows up to seq ${p.lastSeq} are sent: if the count differs when you confirm, nothing is sent.</p>
+<form method="post" action="/replay/apply">${csrfField(r)}${replayHidden(sel)}
+<input type="hidden" name="expect_rows" value="${p.matched}"><input type="hidden" name="expect_last_seq" value="${p.lastSeq ?? ''}">
+<button id="confirm" class="danger" type="submit">Replay ${p.matched} event(s)</button> <a href="/events">Cancel</a></form></div>`;
+    return layout(r, 'Preview: replay events', '/events', body);
+  }
+
+  async function replayApply(r: Req, form: URLSearchParams): Promise<string> {
+    const who = checkAction(r, form);
+    const sel = replaySelection(form);
+    const rows = Number(form.get('expect_rows'));
+    const lastSeq = form.get('expect_last_seq') ?? '';
+    if (!Number.isInteger(rows) || rows < 1 || rows > REPLAY_MAX || !/^\d{1,19}$/.test(lastSeq))
+      throw new HttpError(400, 'expect_rows and expect_last_seq must come from a preview');
+    if (!o.nc) throw new HttpError(503, `cannot replay: ${o.natsError ?? 'not connected to NATS (ferry console --nats-url)'}`);
+    // Bounded by the preview's last seq, so events published since do not join; the count must match.
+    const bound = BigInt(lastSeq);
+    const bounded: ReplaySelection = { ...sel, toSeq: sel.toSeq !== undefined && sel.toSeq < bound ? sel.toSeq : bound };
+    const p = await previewReplay(longPool, o.schema, bounded);
+    if (p.matched !== rows) throw new SelectionChangedError(rows, p.matched, 'published event(s)');
+    const report = await replayEvents(longPool, o.nc, o.schema, bounded, p, {
+      actor: who,
+      via: 'console',
+      maxInFlight: 256,
+      publishTimeoutMs: 10_000,
+    });
+    const body = html`<p id="result">Replayed <b id="done">${report.replayed}</b> of ${report.matched} event(s) (seq ${report.firstSeq}..${report.lastSeq}) in ${(report.durationMs / 1000).toFixed(1)} s; each copy's Nats-Msg-Id is its event id followed by <span class="mono">${report.msgIdSuffix}</span>.</p>
+${
+  report.failures.length > 0
+    ? html`<p class="advice" id="failed">${report.failures.length} publish(es) failed; ${report.skipped} later event(s) were not sent. The first: ${eventLink(report.failures[0]?.id ?? '')} of key ${report.failures[0]?.key}: ${report.failures[0]?.error}</p>`
+    : ''
+}${report.vanished > 0 ? html`<p class="advice">${report.vanished} selected event(s) were pruned or discarded before they were read.</p>` : ''}${
+  report.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${report.notRecorded}</p>` : ''
+}<p><a href="/events">Events</a> · <a href="/audit">Audit trail</a></p>`;
+    return layout(r, 'Done', '/events', body);
+  }
+
   const parkedAction = (form: URLSearchParams): ParkedAction => {
     const a = form.get('action');
     if (a !== 'retry' && a !== 'discard') throw new HttpError(400, `action must be retry or discard, got ${JSON.stringify(a)}`);
@@ -840,6 +950,8 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     '/dlq/apply': dlqApply,
     '/parked/preview': parkedPreview,
     '/parked/apply': parkedApply,
+    '/replay/preview': replayPreview,
+    '/replay/apply': replayApply,
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
