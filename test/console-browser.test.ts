@@ -325,6 +325,15 @@ describe('ferry console in Chromium', () => {
     assert.equal(rows[0]?.rows, 3);
     assert.equal(rows[0]?.outcome, 'ok');
     assert.equal(rows[0]?.filter.key, 'replay-me');
+
+    // The overview's charts count what the relay published this hour (a replay is not a publish).
+    const { rows: published } = await db.pool.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at > now() - interval '59 minutes' AND dead_at IS NULL`,
+    );
+    await page.goto(`${consoleServer.url}/`);
+    await showsText(page, '#chart-total', (t) => t === published[0]?.n, `the chart to count the ${published[0]?.n} events published`);
+    assert.equal(await page.locator('svg[data-chart=published] g').count(), 60);
+    assert.ok((await page.locator('svg[data-chart=latency] rect.p99').count()) > 0, 'a latency bar');
     assert.deepEqual(problems, []);
     await page.close();
   });
@@ -386,7 +395,7 @@ describe('ferry console in Chromium', () => {
     for (const path of ['/', '/blocked', '/audit', `/events?key=${encodeURIComponent(key)}`, `/event?id=${id}`]) {
       await page.goto(`${consoleServer.url}${path}`);
       assert.equal(await page.evaluate('typeof window.__pwned'), 'undefined', `no script ran on ${path}`);
-      assert.equal(await page.locator('main img, main svg, main script, main b[onmouseover]').count(), 0, `no injected element on ${path}`);
+      assert.equal(await page.locator('main img, main svg:not(.chart), main script, main b[onmouseover], main [onload], main [onerror]').count(), 0, `no injected element on ${path}`);
     }
     // On the event's page every hostile value is there, as text.
     const text = (await page.textContent('main')) ?? '';

@@ -32,6 +32,12 @@ button { cursor: pointer; }
 button.danger { color: #fff; background: var(--red); border: 1px solid var(--red); padding: 3px 10px; }
 .preview { background: #fff; border: 2px solid var(--amber); padding: 10px 14px; }
 #stamp { color: #aab; font-size: 12px; }
+.charts { display: flex; gap: 24px; flex-wrap: wrap; margin-top: 12px; }
+.charts figure { margin: 0; } .charts figcaption { font-size: 12px; color: var(--muted); margin-bottom: 2px; }
+svg.chart { display: block; background: #fff; border: 1px solid var(--line); }
+svg.chart .slot { fill: transparent; } svg.chart g:hover .slot { fill: #eef2f8; }
+svg.chart .bar { fill: #3b6ea8; } svg.chart .p99 { fill: #e3a33b; } svg.chart .p50 { fill: #8a5a00; }
+.axis { display: flex; justify-content: space-between; width: 600px; font-size: 11px; color: var(--muted); }
 #stamp.stale { color: #ff9e9e; }
 `;
 

@@ -15,6 +15,7 @@ import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
 import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
+import { MinuteHistory, minuteCharts } from './charts.js';
 import { ago, esc, Html, html, iso, qs, showPayload } from './html.js';
 import {
   type BlockedRow,
@@ -23,6 +24,7 @@ import {
   type EventRow,
   inboxVersions,
   keyHistory,
+  type MinuteStat,
   type ParkedCount,
   type ParkedRow,
   parkedCounts,
@@ -262,24 +264,36 @@ ${rows.map(
     parked: ParkedCount[];
     jobTable: string | null;
     lag: Awaited<ReturnType<typeof consumerLag>>;
+    minutes: MinuteStat[];
     error?: string;
   }
   let snapshot: Snapshot | undefined;
   let reading: Promise<Snapshot> | undefined;
   const longPool = o.longPool ?? o.pool;
+  const history = new MinuteHistory(longPool, o.schema);
+  const readMinutes = async (): Promise<MinuteStat[]> => {
+    const { rows } = await o.pool.query<{ now: Date }>('SELECT now() AS now');
+    return history.read((rows[0]?.now ?? new Date()).getTime());
+  };
   function readSnapshot(): Promise<Snapshot> {
     reading ??= (async () => {
       const at = Date.now();
       try {
-        const [status, jobTable, lag] = await Promise.all([
+        const [status, jobTable, lag, minutes] = await Promise.all([
           readStatus(longPool, o.schema),
           bossJobTable(o.pool, o.bossSchema),
           consumerLag(),
+          // The charts are not worth a failed overview: on an error they keep the last minutes read.
+          readMinutes().catch(() => snapshot?.minutes ?? []),
         ]);
         const parked = jobTable ? await parkedCounts(o.pool, jobTable) : [];
-        snapshot = { at, status, parked, jobTable, lag };
+        snapshot = { at, status, parked, jobTable, lag, minutes };
       } catch (err) {
-        snapshot = { ...(snapshot ?? { parked: [], jobTable: null, lag: { rows: [], streams: [] } }), at, error: (err as Error).message };
+        snapshot = {
+          ...(snapshot ?? { parked: [], jobTable: null, lag: { rows: [], streams: [] }, minutes: [] }),
+          at,
+          error: (err as Error).message,
+        };
       }
       return snapshot;
     })().finally(() => {
@@ -295,7 +309,7 @@ ${rows.map(
 
   async function overviewFragment(): Promise<Html> {
     const snap = await currentSnapshot();
-    const { status, parked, jobTable, lag } = snap;
+    const { status, parked, jobTable, lag, minutes } = snap;
     const stamp = html`<p class="note" id="asof" data-age-ms="${Date.now() - snap.at}">Numbers as of ${new Date(snap.at).toISOString()} (read once per ${o.refreshMs / 1000} s for every viewer).</p>`;
     if (!status) return html`<p class="advice">Cannot read the status: ${snap.error ?? 'not read yet'}</p>${stamp}`;
     const advice: Html[] = [];
@@ -326,6 +340,7 @@ ${rows.map(
       html`<div class="card${bad ? new Html(' bad') : ''}" data-card="${label}"><b>${value}</b>${label}</div>`;
     return html`${advice}
 <div class="cards">${card('pending', status.pending)}${card('oldest pending', ago(status.oldestPendingSeconds), status.oldestPendingSeconds > 60)}${card('dead', status.dead, status.dead > 0)}${card('blocked keys', status.blockedKeys, status.blockedKeys > 0)}${card('published last minute', status.publishedLastMinute)}${card('relays', status.instances.length, status.instances.length === 0 && status.pending > 0)}</div>
+${minuteCharts(minutes)}
 <h2>Relays</h2>
 ${
   status.instances.length === 0
