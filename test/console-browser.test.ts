@@ -338,6 +338,37 @@ describe('ferry console in Chromium', () => {
     await page.close();
   });
 
+  test('console - while the first numbers cannot be read (a statement that does not return), the overview answers at once and fills in by itself', async () => {
+    const fresh = await startConsole({
+      pool: db.pool,
+      schema: db.schema,
+      bossSchema: `${db.schema}_boss`,
+      host: '127.0.0.1',
+      port: 0,
+      readOnly: true,
+      refreshMs: 5000,
+    });
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE ${s}.outbox IN ACCESS EXCLUSIVE MODE`);
+      const { page, problems } = await watchedPage();
+      const started = performance.now();
+      await page.goto(`${fresh.url}/`);
+      const tookMs = performance.now() - started;
+      assert.match((await page.textContent('#live')) ?? '', /Reading the numbers/);
+      assert.ok(tookMs < 5000, `the page answered in ${Math.round(tookMs)} ms, not after the blocked read`);
+      await blocker.query('ROLLBACK');
+      await showsText(page, '[data-card=pending] b', (t) => /^\d+$/.test(t), 'the overview to fill in without a reload');
+      assert.deepEqual(problems, []);
+      await page.close();
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      await fresh.close();
+    }
+  });
+
   test('console - a parked event retried in the console is applied by the inbox, once', async () => {
     await publishToStream(inboxStream.nc, [ferryEvent(inboxStream.prefix, { key: 'invoice-7', version: 1, type: 'Charge' })]);
     const jobTable = `${quoteIdentifier(`${db.schema}_boss`)}.job`;

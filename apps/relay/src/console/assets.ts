@@ -59,8 +59,10 @@ export const CONSOLE_JS = `'use strict';
         if (stamp) { stamp.textContent = 'updated ' + new Date().toLocaleTimeString(); stamp.className = ''; }
       })
       .catch(function (e) { if (stamp) { stamp.textContent = 'refresh failed: ' + e.message; stamp.className = 'stale'; } })
-      .then(function () { setTimeout(tick, every); });
+      .then(function () { setTimeout(tick, soon()); });
   }
-  setTimeout(tick, every);
+  // While the first numbers are being read (#reading), look again after a second.
+  function soon() { return document.getElementById('reading') ? Math.min(1000, every) : every; }
+  setTimeout(tick, soon());
 })();
 `;

@@ -307,8 +307,18 @@ ${rows.map(
     return snapshot;
   }
 
+  /** How long a page waits for the first snapshot before it shows a placeholder that fills in by itself. */
+  const FIRST_READ_WAIT_MS = 400;
+
   async function overviewFragment(): Promise<Html> {
-    const snap = await currentSnapshot();
+    const snap = snapshot
+      ? await currentSnapshot()
+      : await Promise.race([
+          readSnapshot(),
+          new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), FIRST_READ_WAIT_MS).unref()),
+        ]);
+    if (!snap)
+      return html`<p class="note" id="reading">Reading the numbers: the exact counts run over every pending row and take seconds at a million rows. This page fills in by itself.</p>`;
     const { status, parked, jobTable, lag, minutes } = snap;
     const stamp = html`<p class="note" id="asof" data-age-ms="${Date.now() - snap.at}">Numbers as of ${new Date(snap.at).toISOString()} (read once per ${o.refreshMs / 1000} s for every viewer).</p>`;
     if (!status) return html`<p class="advice">Cannot read the status: ${snap.error ?? 'not read yet'}</p>${stamp}`;
