@@ -20,9 +20,18 @@ export class MinuteHistory {
   /** Minutes before this one are final and kept. */
   #readFrom = 0;
 
-  constructor(pool: pg.Pool, schema: string) {
+  readonly #partialEveryMs: number;
+  /** The last read, reused for the current (partial) minute until it is `partialEveryMs` old. */
+  #last: { at: number; fresh: Map<number, MinuteStat> } | undefined;
+
+  /**
+   * `partialEveryMs`: how often the current minute is read again (a drain at thousands of events per
+   * second puts a few hundred thousand rows in it; the console reads it every third refresh).
+   */
+  constructor(pool: pg.Pool, schema: string, partialEveryMs = 15_000) {
     this.#pool = pool;
     this.#schema = schema;
+    this.#partialEveryMs = partialEveryMs;
   }
 
   /** The last CHART_MINUTES minutes, oldest first, the current (partial) one last; `now` is the database's clock. */
@@ -30,8 +39,14 @@ export class MinuteHistory {
     const current = Math.floor(now / MINUTE) * MINUTE;
     const first = current - (CHART_MINUTES - 1) * MINUTE;
     const from = Math.max(first, this.#readFrom);
-    const rows = await publishedPerMinute(this.#pool, this.#schema, new Date(from), new Date(now + 1));
-    const fresh = new Map(rows.map((m) => [m.minute, m]));
+    const finishing = from < current && from + MINUTE + SETTLE_MS <= now;
+    let fresh: Map<number, MinuteStat>;
+    if (!finishing && this.#last && now - this.#last.at < this.#partialEveryMs) fresh = this.#last.fresh;
+    else {
+      const rows = await publishedPerMinute(this.#pool, this.#schema, new Date(from), new Date(now + 1));
+      fresh = new Map(rows.map((m) => [m.minute, m]));
+      this.#last = { at: now, fresh };
+    }
     let readFrom = from;
     for (let m = from; m < current && m + MINUTE + SETTLE_MS <= now; m += MINUTE) {
       this.#final.set(m, fresh.get(m) ?? empty(m));

@@ -270,7 +270,7 @@ ${rows.map(
   let snapshot: Snapshot | undefined;
   let reading: Promise<Snapshot> | undefined;
   const longPool = o.longPool ?? o.pool;
-  const history = new MinuteHistory(longPool, o.schema);
+  const history = new MinuteHistory(longPool, o.schema, 3 * o.refreshMs);
   const readMinutes = async (): Promise<MinuteStat[]> => {
     const { rows } = await o.pool.query<{ now: Date }>('SELECT now() AS now');
     return history.read((rows[0]?.now ?? new Date()).getTime());
