@@ -290,6 +290,37 @@ describe('ferry console in Chromium', () => {
     await page.close();
   });
 
+  test('console - the blocked keys page groups failed heads by reason, and a group is discarded in one previewed action', async () => {
+    const a = await publish(Array.from({ length: 3 }, (_, i) => ({ subject: `${unrouted}.groupa`, key: `ga${i}`, type: 'Grouped' })));
+    const b = await publish(Array.from({ length: 2 }, (_, i) => ({ subject: `${unrouted}.groupb`, key: `gb${i}`, type: 'Grouped' })));
+    await waitFor(async () => (await deadIds(`type = 'Grouped'`)).length === 5, { what: 'the 5 grouped events to go dead', timeoutMs: 20_000 });
+
+    const { page, problems } = await watchedPage();
+    await page.goto(`${consoleServer.url}/blocked`);
+    const groupA = page.locator('table.groups tr[data-reason*="groupa"]');
+    const groupB = page.locator('table.groups tr[data-reason*="groupb"]');
+    assert.equal(await groupA.locator('td.keys').textContent(), '3');
+    assert.equal(await groupB.locator('td.keys').textContent(), '2');
+    await groupA.locator('button[data-action=discard]').click();
+    await page.waitForURL('**/dlq/preview');
+    assert.equal(await page.textContent('#count'), '3');
+    await page.click('#confirm');
+    await page.waitForURL('**/dlq/apply');
+    assert.equal(await page.textContent('#done'), '3');
+    assert.deepEqual(await deadIds(`type = 'Grouped'`), b, 'only the other reason stays dead');
+    const { rows } = await db.pool.query<{ id: string }>(
+      `SELECT id::text AS id FROM ${s}.outbox WHERE type = 'Grouped' AND last_error LIKE 'discarded by ferry console%' ORDER BY seq`,
+    );
+    assert.deepEqual(
+      rows.map((r) => r.id),
+      a,
+    );
+    // The rest are settled so later tests count only their own dead rows.
+    await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() WHERE type = 'Grouped'`);
+    assert.deepEqual(problems, []);
+    await page.close();
+  });
+
   test('console - a replay by key from the events page previews the count, sends the key\'s copies in version order, and is audited', async () => {
     const ids = await publish(
       Array.from({ length: 3 }, (_, i) => ({ subject: `${stream.prefix}.replay`, key: 'replay-me', type: 'Replayed', data: { i } })),

@@ -20,7 +20,12 @@ export interface EventFilter {
   /** created_at before. */
   until?: Date;
   state?: EventState;
+  /** The failure reason: last_error's first REASON_CHARS characters, exactly (a group of the blocked keys page). */
+  reason?: string;
 }
+
+/** How much of last_error names a failure group. */
+export const REASON_CHARS = 200;
 
 /** The SQL condition of each state, on the outbox aliased `o`. */
 export function stateCondition(state: EventState): string {
@@ -70,6 +75,7 @@ export function filterCondition(f: EventFilter, first = 1): { sql: string; param
   if (f.since !== undefined) parts.push(`o.created_at >= ${p(f.since)}`);
   if (f.until !== undefined) parts.push(`o.created_at < ${p(f.until)}`);
   if (f.state !== undefined) parts.push(stateCondition(f.state));
+  if (f.reason !== undefined) parts.push(`left(o.last_error, ${REASON_CHARS}) = ${p(f.reason)}`);
   return { sql: parts.length ? parts.join(' AND ') : 'true', params };
 }
 
@@ -113,6 +119,8 @@ export function parseFilter(fields: Record<string, unknown>): EventFilter {
   if (since !== undefined) f.since = since;
   const until = time('until', fields.until);
   if (until !== undefined) f.until = until;
+  const reason = text('reason', fields.reason);
+  if (reason !== undefined) f.reason = reason;
   const state = text('state', fields.state);
   if (state !== undefined) {
     if (!(EVENT_STATES as readonly string[]).includes(state))

@@ -1,7 +1,7 @@
 import { quoteIdentifier } from '@ferry/core';
 import type { ParkedJobData } from '@ferry/inbox';
 import type pg from 'pg';
-import { type EventFilter, filterCondition, STATE_SQL } from '../actions/event-filter.js';
+import { type EventFilter, filterCondition, REASON_CHARS, STATE_SQL } from '../actions/event-filter.js';
 
 // The console's own reads. Each is bounded: a LIMIT, an index (id, (key, version), the failed-row
 // and pending-key indexes, pg-boss's queue name), and the pool's statement_timeout.
@@ -241,4 +241,26 @@ export async function publishedPerMinute(pool: pg.Pool, schema: string, from: Da
     p50Ms: r.p?.[0] == null ? null : Math.max(0, Number(r.p[0])),
     p99Ms: r.p?.[1] == null ? null : Math.max(0, Number(r.p[1])),
   }));
+}
+
+/** Failed heads with the same reason: ServicePulse's "grouped by cause". */
+export interface FailureGroup {
+  state: 'dead' | 'backing-off';
+  /** last_error's first REASON_CHARS characters. */
+  reason: string;
+  /** Failed rows, one per blocked key (only a key's head is ever sent). */
+  keys: number;
+  oldest: Date;
+}
+
+/** The failed rows grouped by state and reason, largest groups first (the failed-row index, then those rows). */
+export async function failureGroups(pool: pg.Pool, schema: string, limit: number): Promise<FailureGroup[]> {
+  const s = quoteIdentifier(schema);
+  const { rows } = await pool.query<FailureGroup>(
+    `SELECT CASE WHEN o.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END AS state, coalesce(left(o.last_error, ${REASON_CHARS}), '') AS reason,
+            count(*)::int AS keys, min(o.created_at) AS oldest
+       FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0
+      GROUP BY 1, 2 ORDER BY 3 DESC, 4 LIMIT ${Math.trunc(limit)}`,
+  );
+  return rows;
 }

@@ -22,6 +22,8 @@ import {
   blockedKeys,
   bossJobTable,
   type EventRow,
+  type FailureGroup,
+  failureGroups,
   inboxVersions,
   keyHistory,
   type MinuteStat,
@@ -69,6 +71,8 @@ export interface ConsoleServer {
 
 /** Rows each list shows at most. */
 const LIST_LIMIT = 200;
+/** Failure groups the blocked keys page shows at most. */
+const GROUPS_SHOWN = 20;
 /** Events one console replay sends at most (it answers when done); more is `ferry replay`'s job. */
 const REPLAY_MAX = 100_000;
 /** Payload bytes read for one event (the rest is counted, not loaded). */
@@ -452,10 +456,10 @@ ${
 
   // The blocked keys, like the overview, are read at most once per refresh interval for every viewer
   // (a scan of the failed rows: a tab refreshing it must not slow the relays); an action here drops it.
-  let blocked: { at: number; rows: Promise<BlockedRow[]> } | undefined;
-  function blockedList(): Promise<BlockedRow[]> {
+  let blocked: { at: number; rows: Promise<[BlockedRow[], FailureGroup[]]> } | undefined;
+  function blockedList(): Promise<[BlockedRow[], FailureGroup[]]> {
     if (!blocked || Date.now() - blocked.at >= o.refreshMs) {
-      const rows = blockedKeys(o.pool, o.schema, LIST_LIMIT);
+      const rows = Promise.all([blockedKeys(o.pool, o.schema, LIST_LIMIT), failureGroups(o.pool, o.schema, GROUPS_SHOWN)]);
       blocked = { at: Date.now(), rows };
       rows.catch(() => {
         blocked = undefined;
@@ -469,11 +473,22 @@ ${
   };
 
   async function blockedPage(r: Req): Promise<string> {
-    const rows = await blockedList();
+    const [rows, groups] = await blockedList();
+    const grouped =
+      groups.length === 0
+        ? ''
+        : html`<h2>By reason</h2><table class="groups"><tr><th>state</th><th>reason</th><th>blocked keys</th><th>oldest</th><th></th></tr>${groups.map(
+            (g) =>
+              html`<tr class="bad" data-reason="${g.reason}"><td>${g.state}</td><td class="reason">${g.reason || '(none)'}</td><td class="n keys">${g.keys}</td><td>${iso(g.oldest)}</td><td>${
+                g.state === 'dead' && g.reason
+                  ? html`${deadForm(r, 'retry', { reason: g.reason }, `Retry all ${g.keys}…`)} ${deadForm(r, 'discard', { reason: g.reason }, `Discard all ${g.keys}…`)}`
+                  : html`<a href="/events${qs({ state: g.state })}">list</a>`
+              }</td></tr>`,
+          )}</table>${groups.length >= GROUPS_SHOWN ? html`<p class="note">The ${GROUPS_SHOWN} largest groups shown.</p>` : ''}<h2>Oldest first</h2>`;
     const body =
       rows.length === 0
         ? html`<p class="ok">No key is blocked.</p>`
-        : html`<p class="note">Each key waits behind its failed head; the relay retries a backing-off head by itself, a dead one waits for you. Retry a dead head once its cause is fixed (a stream for its subject, a permission), or discard it to let the rows behind it flow.</p>
+        : html`<p class="note">Each key waits behind its failed head; the relay retries a backing-off head by itself, a dead one waits for you. Retry a dead head once its cause is fixed (a stream for its subject, a permission), or discard it to let the rows behind it flow; a group of the same reason is retried or discarded in one action.</p>${grouped}
 <table class="blocked"><tr><th>key</th><th>head id</th><th>version</th><th>subject</th><th>type</th><th>state</th><th>attempts</th><th>next retry</th><th>reason</th><th>waiting behind</th><th></th></tr>
 ${rows.map(
   (b) =>
@@ -491,6 +506,7 @@ ${rows.map(
       type: f.type,
       since: f.since?.toISOString(),
       until: f.until?.toISOString(),
+      reason: f.reason,
     };
   }
 
@@ -698,7 +714,7 @@ ${rows.map((p) => {
   // ---- actions ----
 
   function formFilter(form: URLSearchParams): EventFilter {
-    const f = parseFilter(Object.fromEntries(['key', 'subject', 'type', 'since', 'until'].map((k) => [k, form.get(k) ?? ''])));
+    const f = parseFilter(Object.fromEntries(['key', 'subject', 'type', 'since', 'until', 'reason'].map((k) => [k, form.get(k) ?? ''])));
     const ids = form.getAll('id').filter(Boolean);
     if (ids.length > 0) f.ids = ids.map((id) => parseFilter({ id }).ids?.[0] as string);
     return f;
