@@ -89,6 +89,18 @@ test('ferry dlq - discard --key gives up on a head that is backing off, not dead
   assert.ok(head);
   discardedHead = head;
   await backingOff(head);
+  const before = (await ferry(['dlq', 'show', head, '--json', ...base()])).json<Record<string, unknown>>();
+  assert.equal(before.state, 'backing-off', 'dlq show names the state as the console does');
+  const dead = await ferry(['dlq', 'list', '--json', ...base()]);
+  assert.deepEqual(dead.json(), [], 'not dead: dlq list leaves it out');
+  const failed = await ferry(['dlq', 'list', '--failed', '--json', ...base()]);
+  const listed = failed.json<Array<Record<string, unknown>>>();
+  assert.deepEqual(
+    listed.map((r) => [r.id, r.state, r.dead_at, r.waiting]),
+    [[head, 'backing-off', null, 2]],
+  );
+  assert.match(String(listed[0]?.next_attempt_at), /^\d{4}-/);
+  assert.match((await ferry(['dlq', 'list', '--failed', ...base()])).out, /attempts=\d+ backing off, next_attempt_at=\S+ waiting=2/);
   const asked = await ferry(['dlq', 'discard', '--key', 'a', ...base()]);
   assert.equal(asked.code, 2, asked.err);
   assert.match(asked.err, /pass --yes to confirm/);

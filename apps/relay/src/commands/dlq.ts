@@ -28,6 +28,8 @@ interface DlqFlags extends Partial<NatsFlags> {
   allFailed?: boolean;
   yes?: boolean;
   dryRun?: boolean;
+  /** list: the backing-off rows too. */
+  failed?: boolean;
   /** retry --dry-run: ask NATS whether a stream binds each subject (default; --no-check-streams turns it off). */
   checkStreams?: boolean;
 }
@@ -40,7 +42,9 @@ interface DeadRow {
   subject: string;
   type: string;
   attempts: number;
-  dead_at: Date;
+  /** Null for a row the relay is backing off from (list --failed). */
+  dead_at: Date | null;
+  next_attempt_at: Date | string;
   last_error: string | null;
   /** Later events of the key waiting behind this one (list only). */
   waiting?: number;
@@ -199,7 +203,15 @@ async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<v
     type: row.type,
     source: row.source,
     contentType: row.content_type,
-    state: row.published_at ? (row.dead_at ? 'discarded' : 'published') : row.dead_at ? 'dead' : 'pending',
+    state: row.published_at
+      ? row.dead_at
+        ? 'discarded'
+        : 'published'
+      : row.dead_at
+        ? 'dead'
+        : row.attempts > 0
+          ? 'backing-off'
+          : 'pending',
     attempts: row.attempts,
     lastError: row.last_error,
     occurredAt: row.occurred_at.toISOString(),
@@ -234,23 +246,34 @@ export function dlqCommand(ctx: CommandContext): Command {
   dlq.addCommand(
     common(new Command('list').description('list dead events, oldest first, with how many later events of each key wait behind it'))
       .addOption(new Option('--limit <n>', 'at most this many').default(CLI_DEFAULTS.dlqListLimit).argParser(parseIntIn(1, 100_000)))
+      .addOption(new Option('--failed', 'the failed events the relay is backing off from too (not dead yet), with their next attempt'))
       .action(async (flags: DlqFlags) => {
         const rows = await withPool(flags, ctx, async (pool, schemaSql) => {
-          const r = await pool.query<DeadRow>(listDeadSql(schemaSql), [flags.limit ?? CLI_DEFAULTS.dlqListLimit]);
+          const r = await pool.query<DeadRow>(listDeadSql(schemaSql, Boolean(flags.failed)), [flags.limit ?? CLI_DEFAULTS.dlqListLimit]);
           return r.rows;
         });
+        const iso = (d: Date | string) => (d instanceof Date ? d.toISOString() : d);
         if (flags.json) {
-          ctx.out(JSON.stringify(rows.map((r) => ({ ...r, dead_at: r.dead_at.toISOString() }))));
+          ctx.out(
+            JSON.stringify(
+              rows.map(({ next_attempt_at, ...r }) => ({
+                ...r,
+                dead_at: r.dead_at?.toISOString() ?? null,
+                ...(flags.failed
+                  ? { state: r.dead_at ? 'dead' : 'backing-off', next_attempt_at: r.dead_at ? null : iso(next_attempt_at) }
+                  : {}),
+              })),
+            ),
+          );
           return;
         }
         if (rows.length === 0) {
-          ctx.out('no dead events');
+          ctx.out(flags.failed ? 'no failed events' : 'no dead events');
           return;
         }
         for (const r of rows) {
-          ctx.out(
-            `${r.id}  key=${r.key} v${r.version} ${r.subject} ${r.type} attempts=${r.attempts} dead_at=${r.dead_at.toISOString()} waiting=${r.waiting}`,
-          );
+          const when = r.dead_at ? `dead_at=${r.dead_at.toISOString()}` : `backing off, next_attempt_at=${iso(r.next_attempt_at)}`;
+          ctx.out(`${r.id}  key=${r.key} v${r.version} ${r.subject} ${r.type} attempts=${r.attempts} ${when} waiting=${r.waiting}`);
           ctx.out(`    ${r.last_error ?? ''}`);
         }
       }),
