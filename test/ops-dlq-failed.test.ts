@@ -142,6 +142,9 @@ test('ferry dlq - retry --dry-run names a subject no stream binds (exit 1); once
   assert.equal(human.code, 1);
   assert.match(human.out, new RegExp(`^would retry ${head}$`, 'm'));
   assert.match(human.err, new RegExp(`no stream binds subject ${late} \\(1 event would fail again\\): add it to a stream`));
+  const unreachable = await ferry(['dlq', 'retry', head, '--dry-run', '--nats-url', 'nats://127.0.0.1:1', ...base()]);
+  assert.equal(unreachable.code, 1);
+  assert.match(unreachable.err, /NATS at nats:\/\/127\.0\.0\.1:1 is not reachable .*; or pass --no-check-streams/);
   // --all-dead selects no backing-off head; --all-failed does.
   const dead = await ferry(['dlq', 'retry', '--all-dead', '--dry-run', '--no-check-streams', '--json', ...base()]);
   assert.deepEqual(dead.json<{ wouldChange: string[] }>().wouldChange, []);

@@ -14,7 +14,7 @@ import { addDatabaseOptions, addNatsOptions, type NatsFlags } from '../cli/share
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
-import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { CommandFailedError, NatsConnectError, NotConfirmedError } from '../errors.js';
 import { listDeadSql } from '../sql/list-dead.js';
 import { showEventSql } from '../sql/show-event.js';
 
@@ -78,7 +78,10 @@ async function checkSubjects(rows: readonly FailedRow[], flags: DlqFlags): Promi
   const counts = new Map<string, number>();
   for (const r of rows) counts.set(r.subject, (counts.get(r.subject) ?? 0) + 1);
   if (counts.size === 0) return [];
-  const nc = await connectNats(flags as NatsFlags, 'ferry-dlq');
+  const nc = await connectNats(flags as NatsFlags, 'ferry-dlq').catch((err: Error) => {
+    if (!(err instanceof NatsConnectError)) throw err; // bad flags stay usage errors
+    throw new NatsConnectError(`${err.message}; or pass --no-check-streams to list without asking NATS`, { cause: err });
+  });
   try {
     const bound = await streamsBinding(await jetstreamManager(nc), counts.keys());
     return [...counts].map(([subject, events]) => {
