@@ -5,6 +5,7 @@ import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import { markFailedSql } from '../sql/mark-failed.js';
 import { markPublishedSql } from '../sql/mark-published.js';
+import { FAILED_CONDITION } from './event-filter.js';
 import { previewFailed, SelectionChangedError, selectFailed, settleFailed } from './failed.js';
 
 // The dlq actions (ferry dlq retry/discard and the console) on failed rows, dead or backing off, against the
@@ -195,4 +196,20 @@ test('dlq actions - a relay that had the head on the wire cannot undo a retry or
   ]);
   assert.equal(recorded.rowCount, 1, 'a claim made after the retry records its failure');
   assert.equal((await row(head('dead')))?.attempts, 1);
+});
+
+test('dlq actions - the failed-row condition lets the planner use the small index of failed rows', async () => {
+  const client = await db.pool.connect();
+  try {
+    // With sequential scans priced out, a partial index is taken only if the condition implies its predicate.
+    await client.query('BEGIN');
+    await client.query('SET LOCAL enable_seqscan = off');
+    for (const where of [FAILED_CONDITION, `o.key = 'dead' AND ${FAILED_CONDITION}`]) {
+      const { rows } = await client.query(`EXPLAIN (FORMAT JSON) SELECT o.id FROM ${s}.outbox o WHERE ${where}`);
+      assert.match(JSON.stringify(rows[0]), /outbox_retrying_key_idx/, where);
+    }
+  } finally {
+    await client.query('ROLLBACK');
+    client.release();
+  }
 });
