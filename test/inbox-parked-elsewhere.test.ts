@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { type Logger, quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
 import { findParkedElsewhere, type ParkedEvent, parkQueueName } from '@ferry/inbox';
+import { startConsole } from '@ferry/relay';
 import { PgBoss } from 'pg-boss';
 import { type InboxFixture, inboxFixture } from './inbox-support.js';
 import { ferry } from './ops-helpers.js';
@@ -76,6 +77,27 @@ test('ferry inbox parked list - events parked under the old pg-boss schema are n
   assert.equal(all.code, 1, all.err);
   assert.deepEqual(JSON.parse(all.out), [], 'stdout stays the JSON list of what the --boss-schema holds');
   assert.match(all.err, /consumer billing: parked events outside/);
+});
+
+test('console - the Parked page names parked events left under the old pg-boss schema, with the fix', async () => {
+  const server = await startConsole({
+    pool: fx.db.pool,
+    schema: fx.db.schema,
+    bossSchema: fx.bossSchema,
+    oldBossSchema: old,
+    host: '127.0.0.1',
+    port: 0,
+    readOnly: true,
+    refreshMs: 1000,
+  });
+  try {
+    const page = await (await fetch(`${server.url}/parked`)).text();
+    const advice = /<p class="advice" data-out-of-view="billing">([^<]*)<\/p>/.exec(page)?.[1] ?? '';
+    assert.match(advice, new RegExp(`1 in pg-boss schema &quot;${old}&quot;`));
+    assert.match(advice, new RegExp(`ferry inbox parked list --boss-schema ${old} --consumer billing`));
+  } finally {
+    await server.close();
+  }
 });
 
 test('ferry inbox parked list - pointed at the old schema with --boss-schema, it lists them and exits 0', async () => {

@@ -1,7 +1,8 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isValidationError, pgBossDb, quoteIdentifier, startPgBoss } from '@ferry/core';
+import { isValidationError, OLD_BOSS_SCHEMA, pgBossDb, quoteIdentifier, startPgBoss } from '@ferry/core';
+import { findParkedElsewhere } from '@ferry/inbox';
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
@@ -42,6 +43,8 @@ export interface ConsoleOptions {
   schema: string;
   /** The inbox's pg-boss schema (its parking lot). */
   bossSchema: string;
+  /** Where earlier inbox releases parked (default `pgboss`): the Parked page names events left there. `false`: do not look. */
+  oldBossSchema?: string | false;
   /** JetStream for streams, consumers and their lag; without it those sections say why. */
   nc?: NatsConnection;
   natsError?: string;
@@ -539,13 +542,21 @@ ${state === 'dead' || state === 'backing-off' ? html`<p>${failedForm(r, 'retry',
   }
 
   async function parkedPage(r: Req): Promise<string> {
+    // Nothing parked is out of sight: events an earlier release left under the old pg-boss schema, or
+    // counted in inbox_versions but missing here (the same check as ferry inbox parked list).
+    const strays = await findParkedElsewhere(o.pool, {
+      schema: o.schema,
+      bossSchema: o.bossSchema,
+      oldBossSchemas: o.oldBossSchema === false ? [] : [o.oldBossSchema ?? OLD_BOSS_SCHEMA],
+    }).catch(() => []);
+    const warn = html`${strays.map((f) => html`<p class="advice" data-out-of-view="${f.consumer}">${f.advice}.</p>`)}`;
     const jobTable = await bossJobTable(o.pool, o.bossSchema);
     if (!jobTable)
       return layout(
         r,
         'Parked events',
         '/parked',
-        html`<p class="note">No inbox parking lot in schema ${o.bossSchema} (ferry console --boss-schema).</p>`,
+        html`${warn}<p class="note">No inbox parking lot in schema ${o.bossSchema} (ferry console --boss-schema).</p>`,
       );
     const consumer = r.url.searchParams.get('consumer') ?? '';
     const counts = await parkedCounts(o.pool, jobTable);
@@ -554,7 +565,7 @@ ${state === 'dead' || state === 'backing-off' ? html`<p>${failedForm(r, 'retry',
         html`<tr><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
     )}</table>`;
     if (!consumer || !counts.some((c) => c.consumer === consumer)) {
-      return layout(r, 'Parked events', '/parked', counts.length ? list : html`<p class="ok">No parked events.</p>`);
+      return layout(r, 'Parked events', '/parked', html`${warn}${counts.length ? list : html`<p class="ok">No parked events.</p>`}`);
     }
     const key = r.url.searchParams.get('key') ?? undefined;
     const rows = await parkedEvents(o.pool, jobTable, consumer, LIST_LIMIT, key ? { key } : {});
@@ -563,7 +574,7 @@ ${state === 'dead' || state === 'backing-off' ? html`<p>${failedForm(r, 'retry',
       canAct(r) && failed.length > 0
         ? html`<p>${parkedForm(r, consumer, 'retry', failed, `Retry the ${failed.length} failed shown…`)} ${parkedForm(r, consumer, 'discard', failed, `Discard the ${failed.length} failed shown…`)}</p>`
         : '';
-    const body = html`${list}<h2>Consumer ${consumer}${key ? ` · key ${key}` : ''}</h2>
+    const body = html`${warn}${list}<h2>Consumer ${consumer}${key ? ` · key ${key}` : ''}</h2>
 <form class="filter" method="get" action="/parked"><input type="hidden" name="consumer" value="${consumer}"><label>key<input name="key" value="${key ?? ''}"></label><button type="submit">Filter</button></form>
 ${bulk}${parkedTable(r, consumer, rows)}`;
     return layout(r, `Parked events of ${consumer}`, '/parked', body);
