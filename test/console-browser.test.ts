@@ -234,7 +234,7 @@ describe('ferry console in Chromium', () => {
         actor: 'token',
         via: 'console',
         action: 'dlq.discard',
-        filter: { key: 'stuck', state: 'dead', previewed: 1 },
+        filter: { key: 'stuck', state: 'failed', previewed: 1 },
         rows: 1,
         outcome: 'ok',
       },
@@ -262,7 +262,7 @@ describe('ferry console in Chromium', () => {
     const cli = await ferry(['dlq', 'discard', bulk[0] as string, '--yes', '--database-url', db.url, '--schema', db.schema]);
     assert.equal(cli.code, 0, cli.err);
     await page.click('#confirm');
-    assert.match((await page.textContent('#error')) ?? '', /the preview selected 5 dead row\(s\), now 4 match/);
+    assert.match((await page.textContent('#error')) ?? '', /the preview selected 5 failed row\(s\), now 4 match/);
     assert.equal((await deadIds(`type = 'BulkImported'`)).length, 4, 'nothing changed');
 
     await page.goto(`${consoleServer.url}/events?type=BulkImported&state=dead`);
@@ -284,7 +284,7 @@ describe('ferry console in Chromium', () => {
     await page.goto(`${consoleServer.url}/audit`);
     const audit = (await page.textContent('table.audit')) ?? '';
     assert.match(audit, /dlq\.discard.*"type":"BulkImported".*4ok/s);
-    assert.match(audit, /the preview selected 5 dead row\(s\)/);
+    assert.match(audit, /the preview selected 5 failed row\(s\)/);
     assert.match(audit, /cli/);
     assert.deepEqual(problems, []);
     await page.close();

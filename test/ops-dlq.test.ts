@@ -73,8 +73,8 @@ test('ferry dlq - retry and discard of event ids also need --yes without a termi
   assert.deepEqual(await dead(), ['k0', 'k1', 'k2', 'k3']);
   const dry = await ferry(['dlq', 'discard', ids[0] as string, ids[1] as string, '--dry-run', '--json', ...base()]);
   assert.equal(dry.code, 0, dry.err);
-  assert.deepEqual(dry.json(), { discarded: [], notDead: [], dryRun: true, wouldChange: [ids[0], ids[1]] });
-  const bulk = await ferry(['dlq', 'retry', '--all-dead', '--dry-run', ...base()]);
+  assert.deepEqual(dry.json(), { discarded: [], notFailed: [], notDead: [], dryRun: true, wouldChange: [ids[0], ids[1]] });
+  const bulk = await ferry(['dlq', 'retry', '--all-dead', '--dry-run', '--no-check-streams', ...base()]);
   assert.equal(bulk.code, 0, bulk.err);
   assert.equal(bulk.out.split('\n').filter((l) => l.startsWith('would retry ')).length, 4);
   assert.deepEqual(await dead(), ['k0', 'k1', 'k2', 'k3'], 'nothing changed');
@@ -85,7 +85,7 @@ test('ferry dlq - retry and discard of event ids also need --yes without a termi
 test('ferry dlq - retry --key K --yes retries only that key; discard --all-dead --yes the rest', async () => {
   const r = await ferry(['dlq', 'retry', '--key', 'k1', '--yes', '--json', ...base()]);
   assert.equal(r.code, 0, r.err);
-  assert.deepEqual(r.json(), { retried: [ids[1]], notDead: [], dryRun: false });
+  assert.deepEqual(r.json(), { retried: [ids[1]], notFailed: [], notDead: [], dryRun: false });
   assert.deepEqual(await dead(), ['k0', 'k2', 'k3']);
   const { rows } = await db.pool.query<{ attempts: number; due: boolean }>(
     `SELECT attempts, next_attempt_at <= now() AS due FROM ${s()}.outbox WHERE id = $1`,
@@ -117,7 +117,7 @@ test('ferry dlq - every retry and discard is recorded in operator_actions: who, 
   assert.deepEqual(
     rows.map((r) => [r.via, r.action, r.filter, r.rows, r.outcome]),
     [
-      ['cli', 'dlq.retry', { key: 'k1', state: 'dead' }, 1, 'ok'],
+      ['cli', 'dlq.retry', { key: 'k1', state: 'failed' }, 1, 'ok'],
       ['cli', 'dlq.discard', { state: 'dead' }, 3, 'ok'],
     ],
   );

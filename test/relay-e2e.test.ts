@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { quoteIdentifier } from '@ferry/core';
+import { type Logger, quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
 import { compileRelayOptions, createRelay, type Relay, retrySpanMs } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
+import { StorageType } from '@nats-io/jetstream';
 import { assertExactlyOnceInKeyOrder, countPending, publishEvents, readStream } from './relay-helpers.js';
 
 describe('relay end to end', () => {
@@ -77,6 +78,71 @@ describe('relay end to end', () => {
     } finally {
       await relay.stop();
       await stream.jsm.streams.delete(name);
+    }
+  });
+
+  test('relay - --ensure-stream adds the subjects an existing stream lacks, keeps the ones it has, and logs it', async () => {
+    const name = uniqueName('ENSUREADD').toUpperCase();
+    const subject = name.toLowerCase();
+    await stream.jsm.streams.add({ name, subjects: [`${subject}.a.>`, `${subject}.keep`], storage: StorageType.Memory });
+    const lines: Array<{ obj: Record<string, unknown>; msg?: string }> = [];
+    const logger: Logger = {
+      ...SILENT_LOGGER,
+      info: (obj: object, msg?: string) => lines.push({ obj: obj as Record<string, unknown>, msg }),
+      child: () => logger,
+    };
+    const options = { databaseUrl: db.url, schema: db.schema, nats: { servers: stream.nc.getServer() }, maintenance: false, logger };
+    // a.x is covered by a.> already: adding it would make the stream's own subjects overlap.
+    const relay = createRelay({ ...options, ensureStreams: [{ name, subjects: [`${subject}.a.x`, `${subject}.b.>`] }] });
+    relays.push(relay);
+    try {
+      await relay.start();
+      const info = await stream.jsm.streams.info(name);
+      assert.deepEqual(info.config.subjects, [`${subject}.a.>`, `${subject}.keep`, `${subject}.b.>`]);
+      const logged = lines.find((l) => /added the subject\(s\) it lacked/.test(l.msg ?? ''));
+      assert.ok(logged, 'the change is logged');
+      assert.deepEqual(logged.obj.added, [`${subject}.b.>`]);
+      await relay.stop();
+      // A second start finds nothing missing and changes nothing.
+      lines.length = 0;
+      const again = createRelay({ ...options, ensureStreams: [{ name, subjects: [`${subject}.b.>`] }] });
+      relays.push(again);
+      await again.start();
+      await again.stop();
+      assert.equal(lines.filter((l) => /added the subject/.test(l.msg ?? '')).length, 0);
+      assert.equal((await stream.jsm.streams.info(name)).config.subjects?.length, 3);
+    } finally {
+      await relay.stop();
+      await stream.jsm.streams.delete(name);
+    }
+  });
+
+  test('relay - --ensure-stream fails at start, naming the stream, the subjects and the fix, when the stream refuses them', async () => {
+    const name = uniqueName('ENSUREREF').toUpperCase();
+    const other = `${name}_OTHER`;
+    const subject = name.toLowerCase();
+    await stream.jsm.streams.add({ name, subjects: [`${subject}.a.>`], storage: StorageType.Memory });
+    await stream.jsm.streams.add({ name: other, subjects: [`${subject}.taken.>`], storage: StorageType.Memory });
+    const relay = createRelay({
+      databaseUrl: db.url,
+      schema: db.schema,
+      nats: { servers: stream.nc.getServer() },
+      maintenance: false,
+      ensureStreams: [{ name, subjects: [`${subject}.taken.>`] }],
+    });
+    try {
+      await assert.rejects(relay.start(), (err: Error) => {
+        assert.equal(err.name, 'ConfigError');
+        assert.match(err.message, new RegExp(`stream ${name} exists and refused the subjects it lacks \\(${subject}\\.taken\\.>\\)`));
+        assert.match(err.message, new RegExp(`stream\\(s\\) ${other} already bind them`));
+        assert.match(err.message, /Fix: bind them to one stream only/);
+        return true;
+      });
+      assert.deepEqual((await stream.jsm.streams.info(name)).config.subjects, [`${subject}.a.>`], 'no subject removed or added');
+    } finally {
+      await relay.stop().catch(() => {});
+      await stream.jsm.streams.delete(name);
+      await stream.jsm.streams.delete(other);
     }
   });
 

@@ -4,7 +4,7 @@ import type { ConnectionOptions } from '@nats-io/transport-node';
 /** The logger every Ferry part accepts (core's): pino fits as is; the relay binds its components with `child` when there is one. */
 export type { Logger } from '@ferry/core';
 
-/** A stream `--ensure-stream NAME=SUBJECT[,SUBJECT]` creates when missing. */
+/** A stream `--ensure-stream NAME=SUBJECT[,SUBJECT]` creates when missing, or adds the subjects it lacks to. */
 export interface EnsureStream {
   readonly name: string;
   readonly subjects: readonly string[];
@@ -62,7 +62,7 @@ export interface RelayOptions {
   breakerThreshold?: number;
   /** How long the circuit stays open before a probe. Default 5000. */
   breakerCooldownMs?: number;
-  /** Streams to create when missing, at start. */
+  /** Streams to create when missing, or to add the subjects they lack to (none removed), at start. */
   ensureStreams?: readonly EnsureStream[];
   /** PostgreSQL `application_name` prefix; the instance id is appended. Default `ferry-relay`. */
   applicationName?: string;

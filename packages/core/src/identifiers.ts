@@ -44,6 +44,13 @@ export function bossSchemaFor(schema: string): string {
 }
 
 /**
+ * Where inbox releases before issue 16 kept the parking lot: pg-boss's own default schema. The
+ * inbox and `ferry inbox parked list` look there for parked events a consumer still has, so an
+ * upgrade leaves nothing parked out of sight.
+ */
+export const OLD_BOSS_SCHEMA = 'pgboss';
+
+/**
  * `<schema><suffix>` within PostgreSQL's 63 characters. A name too long keeps
  * the schema's first characters and adds 8 hex of its sha256, so two long
  * schemas never share a pg-boss and the suffix (which says whose it is) stays

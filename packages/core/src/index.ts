@@ -44,6 +44,7 @@ export {
   IDENTIFIER_PATTERN,
   idempotencyBossSchemaFor,
   notifyChannel,
+  OLD_BOSS_SCHEMA,
   quoteIdentifier,
   relayBossSchemaFor,
   schemaIdentifier,

@@ -37,6 +37,7 @@ import { type CompiledInboxOptions, compileInboxOptions, parkQueueName } from '.
 import { errorText, type GateOutcome, OutcomeReporter, observed } from './outcomes.js';
 import { Parking } from './park.js';
 import { ParkWorker } from './park-worker.js';
+import { findParkedElsewhere } from './parked-elsewhere.js';
 import { inboxTablesExist } from './sql/inbox-tables.js';
 import { inProcessSpan } from './tracing.js';
 import type { EventMap, Inbox, InboxCounts, InboxOptions, InboxState } from './types.js';
@@ -125,6 +126,7 @@ class InboxImpl implements Inbox {
     }
     await ensureConsumer(o);
     await this.#startBoss();
+    await this.#warnParkedElsewhere();
     const js = jetstream(o.nc);
     const consumer = await js.consumers.get(o.stream, o.consumer);
     // Pull requests expire after pullExpiresMs (default 10 s; nats.js: 30 s), so heartbeats come
@@ -193,6 +195,31 @@ class InboxImpl implements Inbox {
     const boss = this.#boss;
     if (!boss) throw new ConfigError('boss', 'inbox is not started');
     return boss;
+  }
+
+  /**
+   * Parked events this inbox would never see: left under the old default pg-boss schema by an
+   * earlier release, or counted in inbox_versions but missing from `bossSchema`. A warning per
+   * finding says where they are and what to do; the start goes on (they are data, not a fault).
+   */
+  async #warnParkedElsewhere(): Promise<void> {
+    const o = this.#o;
+    try {
+      const findings = await findParkedElsewhere(o.pool, {
+        schema: o.schema,
+        bossSchema: o.bossSchema,
+        consumer: o.consumer,
+        oldBossSchemas: o.oldBossSchema === undefined ? [] : [o.oldBossSchema],
+      });
+      for (const f of findings) {
+        o.logger.warn(
+          { consumer: f.consumer, bossSchema: f.bossSchema, parkedHere: f.here, parkedCounted: f.counted, elsewhere: f.elsewhere },
+          `inbox: ${f.advice}`,
+        );
+      }
+    } catch (err) {
+      o.logger.debug({ err }, 'inbox could not look for parked events outside its pg-boss schema');
+    }
   }
 
   async #startBoss(): Promise<void> {

@@ -15,6 +15,7 @@ export {
 export { createInbox, migrateInbox } from './inbox.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
 export { discardParked, listParked, type ParkedAdminOptions, type ParkedEvent, retryParked } from './parked.js';
+export { type FindParkedElsewhereOptions, findParkedElsewhere, type ParkedElsewhere } from './parked-elsewhere.js';
 export type { ParkedJobData } from './parked-job.js';
 export {
   type EventMap,

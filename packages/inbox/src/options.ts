@@ -4,6 +4,7 @@ import {
   DEFAULT_SCHEMA,
   describeValue,
   isNatsName,
+  OLD_BOSS_SCHEMA,
   SILENT_LOGGER,
   ValidationError,
   validateIdentifier,
@@ -62,6 +63,8 @@ export interface CompiledInboxOptions {
   readonly manageConsumer: boolean;
   readonly boss: PgBoss | undefined;
   readonly bossSchema: string;
+  /** Looked at on start for parked events left there (`undefined`: not looked at). */
+  readonly oldBossSchema: string | undefined;
   readonly parkPollIntervalMs: number;
   readonly parkRetryLimit: number;
   readonly parkRetryDelayMs: number;
@@ -192,6 +195,8 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     boss: options.boss,
     // Not in INBOX_DEFAULTS: it follows `schema` (core's bossSchemaFor, the rule of every part).
     bossSchema: validateIdentifier(options.bossSchema ?? bossSchemaFor(schema), 'bossSchema'),
+    oldBossSchema:
+      options.oldBossSchema === false ? undefined : validateIdentifier(options.oldBossSchema ?? OLD_BOSS_SCHEMA, 'oldBossSchema'),
     parkPollIntervalMs: int(options.parkPollIntervalMs, 'parkPollIntervalMs', 500, 600_000, INBOX_DEFAULTS.parkPollIntervalMs),
     parkRetryLimit: int(options.parkRetryLimit, 'parkRetryLimit', 0, 100, INBOX_DEFAULTS.parkRetryLimit),
     parkRetryDelayMs: int(options.parkRetryDelayMs, 'parkRetryDelayMs', 1_000, 3_600_000, INBOX_DEFAULTS.parkRetryDelayMs),

@@ -157,6 +157,11 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   boss?: PgBoss;
   /** Schema of the inbox's own pg-boss. Default `<schema>_boss` (`ferry_boss`), as for every part; earlier versions used `pgboss`. With `boss` in `sequential` mode: the schema that pg-boss was constructed with (the parking lot is kept in version order there). */
   bossSchema?: string;
+  /**
+   * Where to look at start for parked events of this consumer left by an earlier release: a warning
+   * names them and what to do. Default `pgboss` (the parking lot before `<schema>_boss`); `false`: do not look.
+   */
+  oldBossSchema?: string | false;
   /** How often the park worker polls, in ms (≥ 500). Default 2 000. */
   parkPollIntervalMs?: number;
   /** Park worker retries of a parked event before it stays failed (and holds its key). Default 3. */

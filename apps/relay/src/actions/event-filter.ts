@@ -6,8 +6,8 @@ export type EventState = (typeof EVENT_STATES)[number];
 
 /**
  * A selection of outbox rows: what the console's event search filters by,
- * and what a dlq action acts on (with `state: 'dead'` forced). Every field
- * narrows; an empty filter is every row.
+ * and what a dlq action acts on (narrowed to failed rows, `FAILED_CONDITION`).
+ * Every field narrows; an empty filter is every row.
  */
 export interface EventFilter {
   ids?: string[];
@@ -44,6 +44,14 @@ export function stateCondition(state: EventState): string {
       return 'o.published_at IS NOT NULL AND o.dead_at IS NOT NULL';
   }
 }
+
+/**
+ * The rows a dlq action may change: failed and not given up on, dead or
+ * backing off (`published_at IS NULL AND attempts > 0`). A relay counts every
+ * failed attempt, so `attempts > 0` is exactly "failed at least once", and it
+ * lets the planner use outbox_retrying_key_idx, the small index of failed rows.
+ */
+export const FAILED_CONDITION = 'o.published_at IS NULL AND o.attempts > 0';
 
 /** The SQL expression naming a row's state. */
 export const STATE_SQL = `CASE WHEN o.published_at IS NOT NULL THEN CASE WHEN o.dead_at IS NULL THEN 'published' ELSE 'discarded' END

@@ -1,31 +1,37 @@
 import { ConfigError, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { Command, Option } from 'commander';
 import type pg from 'pg';
 import { cliOperator } from '../actions/audit.js';
-import { settleDead } from '../actions/dead.js';
+import type { EventFilter } from '../actions/event-filter.js';
+import { type FailedAction, type FailedRow, previewFailed, selectFailed, settleFailed } from '../actions/failed.js';
+import { bindSubjectFix, streamsBinding } from '../actions/subject-streams.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn } from '../cli/flag-parsers.js';
-import { addDatabaseOptions } from '../cli/shared-options.js';
+import { connectNats } from '../cli/nats-connection.js';
+import { addDatabaseOptions, addNatsOptions, type NatsFlags } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
-import { CommandFailedError, NotConfirmedError } from '../errors.js';
-import { countDeadSql } from '../sql/count-dead.js';
-import type { DeadSelector } from '../sql/dead-events.js';
+import { CommandFailedError, NatsConnectError, NotConfirmedError } from '../errors.js';
 import { listDeadSql } from '../sql/list-dead.js';
-import { selectDeadIdsSql } from '../sql/select-dead.js';
 import { showEventSql } from '../sql/show-event.js';
 
-interface DlqFlags {
+interface DlqFlags extends Partial<NatsFlags> {
   databaseUrl?: string;
   schema: string;
   json?: boolean;
   limit?: number;
   key?: string;
   allDead?: boolean;
+  allFailed?: boolean;
   yes?: boolean;
   dryRun?: boolean;
+  /** list: the backing-off rows too. */
+  failed?: boolean;
+  /** retry --dry-run: ask NATS whether a stream binds each subject (default; --no-check-streams turns it off). */
+  checkStreams?: boolean;
 }
 
 interface DeadRow {
@@ -36,14 +42,16 @@ interface DeadRow {
   subject: string;
   type: string;
   attempts: number;
-  dead_at: Date;
+  /** Null for a row the relay is backing off from (list --failed). */
+  dead_at: Date | null;
+  next_attempt_at: Date | string;
   last_error: string | null;
   /** Later events of the key waiting behind this one (list only). */
   waiting?: number;
 }
 
 function validateIds(ids: string[]): string[] {
-  if (ids.length === 0) throw new ValidationError('ID', 'give event ids (see ferry dlq list), --key K or --all-dead');
+  if (ids.length === 0) throw new ValidationError('ID', 'give event ids (see ferry dlq list), --key K, --all-dead or --all-failed');
   return ids.map((id, i) => validateEventId(id, `ID ${i + 1}`));
 }
 
@@ -56,57 +64,109 @@ async function withPool<T>(flags: DlqFlags, ctx: CommandContext, fn: (pool: pg.P
   }
 }
 
+/** A subject of the selection, and whether a stream binds it now (retry --dry-run). */
+interface SubjectCheck {
+  subject: string;
+  events: number;
+  /** The stream that binds it, or null: the retried events would fail again (no_responders). */
+  stream: string | null;
+  fix?: string;
+}
+
+/** Asks NATS which stream binds each subject of the rows (`ferry dlq retry --dry-run`). */
+async function checkSubjects(rows: readonly FailedRow[], flags: DlqFlags): Promise<SubjectCheck[]> {
+  const counts = new Map<string, number>();
+  for (const r of rows) counts.set(r.subject, (counts.get(r.subject) ?? 0) + 1);
+  if (counts.size === 0) return [];
+  const nc = await connectNats(flags as NatsFlags, 'ferry-dlq').catch((err: Error) => {
+    if (!(err instanceof NatsConnectError)) throw err; // bad flags stay usage errors
+    throw new NatsConnectError(`${err.message}; or pass --no-check-streams to list without asking NATS`, { cause: err });
+  });
+  try {
+    const bound = await streamsBinding(await jetstreamManager(nc), counts.keys());
+    return [...counts].map(([subject, events]) => {
+      const stream = bound.get(subject) ?? null;
+      return stream === null ? { subject, events, stream, fix: bindSubjectFix(subject) } : { subject, events, stream };
+    });
+  } finally {
+    await nc.close();
+  }
+}
+
 /**
- * `retry` makes dead events due again, `discard` gives up on them (see
- * sql/settle-dead.ts); either way their keys unblock and the relays are woken
- * by a NOTIFY. Given ids, the ones that are not dead are reported (exit 1);
- * given `--key K` or `--all-dead`, every dead row selected is settled. The
- * selection is shown (`--dry-run`) or confirmed (a terminal, or `--yes`)
- * before anything changes.
+ * `retry` makes failed events due now, `discard` gives up on them (see
+ * actions/failed.ts); either way their keys unblock and the relays are woken
+ * by a NOTIFY. Failed: dead, or backing off between the relay's attempts.
+ * Given ids, the ones that are not failed are reported (exit 1); given
+ * `--key K` (every failed event of it), `--all-dead` or `--all-failed`,
+ * every row selected is settled. The selection is shown (`--dry-run`) or
+ * confirmed (a terminal, or `--yes`) before anything changes. `retry
+ * --dry-run` also asks NATS whether a stream binds each subject (exit 1 when
+ * some would fail again).
  */
-async function settle(action: 'retry' | 'discard', ids: string[], flags: DlqFlags, ctx: CommandContext): Promise<void> {
-  const selectors = [ids.length > 0, flags.key !== undefined, Boolean(flags.allDead)].filter(Boolean).length;
-  if (selectors > 1) throw new ConfigError('--key', 'give event ids, --key or --all-dead, not several');
-  const selector: DeadSelector = selectors === 1 && ids.length === 0 ? (flags.key !== undefined ? 'key' : 'all') : 'ids';
-  const valid = selector === 'ids' ? validateIds(ids) : [];
-  const values = selector === 'ids' ? [valid] : selector === 'key' ? [flags.key] : [];
-  const what = selector === 'key' ? `of key ${JSON.stringify(flags.key)}` : 'of every key';
-  const done = await withPool(flags, ctx, async (pool, schemaSql) => {
-    let question: string | undefined;
-    if (selector === 'ids') {
-      const selected = await pool.query<{ id: string }>(selectDeadIdsSql(schemaSql, selector), values);
-      if (flags.dryRun) return selected.rows.map((r) => r.id);
-      if (selected.rows.length > 0) question = `${action} ${selected.rows.length} dead event(s)`;
-    } else {
-      const counted = await pool.query<{ n: string; keys: string }>(countDeadSql(schemaSql, selector), values);
-      const n = Number(counted.rows[0]?.n ?? 0);
-      if (n === 0) return [];
-      if (flags.dryRun) return (await pool.query<{ id: string }>(selectDeadIdsSql(schemaSql, selector), values)).rows.map((r) => r.id);
-      question = `${action} ${count(n, 'dead event')} ${what} (${count(counted.rows[0]?.keys ?? 0, 'key')})`;
+async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx: CommandContext): Promise<void> {
+  const selectors = [ids.length > 0, flags.key !== undefined, Boolean(flags.allDead), Boolean(flags.allFailed)].filter(Boolean).length;
+  if (selectors > 1) throw new ConfigError('--key', 'give event ids, --key, --all-dead or --all-failed, not several');
+  const byIds = selectors === 0 || ids.length > 0;
+  const valid = byIds ? validateIds(ids) : [];
+  const filter: EventFilter = byIds
+    ? { ids: valid }
+    : flags.key !== undefined
+      ? { key: flags.key }
+      : flags.allDead
+        ? { state: 'dead' }
+        : {};
+  const noun = flags.allDead ? 'dead event' : 'failed event';
+  const what = flags.key !== undefined ? `of key ${JSON.stringify(flags.key)}` : 'of every key';
+  const checking = action === 'retry' && Boolean(flags.dryRun) && flags.checkStreams !== false;
+  const { done, subjects } = await withPool(flags, ctx, async (pool) => {
+    if (flags.dryRun) {
+      const rows = await selectFailed(pool, flags.schema, filter);
+      return { done: rows.map((r) => r.id), subjects: checking ? await checkSubjects(rows, flags) : [] };
     }
-    if (question !== undefined && !flags.yes && !(await confirm(question))) throw new NotConfirmedError();
+    const p = await previewFailed(pool, flags.schema, filter, 0);
+    if (p.rows === 0 && !byIds) return { done: [], subjects: [] };
+    if (p.rows > 0 && !flags.yes) {
+      const states = p.backingOff === 0 ? '' : p.dead === 0 ? ', backing off' : `: ${p.dead} dead, ${p.backingOff} backing off`;
+      const question = `${action} ${count(p.rows, noun)} ${byIds ? '' : `${what} `}(${count(p.keys, 'key')}${states})`;
+      if (!(await confirm(question))) throw new NotConfirmedError();
+    }
     // The change itself is the shared action (the console calls it too), recorded in operator_actions.
-    const filter = selector === 'ids' ? { ids: valid } : selector === 'key' ? { key: flags.key as string } : {};
-    return settleDead(pool, flags.schema, action, filter, cliOperator());
+    return { done: await settleFailed(pool, flags.schema, action, filter, cliOperator()), subjects: [] };
   });
   const changed = new Set(done);
   const missing = valid.filter((id) => !changed.has(id.toLowerCase()));
+  const unbound = subjects.filter((x) => x.stream === null);
   const verb = flags.dryRun ? `would ${action}` : action === 'retry' ? 'retried' : 'discarded';
   if (flags.json) {
     ctx.out(
       JSON.stringify({
         [action === 'retry' ? 'retried' : 'discarded']: flags.dryRun ? [] : done,
+        notFailed: missing,
+        /** @deprecated the same list as notFailed, kept for scripts written when only dead events could be settled. */
         notDead: missing,
         dryRun: Boolean(flags.dryRun),
         ...(flags.dryRun ? { wouldChange: done } : {}),
+        ...(checking ? { subjects } : {}),
       }),
     );
-  } else if (selector !== 'ids' && done.length === 0) ctx.out(`no dead events ${what}`);
+  } else if (!byIds && done.length === 0) ctx.out(`no ${noun}s ${what}`);
   else {
     for (const id of done) ctx.out(`${verb} ${id}`);
-    for (const id of missing) ctx.err(`not dead (unknown, already published, or not failed): ${id}`);
+    for (const x of subjects) {
+      if (x.stream !== null) ctx.out(`subject ${x.subject} (${count(x.events, 'event')}): stream ${x.stream} binds it`);
+      else ctx.err(`no stream binds subject ${x.subject} (${count(x.events, 'event')} would fail again): ${x.fix}`);
+    }
+    for (const id of missing) ctx.err(`not failed (unknown, already published or discarded, or never failed): ${id}`);
   }
-  if (missing.length > 0) throw new CommandFailedError(`${missing.length} of ${valid.length} ids were not dead events`);
+  if (missing.length > 0)
+    throw new CommandFailedError(`${missing.length} of ${valid.length} ids were not failed events (dead or backing off)`);
+  if (unbound.length > 0) {
+    const n = unbound.reduce((sum, x) => sum + x.events, 0);
+    throw new CommandFailedError(
+      `${count(n, 'event')} would fail again: no stream binds ${unbound.map((x) => x.subject).join(', ')}; bind them first, then retry`,
+    );
+  }
 }
 
 interface ShownRow extends DeadRow {
@@ -146,7 +206,15 @@ async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<v
     type: row.type,
     source: row.source,
     contentType: row.content_type,
-    state: row.published_at ? (row.dead_at ? 'discarded' : 'published') : row.dead_at ? 'dead' : 'pending',
+    state: row.published_at
+      ? row.dead_at
+        ? 'discarded'
+        : 'published'
+      : row.dead_at
+        ? 'dead'
+        : row.attempts > 0
+          ? 'backing-off'
+          : 'pending',
     attempts: row.attempts,
     lastError: row.last_error,
     occurredAt: row.occurred_at.toISOString(),
@@ -174,28 +242,41 @@ async function show(id: string, flags: DlqFlags, ctx: CommandContext): Promise<v
 }
 
 export function dlqCommand(ctx: CommandContext): Command {
-  const dlq = new Command('dlq').description('dead outbox events: list and show them, retry them, or discard them to unblock their keys');
+  const dlq = new Command('dlq').description(
+    'failed outbox events: list and show the dead ones, retry or discard dead and backing-off ones to unblock their keys',
+  );
   const common = addDatabaseOptions;
   dlq.addCommand(
     common(new Command('list').description('list dead events, oldest first, with how many later events of each key wait behind it'))
       .addOption(new Option('--limit <n>', 'at most this many').default(CLI_DEFAULTS.dlqListLimit).argParser(parseIntIn(1, 100_000)))
+      .addOption(new Option('--failed', 'the failed events the relay is backing off from too (not dead yet), with their next attempt'))
       .action(async (flags: DlqFlags) => {
         const rows = await withPool(flags, ctx, async (pool, schemaSql) => {
-          const r = await pool.query<DeadRow>(listDeadSql(schemaSql), [flags.limit ?? CLI_DEFAULTS.dlqListLimit]);
+          const r = await pool.query<DeadRow>(listDeadSql(schemaSql, Boolean(flags.failed)), [flags.limit ?? CLI_DEFAULTS.dlqListLimit]);
           return r.rows;
         });
+        const iso = (d: Date | string) => (d instanceof Date ? d.toISOString() : d);
         if (flags.json) {
-          ctx.out(JSON.stringify(rows.map((r) => ({ ...r, dead_at: r.dead_at.toISOString() }))));
+          ctx.out(
+            JSON.stringify(
+              rows.map(({ next_attempt_at, ...r }) => ({
+                ...r,
+                dead_at: r.dead_at?.toISOString() ?? null,
+                ...(flags.failed
+                  ? { state: r.dead_at ? 'dead' : 'backing-off', next_attempt_at: r.dead_at ? null : iso(next_attempt_at) }
+                  : {}),
+              })),
+            ),
+          );
           return;
         }
         if (rows.length === 0) {
-          ctx.out('no dead events');
+          ctx.out(flags.failed ? 'no failed events' : 'no dead events');
           return;
         }
         for (const r of rows) {
-          ctx.out(
-            `${r.id}  key=${r.key} v${r.version} ${r.subject} ${r.type} attempts=${r.attempts} dead_at=${r.dead_at.toISOString()} waiting=${r.waiting}`,
-          );
+          const when = r.dead_at ? `dead_at=${r.dead_at.toISOString()}` : `backing off, next_attempt_at=${iso(r.next_attempt_at)}`;
+          ctx.out(`${r.id}  key=${r.key} v${r.version} ${r.subject} ${r.type} attempts=${r.attempts} ${when} waiting=${r.waiting}`);
           ctx.out(`    ${r.last_error ?? ''}`);
         }
       }),
@@ -207,22 +288,38 @@ export function dlqCommand(ctx: CommandContext): Command {
   );
   const bulk = (cmd: Command) =>
     common(cmd)
-      .addOption(new Option('--key <key>', 'every dead event of this key'))
+      .addOption(new Option('--key <key>', 'every failed event (dead or backing off) of this key'))
       .addOption(new Option('--all-dead', 'every dead event'))
+      .addOption(new Option('--all-failed', 'every failed event: dead, or backing off between attempts'))
       .addOption(new Option('--yes', 'do not ask for confirmation'))
-      .addOption(new Option('--dry-run', 'show the dead events it would change, and change nothing'))
+      .addOption(new Option('--dry-run', 'show the failed events it would change, and change nothing'));
+  const selection = `
+Give event ids, or --key K, --all-dead or --all-failed. Failed events are dead ones and ones the
+relay is backing off from between attempts: a head that will never go through (a subject no stream
+binds) need not wait for its last attempt. It asks for confirmation on a terminal; elsewhere pass
+--yes (without it nothing changes, exit 2). --dry-run lists what it would change. Exit 1 naming
+the ids that are not failed (unknown, published, discarded, or never failed).`;
+  dlq.addCommand(
+    addNatsOptions(bulk(new Command('retry').description('make failed events (dead or backing off) due now: their keys unblock')))
+      .addOption(new Option('--no-check-streams', 'with --dry-run, do not ask NATS whether a stream binds each subject'))
+      .argument('[ID...]', 'event ids')
       .addHelpText(
         'after',
-        '\nGive event ids, or --key K, or --all-dead. It asks for confirmation on a terminal; elsewhere\npass --yes (without it nothing changes, exit 2). --dry-run lists what it would change.',
-      );
-  dlq.addCommand(
-    bulk(new Command('retry').description('make dead events due again (their keys unblock)'))
-      .argument('[ID...]', 'event ids')
+        `${selection}
+With --dry-run it also asks NATS (--nats-url …) whether a stream binds each selected subject now,
+and names each one that none binds with the fix (exit 1: those events would fail again).`,
+      )
       .action((ids: string[], flags: DlqFlags) => settle('retry', ids, flags, ctx)),
   );
   dlq.addCommand(
-    bulk(new Command('discard').description('give up on dead events: keep them for audit, unblock their keys'))
+    bulk(new Command('discard').description('give up on failed events (dead or backing off): keep them for audit, unblock their keys'))
       .argument('[ID...]', 'event ids')
+      .addHelpText(
+        'after',
+        `${selection}
+A backing-off event may be on the wire as it is discarded: it is never sent again, but that one
+send may still reach the stream (before any later event of its key).`,
+      )
       .action((ids: string[], flags: DlqFlags) => settle('discard', ids, flags, ctx)),
   );
   for (const cmd of dlq.commands) {

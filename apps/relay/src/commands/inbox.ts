@@ -1,5 +1,5 @@
-import { bossSchemaFor, ConfigError, isUuid, pgBossDb, startPgBoss, ValidationError } from '@ferry/core';
-import { listParked, type ParkedEvent } from '@ferry/inbox';
+import { bossSchemaFor, ConfigError, isConfigError, isUuid, OLD_BOSS_SCHEMA, pgBossDb, startPgBoss, ValidationError } from '@ferry/core';
+import { findParkedElsewhere, listParked, type ParkedElsewhere, type ParkedEvent } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
@@ -18,6 +18,8 @@ interface ParkedFlags {
   schema: string;
   /** Default `<schema>_boss`, the inbox's own default. */
   bossSchema?: string;
+  /** list: where earlier releases parked (default pgboss), looked at for events out of view. */
+  oldBossSchema?: string;
   consumer?: string;
   json?: boolean;
   limit?: number;
@@ -65,6 +67,26 @@ async function withBoss<T>(flags: ParkedFlags, ctx: CommandContext, fn: (boss: P
     return await fn(boss, pool);
   } finally {
     await boss.stop({ graceful: false, close: false }).catch(() => {});
+    await pool.end();
+  }
+}
+
+/**
+ * `parked list`'s check that nothing parked is out of view: events under the
+ * old default pg-boss schema, or counted in inbox_versions but not in the
+ * --boss-schema. Read with plain SQL, before pg-boss starts: the --boss-schema
+ * may hold no pg-boss at all when everything is elsewhere.
+ */
+async function parkedOutOfView(flags: ParkedFlags, ctx: CommandContext): Promise<ParkedElsewhere[]> {
+  const pool = commandPool(flags, ctx, 'ferry-inbox');
+  try {
+    return await findParkedElsewhere(pool, {
+      schema: flags.schema,
+      bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
+      ...(flags.consumer ? { consumer: flags.consumer } : {}),
+      oldBossSchemas: [flags.oldBossSchema ?? OLD_BOSS_SCHEMA],
+    });
+  } finally {
     await pool.end();
   }
 }
@@ -132,13 +154,44 @@ export function inboxCommand(ctx: CommandContext): Command {
       .addOption(
         new Option('--limit <n>', 'at most this many per consumer').default(CLI_DEFAULTS.parkedListLimit).argParser(parseIntIn(1, 100_000)),
       )
+      .addOption(
+        new Option('--old-boss-schema <name>', 'where earlier inbox releases parked: looked at for parked events out of view')
+          .env('FERRY_OLD_BOSS_SCHEMA')
+          .default(OLD_BOSS_SCHEMA)
+          .argParser(parseSchema),
+      )
+      .addHelpText(
+        'after',
+        `
+It also checks that nothing parked is out of view: parked events of a consumer in the
+--old-boss-schema (${OLD_BOSS_SCHEMA}, the parking lot of releases before <schema>_boss), or
+counted in inbox_versions.parked but missing from the --boss-schema. Each is named on stderr
+with where it is and what to do, and the exit code is 1.`,
+      )
       .action(async (flags: ParkedFlags) => {
-        const rows = await withBoss(flags, ctx, (boss) =>
-          listParked({ boss, ...(flags.consumer ? { consumer: flags.consumer } : {}), limit: flags.limit ?? CLI_DEFAULTS.parkedListLimit }),
-        );
+        const outOfView = await parkedOutOfView(flags, ctx);
+        let rows: ParkedEvent[] = [];
+        try {
+          rows = await withBoss(flags, ctx, (boss) =>
+            listParked({
+              boss,
+              ...(flags.consumer ? { consumer: flags.consumer } : {}),
+              limit: flags.limit ?? CLI_DEFAULTS.parkedListLimit,
+            }),
+          );
+        } catch (err) {
+          // No pg-boss in the --boss-schema: when the events are elsewhere, saying where is the answer.
+          if (!(isConfigError(err) && outOfView.length > 0)) throw err;
+        }
         if (flags.json) ctx.out(JSON.stringify(rows));
         else if (rows.length === 0) ctx.out('no parked events');
         else for (const r of rows) for (const line of describeParked(r)) ctx.out(line);
+        for (const f of outOfView) ctx.err(`ferry: ${f.advice}`);
+        if (outOfView.length > 0) {
+          throw new CommandFailedError(
+            `parked events out of view for ${outOfView.map((f) => f.consumer).join(', ')}: they are not where --boss-schema ${flags.bossSchema ?? bossSchemaFor(flags.schema)} looks (see above)`,
+          );
+        }
       }),
   );
   const changing = (cmd: Command) =>

@@ -142,7 +142,10 @@ export function relayCommand(ctx: CommandContext): Command {
     .addOption(new Option('--log-level <level>', 'log level').env('FERRY_LOG_LEVEL').default(CLI_DEFAULTS.logLevel).choices(LOG_LEVELS))
     .addOption(new Option('--otel', 'export OpenTelemetry traces over OTLP/HTTP (or set OTEL_EXPORTER_OTLP_ENDPOINT)'))
     .addOption(
-      new Option('--ensure-stream <NAME=SUBJECTS>', 'create this stream when missing (repeatable), e.g. ORDERS=orders.>')
+      new Option(
+        '--ensure-stream <NAME=SUBJECTS>',
+        'create this stream when missing, or add to it the subjects it lacks (none removed); repeatable, e.g. ORDERS=orders.>',
+      )
         .env('FERRY_ENSURE_STREAM')
         .argParser(parseEnsureStream),
     )

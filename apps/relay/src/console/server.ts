@@ -1,14 +1,15 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isValidationError, pgBossDb, quoteIdentifier, startPgBoss } from '@ferry/core';
+import { isValidationError, OLD_BOSS_SCHEMA, pgBossDb, quoteIdentifier, startPgBoss } from '@ferry/core';
+import { findParkedElsewhere } from '@ferry/inbox';
 import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { listActions } from '../actions/audit.js';
-import { type DeadAction, previewDead, SelectionChangedError, settleDead } from '../actions/dead.js';
 import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-filter.js';
+import { type FailedAction, previewFailed, SelectionChangedError, settleFailed } from '../actions/failed.js';
 import { type ParkedAction, settleParked } from '../actions/parked.js';
 import { previewReplay, type ReplaySelection, replayEvents } from '../actions/replay.js';
 import type { DoctorReport } from '../commands/doctor.js';
@@ -47,6 +48,8 @@ export interface ConsoleOptions {
   schema: string;
   /** The inbox's pg-boss schema (its parking lot). */
   bossSchema: string;
+  /** Where earlier inbox releases parked (default `pgboss`): the Parked page names events left there. `false`: do not look. */
+  oldBossSchema?: string | false;
   /** JetStream for streams, consumers and their lag; without it those sections say why. */
   nc?: NatsConnection;
   natsError?: string;
@@ -233,7 +236,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
   const eventLink = (id: string) => html`<a class="mono" href="/event${qs({ id })}">${id}</a>`;
   const keyLink = (key: string) => html`<a href="/events${qs({ key })}">${key}</a>`;
 
-  function deadForm(r: Req, action: DeadAction, fields: Record<string, string | undefined>, label: string): Html | string {
+  function failedForm(r: Req, action: FailedAction, fields: Record<string, string | undefined>, label: string): Html | string {
     if (!canAct(r)) return '';
     const hidden = Object.entries(fields)
       .filter(([, v]) => v !== undefined && v !== '')
@@ -480,20 +483,20 @@ ${
         : html`<h2>By reason</h2><table class="groups"><tr><th>state</th><th>reason</th><th>blocked keys</th><th>oldest</th><th></th></tr>${groups.map(
             (g) =>
               html`<tr class="bad" data-reason="${g.reason}"><td>${g.state}</td><td class="reason">${g.reason || '(none)'}</td><td class="n keys">${g.keys}</td><td>${iso(g.oldest)}</td><td>${
-                g.state === 'dead' && g.reason
-                  ? html`${deadForm(r, 'retry', { reason: g.reason }, `Retry all ${g.keys}…`)} ${deadForm(r, 'discard', { reason: g.reason }, `Discard all ${g.keys}…`)}`
+                g.reason
+                  ? html`${failedForm(r, 'retry', { reason: g.reason, state: g.state }, `Retry all ${g.keys}…`)} ${failedForm(r, 'discard', { reason: g.reason, state: g.state }, `Discard all ${g.keys}…`)}`
                   : html`<a href="/events${qs({ state: g.state })}">list</a>`
               }</td></tr>`,
           )}</table>${groups.length >= GROUPS_SHOWN ? html`<p class="note">The ${GROUPS_SHOWN} largest groups shown.</p>` : ''}<h2>Oldest first</h2>`;
     const body =
       rows.length === 0
         ? html`<p class="ok">No key is blocked.</p>`
-        : html`<p class="note">Each key waits behind its failed head; the relay retries a backing-off head by itself, a dead one waits for you. Retry a dead head once its cause is fixed (a stream for its subject, a permission), or discard it to let the rows behind it flow; a group of the same reason is retried or discarded in one action.</p>${grouped}
+        : html`<p class="note">Each key waits behind its failed head; the relay retries a backing-off head by itself, a dead one waits for you. Retry a head once its cause is fixed (a stream for its subject, a permission) rather than wait for its next attempt, or discard it, dead or backing off, to let the rows behind it flow; a group of the same reason is retried or discarded in one action.</p>${grouped}
 <table class="blocked"><tr><th>key</th><th>head id</th><th>version</th><th>subject</th><th>type</th><th>state</th><th>attempts</th><th>next retry</th><th>reason</th><th>waiting behind</th><th></th></tr>
 ${rows.map(
   (b) =>
     html`<tr class="bad" data-key="${b.key}"><td>${keyLink(b.key)}</td><td>${eventLink(b.id)}</td><td class="n">${b.version}</td><td>${b.subject}</td><td>${b.type}</td><td>${b.dead_at ? 'dead' : 'backing off'}</td><td class="n">${b.attempts}</td><td>${b.dead_at ? '-' : iso(b.next_attempt_at)}</td><td class="reason">${b.last_error ?? ''}</td><td class="n waiting">${b.waiting}</td>
-<td>${b.dead_at ? html`${deadForm(r, 'retry', { key: b.key }, 'Retry…')} ${deadForm(r, 'discard', { key: b.key }, 'Discard…')}` : ''}</td></tr>`,
+<td>${failedForm(r, 'retry', { key: b.key }, 'Retry…')} ${failedForm(r, 'discard', { key: b.key }, 'Discard…')}</td></tr>`,
 )}</table>${rows.length >= LIST_LIMIT ? html`<p class="note">The oldest ${LIST_LIMIT} shown.</p>` : ''}`;
     return layout(r, 'Blocked keys', '/blocked', body);
   }
@@ -520,9 +523,11 @@ ${rows.map(
     const form = html`<form class="filter" method="get" action="/events">${input('id', 'id')}${input('key', 'key')}${input('subject', 'subject', 'orders.> or exact')}${input('type', 'type')}
 <label>state<select name="state"><option value="">any</option>${EVENT_STATES.map((st) => html`<option${fields.state === st ? new Html(' selected') : ''}>${st}</option>`)}</select></label>
 ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'created until')}<button type="submit">Search</button></form>`;
+    // Dead and backing-off rows are what a dlq action changes: offered for no state (every failed one) or either of them.
+    const acted = f.state === undefined ? 'failed' : f.state === 'dead' || f.state === 'backing-off' ? f.state : undefined;
     const bulk =
-      any && canAct(r) && (f.state === undefined || f.state === 'dead')
-        ? html`<p>Every dead event matching this filter: ${deadForm(r, 'retry', filterFields(f), 'Retry all matching dead…')} ${deadForm(r, 'discard', filterFields(f), 'Discard all matching dead…')} (a preview with the exact count comes first)</p>`
+      any && canAct(r) && acted !== undefined
+        ? html`<p>Every ${acted === 'failed' ? 'failed (dead or backing-off)' : acted} event matching this filter: ${failedForm(r, 'retry', { ...filterFields(f), state: f.state }, `Retry all matching ${acted}…`)} ${failedForm(r, 'discard', { ...filterFields(f), state: f.state }, `Discard all matching ${acted}…`)} (a preview with the exact count comes first)</p>`
         : '';
     const replayable = any && f.ids === undefined && (f.state === undefined || f.state === 'published');
     const replay = replayable
@@ -585,7 +590,7 @@ ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'crea
       ['waiting behind it', e.blocked],
     ];
     const body = html`<table class="event">${fields.map(([k, v]) => html`<tr><th>${k}</th><td data-field="${k}">${v ?? '-'}</td></tr>`)}</table>
-${state === 'dead' ? html`<p>${deadForm(r, 'retry', { id }, 'Retry…')} ${deadForm(r, 'discard', { id }, 'Discard…')}</p>` : ''}
+${state === 'dead' || state === 'backing-off' ? html`<p>${failedForm(r, 'retry', { id }, 'Retry…')} ${failedForm(r, 'discard', { id }, 'Discard…')}</p>` : ''}
 ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String(e.seq), to_seq: String(e.seq) }, 'Replay this event…')} ${replayForm(r, { key: e.key, from_seq: String(e.seq) }, 'Replay this key from here…')}</p>` : ''}
 <h2>Headers</h2><table class="headers">${Object.entries(e.headers ?? {}).map(([k, v]) => html`<tr><th>${k}</th><td>${typeof v === 'string' ? v : JSON.stringify(v)}</td></tr>`)}</table>
 <h2>Payload (${payload.kind === 'hex' ? 'bytes, not UTF-8: hex' : payload.kind}, ${e.data_bytes} bytes${e.data_bytes > e.data.byteLength ? `, first ${e.data.byteLength} shown` : ''})</h2>
@@ -596,13 +601,21 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
   }
 
   async function parkedPage(r: Req): Promise<string> {
+    // Nothing parked is out of sight: events an earlier release left under the old pg-boss schema, or
+    // counted in inbox_versions but missing here (the same check as ferry inbox parked list).
+    const strays = await findParkedElsewhere(o.pool, {
+      schema: o.schema,
+      bossSchema: o.bossSchema,
+      oldBossSchemas: o.oldBossSchema === false ? [] : [o.oldBossSchema ?? OLD_BOSS_SCHEMA],
+    }).catch(() => []);
+    const warn = html`${strays.map((f) => html`<p class="advice" data-out-of-view="${f.consumer}">${f.advice}.</p>`)}`;
     const jobTable = await bossJobTable(o.pool, o.bossSchema);
     if (!jobTable)
       return layout(
         r,
         'Parked events',
         '/parked',
-        html`<p class="note">No inbox parking lot in schema ${o.bossSchema} (ferry console --boss-schema).</p>`,
+        html`${warn}<p class="note">No inbox parking lot in schema ${o.bossSchema} (ferry console --boss-schema).</p>`,
       );
     const consumer = r.url.searchParams.get('consumer') ?? '';
     const counts = await parkedCounts(o.pool, jobTable);
@@ -611,7 +624,7 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
         html`<tr><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
     )}</table>`;
     if (!consumer || !counts.some((c) => c.consumer === consumer)) {
-      return layout(r, 'Parked events', '/parked', counts.length ? list : html`<p class="ok">No parked events.</p>`);
+      return layout(r, 'Parked events', '/parked', html`${warn}${counts.length ? list : html`<p class="ok">No parked events.</p>`}`);
     }
     const key = r.url.searchParams.get('key') ?? undefined;
     const rows = await parkedEvents(o.pool, jobTable, consumer, LIST_LIMIT, key ? { key } : {});
@@ -620,7 +633,7 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
       canAct(r) && failed.length > 0
         ? html`<p>${parkedForm(r, consumer, 'retry', failed, `Retry the ${failed.length} failed shown…`)} ${parkedForm(r, consumer, 'discard', failed, `Discard the ${failed.length} failed shown…`)}</p>`
         : '';
-    const body = html`${list}<h2>Consumer ${consumer}${key ? ` · key ${key}` : ''}</h2>
+    const body = html`${warn}${list}<h2>Consumer ${consumer}${key ? ` · key ${key}` : ''}</h2>
 <form class="filter" method="get" action="/parked"><input type="hidden" name="consumer" value="${consumer}"><label>key<input name="key" value="${key ?? ''}"></label><button type="submit">Filter</button></form>
 ${bulk}${parkedTable(r, consumer, rows)}`;
     return layout(r, `Parked events of ${consumer}`, '/parked', body);
@@ -714,13 +727,15 @@ ${rows.map((p) => {
   // ---- actions ----
 
   function formFilter(form: URLSearchParams): EventFilter {
-    const f = parseFilter(Object.fromEntries(['key', 'subject', 'type', 'since', 'until', 'reason'].map((k) => [k, form.get(k) ?? ''])));
+    const f = parseFilter(
+      Object.fromEntries(['key', 'subject', 'type', 'since', 'until', 'state', 'reason'].map((k) => [k, form.get(k) ?? ''])),
+    );
     const ids = form.getAll('id').filter(Boolean);
     if (ids.length > 0) f.ids = ids.map((id) => parseFilter({ id }).ids?.[0] as string);
     return f;
   }
 
-  const deadAction = (form: URLSearchParams): DeadAction => {
+  const failedAction = (form: URLSearchParams): FailedAction => {
     const a = form.get('action');
     if (a !== 'retry' && a !== 'discard') throw new HttpError(400, `action must be retry or discard, got ${JSON.stringify(a)}`);
     return a;
@@ -728,21 +743,28 @@ ${rows.map((p) => {
 
   async function dlqPreview(r: Req, form: URLSearchParams): Promise<string> {
     checkAction(r, form);
-    const action = deadAction(form);
+    const action = failedAction(form);
     const f = formFilter(form);
-    const p = await previewDead(longPool, o.schema, f);
+    const p = await previewFailed(longPool, o.schema, f);
     const what = f.key !== undefined && p.keys <= 1 ? html` of key <b>${f.key}</b>` : html` of ${p.keys} key(s)`;
     const verb = action === 'retry' ? 'retries' : 'discards';
+    const kind =
+      p.backingOff === 0
+        ? 'dead event(s)'
+        : p.dead === 0
+          ? 'backing-off event(s)'
+          : `failed event(s) (${p.dead} dead, ${p.backingOff} backing off)`;
     const flow = action === 'retry' ? 'row(s) behind them flow once they are published.' : 'row(s) behind them will flow.';
-    const hidden = Object.entries(filterFields(f))
+    const hidden = Object.entries({ ...filterFields(f), state: f.state })
       .filter(([k, v]) => v !== undefined && k !== 'id')
       .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
     const ids = (f.ids ?? []).map((id) => html`<input type="hidden" name="id" value="${id}">`);
     const body =
       p.rows === 0
-        ? html`<p class="note">No dead event matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
-        : html`<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> dead event(s)${what}; <b id="behind">${p.behind}</b> ${flow}</p>
-<p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), ids: f.ids })}</span>. Only these ${p.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
+        ? html`<p class="note">No failed event (dead or backing off) matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
+        : html`<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; <b id="behind">${p.behind}</b> ${flow}</p>
+${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire right now: a discard keeps it from being sent again, but one already sent may still reach the stream (before any later event of its key).</p>` : ''}
+<p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/dlq/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}${ids}
 <input type="hidden" name="expect_rows" value="${p.rows}"><input type="hidden" name="expect_max_seq" value="${p.maxSeq ?? ''}">
 <button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${p.rows} event(s)</button> <a href="/blocked">Cancel</a></form></div>
@@ -750,18 +772,20 @@ ${rows.map((p) => {
             (e) =>
               html`<tr><td>${eventLink(e.id)}</td><td>${e.key}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td>${e.last_error ?? ''}</td></tr>`,
           )}</table>`;
-    return layout(r, `Preview: ${action} dead events`, '/blocked', body);
+    return layout(r, `Preview: ${action} failed events`, '/blocked', body);
   }
 
   async function dlqApply(r: Req, form: URLSearchParams): Promise<string> {
     const who = checkAction(r, form);
-    const action = deadAction(form);
+    const action = failedAction(form);
     const f = formFilter(form);
     const rows = Number(form.get('expect_rows'));
     if (!Number.isInteger(rows) || rows < 0) throw new HttpError(400, 'expect_rows must come from a preview');
     const maxSeq = form.get('expect_max_seq') || null;
     if (maxSeq !== null && !/^\d{1,19}$/.test(maxSeq)) throw new HttpError(400, 'expect_max_seq must come from a preview');
-    const ids = await settleDead(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } }).finally(changed);
+    const ids = await settleFailed(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } }).finally(
+      changed,
+    );
     const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${ids.length}</b> event(s); the relays were woken.</p>
 <ul>${ids.slice(0, 50).map((id) => html`<li>${eventLink(id)}</li>`)}</ul><p><a href="/blocked">Blocked keys</a> · <a href="/audit">Audit trail</a></p>`;
     return layout(r, 'Done', '/blocked', body);

@@ -80,7 +80,7 @@ describe('lane leases', () => {
     );
     const { owner, epoch } = lease.rows[0] ?? { owner: '', epoch: '0' };
     const stale = String(Number(epoch) - 1);
-    const failed = await db.pool.query(markFailedSql(s), [[row.seq], ['timeout: late'], [1000], [true], [stale], owner, [row.lane]]);
+    const failed = await db.pool.query(markFailedSql(s), [[row.seq], ['timeout: late'], [1000], [true], [stale], owner, [row.lane], [0]]);
     assert.equal(failed.rowCount, 0, 'a stale failure record neither counts an attempt nor kills the row');
     const other = await db.pool.query(markPublishedSql(s), [[row.seq], [epoch], 'someone-else', [row.lane]]);
     assert.equal(other.rowCount, 0, 'another owner marks nothing');
@@ -175,7 +175,11 @@ describe('lane leases', () => {
         if (fresh) await client.query(`ANALYZE ${s}.outbox`);
         for (const [name, text, values] of [
           ['mark_published', markPublishedSql(s), [seqs, epochs, 'owner', lanes]],
-          ['mark_failed', markFailedSql(s), [seqs, seqs.map(() => 'x'), seqs.map(() => 1), seqs.map(() => false), epochs, 'owner', lanes]],
+          [
+            'mark_failed',
+            markFailedSql(s),
+            [seqs, seqs.map(() => 'x'), seqs.map(() => 1), seqs.map(() => false), epochs, 'owner', lanes, seqs.map(() => 0)],
+          ],
         ] as const) {
           await client.query(`DEALLOCATE ALL`);
           await client.query(`PREPARE ${name} AS ${text}`);

@@ -105,9 +105,11 @@ export class RowSettler {
     const delay = backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs);
     try {
       const r = await withRetries('recording a failure', logger, () =>
-        pool.query(this.#markFailedSql, [[row.seq], [error], [delay], [dead], [row.epoch], instance, [row.lane]]),
+        pool.query(this.#markFailedSql, [[row.seq], [error], [delay], [dead], [row.epoch], instance, [row.lane], [row.attempts]]),
       );
-      if (r.rowCount === 0) return; // fenced: the lane was lost, its new holder decides about the row
+      // Fenced: the lane was lost (its new holder decides about the row), or an operator retried or
+      // discarded the row while it was on the wire (their word stands).
+      if (r.rowCount === 0) return;
     } catch (err) {
       logger.error({ err, id: row.id }, 'could not record a failed attempt; the row will be tried again');
     }

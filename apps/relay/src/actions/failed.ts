@@ -1,0 +1,178 @@
+import { notifyChannel, type Queryable, quoteIdentifier, withTransaction } from '@ferry/core';
+import type pg from 'pg';
+import { CommandFailedError } from '../errors.js';
+import { NOTIFY_RELAYS_SQL } from '../sql/notify-relays.js';
+import { type AuditEntry, auditTableMissing, isUndefinedTable, type Operator, recordAction } from './audit.js';
+import { describeFilter, type EventFilter, FAILED_CONDITION, filterCondition } from './event-filter.js';
+
+// One implementation of `dlq retry` and `dlq discard`, for `ferry dlq` and `ferry console` alike:
+// a preview (how many rows, of how many keys, how many rows behind them will flow), then the change,
+// recorded in operator_actions in the same transaction. Both act on failed rows: dead ones, and ones
+// the relay is backing off from (an operator who knows a subject will never be bound need not wait
+// ~22 minutes for the head to die).
+
+export type FailedAction = 'retry' | 'discard';
+
+/** The states a dlq action acts on. */
+export type FailedState = 'dead' | 'backing-off';
+
+/** What a dlq action would change, and what it frees. */
+export interface FailedPreview {
+  /** Failed rows selected (dead + backingOff). */
+  rows: number;
+  dead: number;
+  backingOff: number;
+  keys: number;
+  /** The highest seq selected: the change is bounded by it, so rows failed after the preview are not swept in. */
+  maxSeq: string | null;
+  /** Undelivered rows of those keys behind them: they flow once the keys unblock. */
+  behind: number;
+  /** The first selected rows, oldest first. */
+  sample: Array<{ id: string; key: string; version: string; subject: string; type: string; state: FailedState; last_error: string | null }>;
+}
+
+/** The filter's condition narrowed to failed rows: a dlq action never touches any other. */
+function failedSelection(filter: EventFilter): { sql: string; params: unknown[] } {
+  const { sql, params } = filterCondition(filter);
+  return { sql: `${sql} AND ${FAILED_CONDITION}`, params };
+}
+
+const STATE = `CASE WHEN o.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END`;
+
+export async function previewFailed(q: Queryable, schema: string, filter: EventFilter, sample = 20): Promise<FailedPreview> {
+  const s = quoteIdentifier(schema);
+  const { sql, params } = failedSelection(filter);
+  const { rows } = await q.query<{ n: string; dead: string; keys: string; maxseq: string | null; behind: string }>(
+    `WITH sel AS MATERIALIZED (SELECT o.seq, o.lane, o.key, o.dead_at IS NOT NULL AS dead FROM ${s}.outbox o WHERE ${sql}),
+          heads AS (SELECT lane, key, min(seq) AS seq FROM sel GROUP BY lane, key)
+     SELECT (SELECT count(*) FROM sel)::text AS n, (SELECT count(*) FROM sel WHERE dead)::text AS dead,
+            (SELECT count(*) FROM heads)::text AS keys, (SELECT max(seq) FROM sel)::text AS maxseq,
+            (SELECT coalesce(sum((SELECT count(*) FROM ${s}.outbox b
+                                   WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL
+                                     AND b.dead_at IS NULL AND b.seq > h.seq)), 0) FROM heads h)::text AS behind`,
+    params,
+  );
+  const first = await q.query<FailedPreview['sample'][number]>(
+    `SELECT o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, ${STATE} AS state, o.last_error FROM ${s}.outbox o
+      WHERE ${sql} ORDER BY o.seq LIMIT ${Math.max(0, Math.trunc(sample))}`,
+    params,
+  );
+  const r = rows[0];
+  const n = Number(r?.n ?? 0);
+  const dead = Number(r?.dead ?? 0);
+  return {
+    rows: n,
+    dead,
+    backingOff: n - dead,
+    keys: Number(r?.keys ?? 0),
+    maxSeq: r?.maxseq ?? null,
+    behind: Number(r?.behind ?? 0),
+    sample: first.rows,
+  };
+}
+
+/** One selected failed row. */
+export interface FailedRow {
+  id: string;
+  key: string;
+  subject: string;
+  state: FailedState;
+}
+
+/** Every failed row the filter selects, in seq order (`ferry dlq … --dry-run`, and which given ids are failed). */
+export async function selectFailed(q: Queryable, schema: string, filter: EventFilter): Promise<FailedRow[]> {
+  const { sql, params } = failedSelection(filter);
+  const { rows } = await q.query<FailedRow>(
+    `SELECT o.id::text AS id, o.key, o.subject, ${STATE} AS state FROM ${quoteIdentifier(schema)}.outbox o WHERE ${sql} ORDER BY o.seq`,
+    params,
+  );
+  return rows;
+}
+
+export interface SettleFailedOptions extends Operator {
+  /** From the preview the operator confirmed: refuse (and change nothing) when the selection no longer has exactly this many rows up to maxSeq. */
+  expect?: { rows: number; maxSeq: string | null };
+}
+
+/** The selection changed between the preview and the confirmation: nothing was done. */
+export class SelectionChangedError extends CommandFailedError {
+  constructor(expected: number, found: number, what = 'failed row(s)') {
+    super(`nothing done: the preview selected ${expected} ${what}, now ${found} match: preview again`);
+    this.name = 'SelectionChangedError';
+  }
+}
+
+/**
+ * `retry` clears dead_at and attempts and sets next_attempt_at to
+ * '-infinity', so the row is due at once, dead or backing off. `discard`
+ * keeps the row for audit but marks it published and dead (published_at =
+ * now(), dead_at kept or set now, last_error prefixed with "discarded by
+ * …"), so its key's later rows flow. The relays are woken by a NOTIFY; the
+ * action is recorded in operator_actions in the same transaction. Returns
+ * the ids changed, in seq order.
+ *
+ * A backing-off row may be in a relay's hands right now (claimed when it
+ * came due). The relay's marks keep the operator's word: its failure record
+ * is fenced on the attempts it claimed the row with (mark-failed.ts), so a
+ * retry is not undone, and on published_at IS NULL, so a discard is not; a
+ * discarded row is never claimed again. The relay sends a key's next row
+ * only after the previous one's PubAck, so a row discarded while on the
+ * wire either lands before the key's later rows or not at all (its state
+ * says discarded either way): per-key order holds.
+ */
+export async function settleFailed(
+  pool: pg.Pool,
+  schema: string,
+  action: FailedAction,
+  filter: EventFilter,
+  options: SettleFailedOptions,
+): Promise<string[]> {
+  const s = quoteIdentifier(schema);
+  const { sql, params } = failedSelection(filter);
+  const by = options.via === 'cli' ? 'ferry dlq discard' : `ferry console (${options.actor.slice(0, 100)})`;
+  let where = sql;
+  const values = [...params];
+  if (options.expect?.maxSeq != null) {
+    values.push(options.expect.maxSeq);
+    where += ` AND o.seq <= $${values.length}::bigint`;
+  }
+  let set: string;
+  if (action === 'retry') set = `SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'`;
+  else {
+    values.push(`discarded by ${by} at `);
+    set = `SET published_at = now(), dead_at = coalesce(o.dead_at, now()),
+               last_error = $${values.length}::text || now()::text || coalesce(': ' || o.last_error, '')`;
+  }
+  const entry = (rows: number, outcome: string): AuditEntry => ({
+    actor: options.actor,
+    via: options.via,
+    action: action === 'retry' ? 'dlq.retry' : 'dlq.discard',
+    filter: {
+      // The state acted on: the filter's own (dead, backing-off), or every failed one.
+      state: 'failed',
+      ...describeFilter(filter),
+      ...(options.expect ? { previewed: options.expect.rows, maxSeq: options.expect.maxSeq } : {}),
+    },
+    rows,
+    outcome,
+  });
+  try {
+    return await withTransaction(pool, async (tx) => {
+      const { rows } = await tx.query<{ id: string }>(
+        `WITH done AS (UPDATE ${s}.outbox o ${set} WHERE ${where} RETURNING o.seq, o.id) SELECT id::text AS id FROM done ORDER BY seq`,
+        values,
+      );
+      if (options.expect && rows.length !== options.expect.rows) throw new SelectionChangedError(options.expect.rows, rows.length);
+      await recordAction(tx, s, entry(rows.length, 'ok'));
+      if (rows.length > 0) await tx.query(NOTIFY_RELAYS_SQL, [notifyChannel(schema), 'dlq']);
+      return rows.map((r) => r.id);
+    });
+  } catch (err) {
+    if (isUndefinedTable(err)) throw auditTableMissing(schema, err);
+    if (err instanceof SelectionChangedError) {
+      // Recorded apart: the change rolled back, the refusal is part of the trail.
+      await recordAction(pool, s, entry(0, err.message)).catch(() => {});
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,20 @@
+import type { JetStreamManager } from '@nats-io/jetstream';
+
+/** Which stream binds each subject now, or null when none does: the server's own answer ($JS.API.STREAM.NAMES, filtered by subject). */
+export async function streamsBinding(jsm: JetStreamManager, subjects: Iterable<string>): Promise<Map<string, string | null>> {
+  const out = new Map<string, string | null>();
+  for (const subject of subjects) {
+    if (out.has(subject)) continue;
+    // Not jsm.streams.find(): it throws alike for "no stream" and for a server that did not answer,
+    // and only the first is an answer. Subjects of two streams cannot overlap, so one name at most.
+    let stream: string | null = null;
+    for await (const name of jsm.streams.names(subject)) stream ??= name;
+    out.set(subject, stream);
+  }
+  return out;
+}
+
+/** What to do about a subject no stream binds (dlq retry --dry-run; the relay's own failure says no_responders). */
+export function bindSubjectFix(subject: string): string {
+  return `add it to a stream: ferry relay --ensure-stream <STREAM>=${subject} (adds it to an existing stream too), or nats stream edit <STREAM> --subjects <its subjects>,${subject}`;
+}
