@@ -74,6 +74,8 @@ export interface ConsoleServer {
 
 /** Rows each list shows at most. */
 const LIST_LIMIT = 200;
+/** A shared read is read again after PACE times its own duration at the soonest. */
+const PACE = 20;
 /** Failure groups the blocked keys page shows at most. */
 const GROUPS_SHOWN = 20;
 /** Events one console replay sends at most (it answers when done); more is `ferry replay`'s job. */
@@ -272,11 +274,20 @@ ${rows.map(
     jobTable: string | null;
     lag: Awaited<ReturnType<typeof consumerLag>>;
     minutes: MinuteStat[];
+    /** How long the read took: the next one waits PACE times as long (see `paced`). */
+    tookMs: number;
     error?: string;
   }
   let snapshot: Snapshot | undefined;
   let reading: Promise<Snapshot> | undefined;
   const longPool = o.longPool ?? o.pool;
+  /**
+   * When a shared read is read again: after the refresh interval, or PACE times as long as the read
+   * took, whichever is longer. The console then spends at most 1/PACE of a connection's time on it,
+   * however large the outbox (a status over a million pending rows takes seconds) and however many
+   * tabs are open, so the relays it watches keep their speed.
+   */
+  const paced = (tookMs: number) => Math.max(o.refreshMs, PACE * tookMs);
   const history = new MinuteHistory(longPool, o.schema, 3 * o.refreshMs);
   const readMinutes = async (): Promise<MinuteStat[]> => {
     const { rows } = await o.pool.query<{ now: Date }>('SELECT now() AS now');
@@ -294,11 +305,12 @@ ${rows.map(
           readMinutes().catch(() => snapshot?.minutes ?? []),
         ]);
         const parked = jobTable ? await parkedCounts(o.pool, jobTable) : [];
-        snapshot = { at, status, parked, jobTable, lag, minutes };
+        snapshot = { at, tookMs: Date.now() - at, status, parked, jobTable, lag, minutes };
       } catch (err) {
         snapshot = {
           ...(snapshot ?? { parked: [], jobTable: null, lag: { rows: [], streams: [] }, minutes: [] }),
           at,
+          tookMs: Date.now() - at,
           error: (err as Error).message,
         };
       }
@@ -310,7 +322,7 @@ ${rows.map(
   }
   async function currentSnapshot(): Promise<Snapshot> {
     if (!snapshot) return readSnapshot();
-    if (Date.now() - snapshot.at >= o.refreshMs) void readSnapshot();
+    if (Date.now() - snapshot.at >= paced(snapshot.tookMs)) void readSnapshot();
     return snapshot;
   }
 
@@ -327,7 +339,7 @@ ${rows.map(
     if (!snap)
       return html`<p class="note" id="reading">Reading the numbers: the exact counts run over every pending row and take seconds at a million rows. This page fills in by itself.</p>`;
     const { status, parked, jobTable, lag, minutes } = snap;
-    const stamp = html`<p class="note" id="asof" data-age-ms="${Date.now() - snap.at}">Numbers as of ${new Date(snap.at).toISOString()} (read once per ${o.refreshMs / 1000} s for every viewer).</p>`;
+    const stamp = html`<p class="note" id="asof" data-age-ms="${Date.now() - snap.at}">Numbers as of ${new Date(snap.at).toISOString()} (read for every viewer once per ${(paced(snap.tookMs) / 1000).toFixed(paced(snap.tookMs) < 10_000 ? 1 : 0)} s: the refresh interval, or ${PACE}× the last read's ${snap.tookMs} ms).</p>`;
     if (!status) return html`<p class="advice">Cannot read the status: ${snap.error ?? 'not read yet'}</p>${stamp}`;
     const advice: Html[] = [];
     if (snap.error) advice.push(html`<p class="advice">The last status read failed (these numbers are older): ${snap.error}</p>`);
@@ -459,14 +471,21 @@ ${
 
   // The blocked keys, like the overview, are read at most once per refresh interval for every viewer
   // (a scan of the failed rows: a tab refreshing it must not slow the relays); an action here drops it.
-  let blocked: { at: number; rows: Promise<[BlockedRow[], FailureGroup[]]> } | undefined;
+  let blocked: { at: number; tookMs: number; rows: Promise<[BlockedRow[], FailureGroup[]]> } | undefined;
   function blockedList(): Promise<[BlockedRow[], FailureGroup[]]> {
-    if (!blocked || Date.now() - blocked.at >= o.refreshMs) {
+    if (!blocked || Date.now() - blocked.at >= paced(blocked.tookMs)) {
+      const at = Date.now();
       const rows = Promise.all([blockedKeys(o.pool, o.schema, LIST_LIMIT), failureGroups(o.pool, o.schema, GROUPS_SHOWN)]);
-      blocked = { at: Date.now(), rows };
-      rows.catch(() => {
-        blocked = undefined;
-      });
+      const entry = { at, tookMs: 0, rows };
+      blocked = entry;
+      rows.then(
+        () => {
+          entry.tookMs = Date.now() - at;
+        },
+        () => {
+          if (blocked === entry) blocked = undefined;
+        },
+      );
     }
     return blocked.rows;
   }
