@@ -253,14 +253,22 @@ export interface FailureGroup {
   oldest: Date;
 }
 
-/** The failed rows grouped by state and reason, largest groups first (the failed-row index, then those rows). */
-export async function failureGroups(pool: pg.Pool, schema: string, limit: number): Promise<FailureGroup[]> {
+/** Failed rows the grouping reads at most: the oldest ones (the page says so when there are more). */
+export const GROUPED_ROWS = 10_000;
+
+/**
+ * The oldest GROUPED_ROWS failed rows grouped by state and reason, largest groups first: their seqs
+ * from the failed-row index alone, then those rows. Bounded, so a hundred thousand dead rows cost
+ * what ten thousand do; a group's action previews its exact count over every failed row.
+ */
+export async function failureGroups(pool: pg.Pool, schema: string, limit: number): Promise<{ groups: FailureGroup[]; grouped: number }> {
   const s = quoteIdentifier(schema);
-  const { rows } = await pool.query<FailureGroup>(
-    `SELECT CASE WHEN o.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END AS state, coalesce(left(o.last_error, ${REASON_CHARS}), '') AS reason,
-            count(*)::int AS keys, min(o.created_at) AS oldest
-       FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0
-      GROUP BY 1, 2 ORDER BY 3 DESC, 4 LIMIT ${Math.trunc(limit)}`,
+  const { rows } = await pool.query<FailureGroup & { grouped: number }>(
+    `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 LIMIT ${GROUPED_ROWS}),
+          g AS (SELECT CASE WHEN o.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END AS state,
+                       coalesce(left(o.last_error, ${REASON_CHARS}), '') AS reason, count(*)::int AS keys, min(o.created_at) AS oldest
+                  FROM f JOIN ${s}.outbox o ON o.seq = f.seq GROUP BY 1, 2)
+     SELECT g.*, (SELECT sum(keys) FROM g)::int AS grouped FROM g ORDER BY keys DESC, oldest LIMIT ${Math.trunc(limit)}`,
   );
-  return rows;
+  return { groups: rows.map(({ grouped: _, ...g }) => g), grouped: rows[0]?.grouped ?? 0 };
 }

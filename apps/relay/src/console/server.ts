@@ -23,8 +23,8 @@ import {
   blockedKeys,
   bossJobTable,
   type EventRow,
-  type FailureGroup,
   failureGroups,
+  GROUPED_ROWS,
   inboxVersions,
   keyHistory,
   type MinuteStat,
@@ -471,21 +471,20 @@ ${
 
   // The blocked keys, like the overview, are read at most once per refresh interval for every viewer
   // (a scan of the failed rows: a tab refreshing it must not slow the relays); an action here drops it.
-  let blocked: { at: number; tookMs: number; rows: Promise<[BlockedRow[], FailureGroup[]]> } | undefined;
-  function blockedList(): Promise<[BlockedRow[], FailureGroup[]]> {
+  type BlockedRead = [BlockedRow[], Awaited<ReturnType<typeof failureGroups>>];
+  let blocked: { at: number; tookMs: number; rows: Promise<BlockedRead> } | undefined;
+  function blockedList(): Promise<BlockedRead> {
     if (!blocked || Date.now() - blocked.at >= paced(blocked.tookMs)) {
       const at = Date.now();
       const rows = Promise.all([blockedKeys(o.pool, o.schema, LIST_LIMIT), failureGroups(o.pool, o.schema, GROUPS_SHOWN)]);
       const entry = { at, tookMs: 0, rows };
       blocked = entry;
-      rows.then(
-        () => {
-          entry.tookMs = Date.now() - at;
-        },
-        () => {
-          if (blocked === entry) blocked = undefined;
-        },
-      );
+      // A failed read is paced like a good one: tabs refreshing a page whose read times out must not
+      // send it again every second.
+      const took = () => {
+        entry.tookMs = Date.now() - at;
+      };
+      rows.then(took, took);
     }
     return blocked.rows;
   }
@@ -495,7 +494,7 @@ ${
   };
 
   async function blockedPage(r: Req): Promise<string> {
-    const [rows, groups] = await blockedList();
+    const [rows, { groups, grouped: groupedRows }] = await blockedList();
     const grouped =
       groups.length === 0
         ? ''
@@ -506,7 +505,7 @@ ${
                   ? html`${failedForm(r, 'retry', { reason: g.reason, state: g.state }, `Retry all ${g.keys}…`)} ${failedForm(r, 'discard', { reason: g.reason, state: g.state }, `Discard all ${g.keys}…`)}`
                   : html`<a href="/events${qs({ state: g.state })}">list</a>`
               }</td></tr>`,
-          )}</table>${groups.length >= GROUPS_SHOWN ? html`<p class="note">The ${GROUPS_SHOWN} largest groups shown.</p>` : ''}<h2>Oldest first</h2>`;
+          )}</table><p class="note">${groupedRows >= GROUPED_ROWS ? `Grouped over the oldest ${GROUPED_ROWS} failed heads (there are more); an action previews its exact count over all of them. ` : ''}${groups.length >= GROUPS_SHOWN ? `The ${GROUPS_SHOWN} largest groups shown.` : ''}</p><h2>Oldest first</h2>`;
     const body =
       rows.length === 0
         ? html`<p class="ok">No key is blocked.</p>`
