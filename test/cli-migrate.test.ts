@@ -114,7 +114,8 @@ describe('ferry migrate', () => {
     await pool.query(`DROP INDEX ${s}.outbox_pending_key_idx`);
     await pool.query(`CREATE INDEX outbox_pending_lane_idx ON ${s}.outbox (lane, seq) WHERE published_at IS NULL`);
     await pool.query(`DROP TABLE ${s}.published_ids, ${s}.relay_waiting, ${s}.relay_leases, ${s}.relay_instances, ${s}.operator_actions`);
-    await pool.query(`DELETE FROM ${s}.settings WHERE name = 'retention_ms'`);
+    await pool.query(`DROP FUNCTION ${s}.relay_lease_floor`);
+    await pool.query(`DELETE FROM ${s}.settings WHERE name IN ('retention_ms', 'relay_protocol_floor')`);
     await pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version > 2`);
     const fromDb = ferry(['migrate', '--print-sql', '--database-url', databaseUrl(), '--schema', schema]);
     assert.equal(fromDb.code, 0, fromDb.err);

@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { laneCountSql, protectPool } from '@ferry/core';
+import { FERRY_RELEASE, laneCountSql, protectPool, RELAY_PROTOCOL, SQLSTATE, sqlState } from '@ferry/core';
 import pg from 'pg';
 import { NotMigratedError } from '../errors.js';
 import { forgetInstanceSql, leaseCountsSql, pruneInstancesSql, releaseLeasesSql, renewLeasesSql, takeLeasesSql } from '../sql/leases.js';
@@ -273,7 +273,10 @@ export class LaneLeaser {
       if (this.#failing) this.#o.logger.info({ event: 'lease-database-restored' }, 'lease statements answer again');
       this.#failing = false;
     } catch (err) {
-      if (!this.#failing) {
+      if (!this.#failing && sqlState(err) === SQLSTATE.relayBelowFloor) {
+        // The schema was migrated by a newer release whose relays must not work beside this one.
+        this.#o.logger.error({ err, event: 'relay-below-floor' }, `${(err as Error).message}: this instance takes no lane`);
+      } else if (!this.#failing) {
         this.#o.logger.warn(
           { err, lanes: this.lanes },
           `lane lease check failed: the lanes held end with their term (${this.#o.leaseTermMs} ms) unless a renewal gets through`,
@@ -293,6 +296,8 @@ export class LaneLeaser {
       this.#o.leaseTermMs,
       held.map(([lane]) => lane),
       held.map(([, h]) => h.epoch),
+      FERRY_RELEASE,
+      RELAY_PROTOCOL,
     ]);
     const r = rows[0];
     this.#live = Math.max(1, r?.live ?? 1);

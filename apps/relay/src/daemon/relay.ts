@@ -25,6 +25,7 @@ import { Notifier } from './notifier.js';
 import { pgBounds } from './pg-bounds.js';
 import { PubAcks } from './pub-acks.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
+import { checkRelayFloor } from './relay-floor.js';
 import { WaitRecord } from './wait-record.js';
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
@@ -194,6 +195,7 @@ class RelayImpl implements Relay {
     });
     if (!lanes.rows[0])
       throw new NotMigratedError(`schema "${o.schema}" has no lane setting: run ferry migrate --schema ${o.schema} first`);
+    await checkRelayFloor(this.#pool, this.#schemaSql, o.schema);
     // One retention per outbox: a relay given another one refuses to start rather than
     // prune by it (one started with --retention 0ms deleted every published row).
     if (o.retentionMs !== undefined) {

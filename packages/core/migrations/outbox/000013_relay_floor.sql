@@ -1,0 +1,52 @@
+-- The relay floor: the oldest relay a schema lets work on it.
+--
+-- During a rolling upgrade an old relay kept running beside the new ones,
+-- with its old behaviour, unseen: nothing told it the schema had moved on.
+-- Now every relay reports its release and its relay protocol (a number that
+-- grows when what relays must do together changes) in its heartbeat, and the
+-- schema keeps the lowest protocol it admits in settings. The database
+-- enforces it, so a relay too old to know about the floor is stopped as well:
+-- a lease row can be taken or renewed only by an instance whose heartbeat
+-- reports a protocol at or above the floor. A relay released before this
+-- migration reports none: its renewals fail, its lanes end with their term
+-- (by its own clock a quarter-term earlier, and it sends nothing without
+-- one), and it can take no lane again. Leases held when this runs are left
+-- to end that way, not cleared, so no other instance sends on a lane while
+-- its old holder may still think it holds it.
+--
+-- Numbered 000013, not 000011 (free since the lease migration moved to
+-- 000010): the runner would apply 000011 after 000012, but a schema's
+-- version is its highest migration, so a relay or CLI of the 000012 release
+-- would see a schema with 000011 as current and its own, and --print-sql
+-- --from-version 12 would leave 000011 out.
+--
+-- Raising the floor later is one statement in a later migration:
+--   UPDATE :SCHEMA.settings SET value = '3' WHERE name = 'relay_protocol_floor' AND value::integer < 3;
+-- Protocols: 1 = leases with a term (000010), 2 = reports its release and
+-- honours the floor (this migration).
+ALTER TABLE :SCHEMA.relay_instances ADD COLUMN release text, ADD COLUMN protocol integer;
+INSERT INTO :SCHEMA.settings (name, value) VALUES ('relay_protocol_floor', '2') ON CONFLICT (name) DO NOTHING;
+
+CREATE FUNCTION :SCHEMA.relay_lease_floor() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_floor integer;
+  v_protocol integer;
+  v_release text;
+BEGIN
+  IF NEW.owner IS NULL THEN
+    RETURN NEW; -- a release: anyone may give a lane up
+  END IF;
+  SELECT s.value::integer INTO v_floor FROM :SCHEMA.settings s WHERE s.name = 'relay_protocol_floor';
+  SELECT i.protocol, i.release INTO v_protocol, v_release FROM :SCHEMA.relay_instances i WHERE i.instance = NEW.owner;
+  IF v_protocol IS NULL OR v_protocol < coalesce(v_floor, 0) THEN
+    RAISE EXCEPTION USING ERRCODE = 'FR001',
+      MESSAGE = format('relay instance %s (release %s, relay protocol %s) may not lease lane %s of schema %s: the schema admits relay protocol %s or later',
+                       NEW.owner, coalesce(v_release, 'unknown'), coalesce(v_protocol::text, 'unknown (older than 2)'), NEW.lane, TG_TABLE_SCHEMA, v_floor),
+      HINT = 'stop this relay and run the release that migrated the schema (ferry --version names its relay protocol)';
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER relay_lease_floor BEFORE UPDATE ON :SCHEMA.relay_leases
+  FOR EACH ROW EXECUTE FUNCTION :SCHEMA.relay_lease_floor();
