@@ -14,6 +14,12 @@ export interface RelayInstance {
   clientAddr: string | null;
   /** When the instance first renewed its heartbeat. */
   since: string | null;
+  /** The Ferry release the instance reports, or null: a relay released before outbox migration 000013 reports none. */
+  release: string | null;
+  /** Its relay protocol, or null (such a relay is protocol 1 or 0). */
+  protocol: number | null;
+  /** The schema's relay floor keeps it from every lease (it may still be sending until its term ends). */
+  belowFloor: boolean;
   /** Lanes this instance leases, ascending. */
   lanes: number[];
 }
@@ -32,7 +38,34 @@ export async function relayInstances(pool: pg.Pool, schema: string): Promise<Rel
       applicationName: app,
       clientAddr: r.client_addr,
       since: r.backend_start?.toISOString() ?? null,
+      release: r.release,
+      protocol: r.protocol,
+      belowFloor: r.floor !== null && (r.protocol === null || r.protocol < r.floor),
       lanes: r.lanes.map(Number),
     };
   });
+}
+
+/** How `ferry status` and `ferry doctor` name an instance's release. */
+export function describeRelease(i: Pick<RelayInstance, 'release' | 'protocol'>): string {
+  return i.release === null
+    ? 'release unknown (older than release reporting)'
+    : `release ${i.release} (relay protocol ${i.protocol ?? '?'})`;
+}
+
+/**
+ * The releases of live instances when they are not all the same, each with
+ * its instance ids (`release unknown …: 3fa2c1d0; release 0.1.0 (relay
+ * protocol 2): 9b0e77aa`), or null when they agree. A mix is the window of a
+ * rolling upgrade at best; an instance below the schema's floor is refused
+ * every lease and must be stopped.
+ */
+export function releaseMix(instances: readonly RelayInstance[]): string | null {
+  const byRelease = new Map<string, string[]>();
+  for (const i of instances) {
+    const name = describeRelease(i);
+    byRelease.set(name, [...(byRelease.get(name) ?? []), i.instance]);
+  }
+  if (byRelease.size < 2) return null;
+  return [...byRelease].map(([name, ids]) => `${name}: ${ids.join(', ')}`).join('; ');
 }

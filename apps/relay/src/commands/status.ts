@@ -1,7 +1,7 @@
 import { laneCountSql, quoteIdentifier } from '@ferry/core';
 import { Command } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
-import { type RelayInstance, relayInstances } from '../cli/relay-instances.js';
+import { describeRelease, type RelayInstance, relayInstances, releaseMix } from '../cli/relay-instances.js';
 import { addDatabaseOptions, type DatabaseFlags } from '../cli/shared-options.js';
 import { statusAttention } from '../cli/status-check.js';
 import type { CommandContext } from '../context.js';
@@ -40,6 +40,8 @@ export interface StatusReport {
   publishedLastMinute: number;
   lanes: LaneStatus[];
   instances: RelayInstance[];
+  /** The live instances' releases when they differ (each with its instance ids), else null: see `releaseMix`. */
+  mixedReleases: string | null;
   /** Lanes with pending rows that no live relay leases (free, or overdue). */
   unownedLanesWithBacklog: number[];
   /** Keys held behind a failed row (backing off or dead); their later events wait. */
@@ -62,7 +64,8 @@ Exit codes:
   0  the status was read (with --check: and nothing needs a person)
   1  PostgreSQL unreachable, or the schema is not migrated; with --check also
      when something needs a person: dead events, keys blocked behind a failed
-     event, lanes with pending events and no live relay (named on stderr)
+     event, lanes with pending events and no live relay, relay instances
+     below the schema's relay floor (named on stderr)
   2  bad usage
 
 Examples:
@@ -109,6 +112,7 @@ export async function readStatus(pool: import('pg').Pool, schema: string): Promi
     publishedLastMinute: Number(recent.rows[0]?.n ?? 0),
     lanes,
     instances,
+    mixedReleases: releaseMix(instances),
     unownedLanesWithBacklog: lanes.filter((l) => l.pending > 0 && (l.owner === null || l.overdue)).map((l) => l.lane),
     blockedKeys: blockedCount.rows[0]?.n ?? 0,
     blocked: blocked.rows.map(toBlockedKey),
@@ -133,7 +137,14 @@ function printStatus(r: StatusReport, out: (line: string) => void): void {
   for (const i of r.instances) {
     const where = i.relayPid === null ? `backend pid=${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`;
     out(
-      `  ${i.instance}  ${where} from ${i.clientAddr ?? 'local socket'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
+      `  ${i.instance}  ${describeRelease(i)}  ${where} from ${i.clientAddr ?? 'local socket'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}${i.belowFloor ? '  BELOW FLOOR' : ''}`,
+    );
+  }
+  if (r.mixedReleases !== null) out(`warning: relay instances run different releases: ${r.mixedReleases}`);
+  const below = r.instances.filter((i) => i.belowFloor);
+  if (below.length > 0) {
+    out(
+      `warning: ${below.map((i) => i.instance).join(', ')} ${below.length === 1 ? 'is' : 'are'} below the schema's relay floor: refused every lane lease; stop ${below.length === 1 ? 'it' : 'them'} (docs/operations.md, Upgrades)`,
     );
   }
   const busy = r.lanes.filter((l) => l.pending > 0 || l.dead > 0 || l.overdue);

@@ -1,9 +1,17 @@
+import { RELAY_FLOOR_SETTING } from '@ferry/core';
+
 /**
- * Live relay instances (an unexpired heartbeat row, see lane-leaser.ts) and
- * the lanes each holds under an unexpired lease.
+ * Live relay instances (an unexpired heartbeat row, see lane-leaser.ts), the
+ * lanes each holds under an unexpired lease, the release and relay protocol
+ * each reports (null for a relay released before outbox migration 000013)
+ * and the schema's relay floor (null before 000013). The two columns are
+ * read through `to_jsonb(i)` so the statement also runs on a schema that
+ * does not have them yet.
  */
 export function relayInstancesSql(schemaSql: string): string {
   return `SELECT i.instance, i.backend_pid AS pid, i.application_name, i.client_addr, i.started_at AS backend_start,
+       to_jsonb(i) ->> 'release' AS release, (to_jsonb(i) ->> 'protocol')::int AS protocol,
+       (SELECT s.value::int FROM ${schemaSql}.settings s WHERE s.name = '${RELAY_FLOOR_SETTING}') AS floor,
        coalesce((SELECT array_agg(l.lane ORDER BY l.lane) FROM ${schemaSql}.relay_leases l
                   WHERE l.owner = i.instance AND l.expires_at > now()), '{}') AS lanes
   FROM ${schemaSql}.relay_instances i
@@ -17,6 +25,9 @@ export interface RelayInstanceRow {
   application_name: string | null;
   client_addr: string | null;
   backend_start: Date | null;
+  release: string | null;
+  protocol: number | null;
+  floor: number | null;
   lanes: number[];
 }
 
