@@ -8,11 +8,17 @@
 -- enforces it, so a relay too old to know about the floor is stopped as well:
 -- a lease row can be taken or renewed only by an instance whose heartbeat
 -- reports a protocol at or above the floor. A relay released before this
--- migration reports none: its renewals fail, its lanes end with their term
--- (by its own clock a quarter-term earlier, and it sends nothing without
--- one), and it can take no lane again. Leases held when this runs are left
--- to end that way, not cleared, so no other instance sends on a lane while
--- its old holder may still think it holds it.
+-- migration reports none: its renewals fail and it can take no lane again.
+--
+-- And none of them is still sending when this commits: the migration first
+-- locks relay_leases against every take and renewal, then waits until the
+-- last lease held runs out (at most one lease term, 10 s by default). A
+-- holder stops sending by its own clock a quarter-term before that, so when
+-- the new schema becomes visible no relay of an older release holds a lane
+-- it believes in. Leases are left to run out, not cleared: clearing them
+-- would let another instance send on a lane whose old holder may still
+-- think it holds it. Publishers do not wait for any of this (they touch
+-- neither table).
 --
 -- Numbered 000013, not 000011 (free since the lease migration moved to
 -- 000010): the runner would apply 000011 after 000012, but a schema's
@@ -24,6 +30,18 @@
 --   UPDATE :SCHEMA.settings SET value = '3' WHERE name = 'relay_protocol_floor' AND value::integer < 3;
 -- Protocols: 1 = leases with a term (000010), 2 = reports its release and
 -- honours the floor (this migration).
+LOCK TABLE :SCHEMA.relay_leases IN SHARE ROW EXCLUSIVE MODE;
+DO $$
+DECLARE
+  v_until timestamptz;
+BEGIN
+  SELECT max(l.expires_at) INTO v_until FROM :SCHEMA.relay_leases l WHERE l.owner IS NOT NULL AND l.expires_at > clock_timestamp();
+  IF v_until IS NOT NULL THEN
+    PERFORM pg_sleep(extract(epoch FROM v_until - clock_timestamp()) + 0.05);
+  END IF;
+END
+$$;
+
 ALTER TABLE :SCHEMA.relay_instances ADD COLUMN release text, ADD COLUMN protocol integer;
 INSERT INTO :SCHEMA.settings (name, value) VALUES ('relay_protocol_floor', '2') ON CONFLICT (name) DO NOTHING;
 
