@@ -3,10 +3,13 @@
 // built once into a cache (.ci/run builds it before the tests; here it is built when missing).
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { FERRY_RELEASE, migrate, quoteIdentifier, RELAY_PROTOCOL, relayBossSchemaFor } from '@ferry/core';
+import { FERRY_RELEASE as INBOX_RELEASE } from '@ferry/inbox';
+import { FERRY_RELEASE as PUBLISHER_RELEASE } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import {
   createTestDatabase,
@@ -290,6 +293,16 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
   function relay() {
     return createRelay({ databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() }, maintenance: false });
   }
+
+  test("release - the CLI, the relay, the inbox and the publisher name one release: the packages' version", async () => {
+    const version = (JSON.parse(readFileSync(join(REPO, 'packages/core/package.json'), 'utf8')) as { version: string }).version;
+    assert.equal(FERRY_RELEASE, version);
+    assert.equal(INBOX_RELEASE, version);
+    assert.equal(PUBLISHER_RELEASE, version);
+    const r = await ferry(['--version']);
+    assert.equal(r.code, 0);
+    assert.equal(r.out, `${version} (relay protocol ${RELAY_PROTOCOL})`);
+  });
 
   test('relay floor - a relay refuses to start on a schema whose floor is above its protocol, naming both and the fix', async () => {
     await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.settings SET value = '99' WHERE name = 'relay_protocol_floor'`);
