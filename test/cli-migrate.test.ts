@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
-import { databaseUrl, uniqueName } from '@ferry/testkit';
+import { applyWithPsql, databaseUrl, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 
 const FERRY = fileURLToPath(new URL('../../apps/relay/bin/ferry.js', import.meta.url));
@@ -125,7 +125,7 @@ describe('ferry migrate', () => {
     const given = ferry(['migrate', '--print-sql', '--from-version', '2', '--schema', schema]);
     assert.equal(given.out, fromDb.out, '--from-version 2 prints the same');
     // A DBA applies it by hand: it runs on the version-2 database, and ferry migrate finds it current.
-    await pool.query(fromDb.out);
+    applyWithPsql(databaseUrl(), fromDb.out);
     const after = ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]);
     assert.match(after.out, /is current/);
     const future = ferry(['migrate', '--print-sql', '--from-version', '999', '--schema', schema]);
