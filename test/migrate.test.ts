@@ -200,10 +200,11 @@ describe('migrate', () => {
     const event = (key: string) => ({ subject: 'mig.orders', key, type: 'OrderPlaced', data: { key } });
     // A writer whose transaction stays open: an index build has to wait for it.
     const open = await pool.connect();
+    let running: ReturnType<typeof migrate> | undefined;
     try {
       await open.query('BEGIN');
       await publisher.publish(open, event('open-writer'));
-      const running = migrate({ pool, schema });
+      running = migrate({ pool, schema });
       await new Promise((resolve) => setTimeout(resolve, 500));
       // Built in a transaction, the index waited for the open writer holding a SHARE lock request that
       // queued every later publish behind it: this one would wait until lock_timeout.
@@ -223,6 +224,7 @@ describe('migrate', () => {
     } finally {
       await open.query('ROLLBACK').catch(() => {});
       open.release();
+      await running?.catch(() => {}); // a failed assertion must not leave the build running into after()'s DROP
     }
     const { rows } = await pool.query<{ relname: string; valid: boolean }>(
       `SELECT c.relname, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid

@@ -233,6 +233,7 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
     assert.equal(migrated.status, 0, migrated.stderr);
     const pool = new pg.Pool({ connectionString: databaseUrl(), max: 4 });
     const count = async () => (await own.jsm.streams.info(own.name)).state.messages;
+    let load: ReturnType<typeof steadyLoad> | undefined;
     try {
       const old = startOld(schema);
       const first = await publishEvents(pool, schema, own.prefix, 20, { keys: 5, perTx: 5, keyPrefix: 'r' });
@@ -243,7 +244,7 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
 
       // The rolling-update window: events keep coming, the earlier relay holds every lane and ships them,
       // and this release migrates.
-      const load = steadyLoad(pool, schema, own.prefix, 100);
+      load = steadyLoad(pool, schema, own.prefix, 100);
       await new Promise((resolve) => setTimeout(resolve, TERM_MS));
       const sentBefore = await count();
       assert.ok(sentBefore > 20, 'the earlier relay was shipping the load when the migration began');
@@ -272,6 +273,7 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
       await waitFor(async () => (await countPending(pool, schema)) === 0, { timeoutMs: 60_000, what: 'the current relay to drain' });
       assertExactlyOnceInKeyOrder(await readStream(own.nc, own.name), [...first, ...ids]);
     } finally {
+      await load?.stop().catch(() => {}); // stopped already unless an assertion failed first
       await stopAll();
       await pool.end();
       await own.close();
