@@ -7,10 +7,10 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { FERRY_RELEASE, migrate, quoteIdentifier, RELAY_PROTOCOL, relayBossSchemaFor } from '@ferry/core';
+import { FERRY_RELEASE, migrate, migrationStatus, quoteIdentifier, RELAY_PROTOCOL, relayBossSchemaFor } from '@ferry/core';
 import { FERRY_RELEASE as INBOX_RELEASE } from '@ferry/inbox';
 import { FERRY_RELEASE as PUBLISHER_RELEASE } from '@ferry/publisher';
-import { createRelay } from '@ferry/relay';
+import { createRelay, lockNamespace } from '@ferry/relay';
 import {
   createTestDatabase,
   createTestStream,
@@ -348,6 +348,45 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
       });
     } finally {
       await db.pool.query(`INSERT INTO ${quoteIdentifier(db.schema)}.settings (name, value) VALUES ('relay_protocol_floor', '2')`);
+    }
+  });
+
+  test('relay floor - migrating to it is refused while a relay from before leases holds lanes by advisory lock, and nothing is migrated', async () => {
+    const schema = uniqueName('skew_legacy');
+    const s = quoteIdentifier(schema);
+    await migrate({ pool: db.pool, schema, lanes: 2 });
+    const holder = await db.pool.connect();
+    try {
+      // The schema at 12, as the release before the floor left it.
+      await db.pool.query(`DROP TRIGGER relay_lease_floor ON ${s}.relay_leases; DROP FUNCTION ${s}.relay_lease_floor()`);
+      await db.pool.query(`ALTER TABLE ${s}.relay_instances DROP COLUMN release, DROP COLUMN protocol`);
+      await db.pool.query(`DELETE FROM ${s}.settings WHERE name = 'relay_protocol_floor'`);
+      await db.pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 13`);
+      // A relay from before leases held lane 1 with this session lock (lane-leaser.ts before outbox migration 000010).
+      await holder.query('SELECT pg_advisory_lock($1::int, 1)', [lockNamespace(`ferry:lanes:${schema}`)]);
+      const { rows: me } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      await assert.rejects(migrate({ pool: db.pool, schema }), (err: Error) => {
+        assert.equal(err.name, 'MigrationError');
+        assert.match(
+          err.message,
+          new RegExp(
+            `relays of a release from before lane leases hold lanes of schema "${schema}" by advisory lock \\(backend pid ${me[0]?.pid} `,
+          ),
+        );
+        assert.match(err.message, /nothing was migrated; stop every ferry relay of that release, then run ferry migrate again/);
+        return true;
+      });
+      assert.equal((await migrationStatus(db.pool, { schema })).current, 12, 'the schema is as it was');
+      await holder.query('SELECT pg_advisory_unlock_all()');
+      const r = await migrate({ pool: db.pool, schema });
+      assert.deepEqual(
+        r.applied.map((m) => m.version),
+        [13],
+        'once that relay is gone, the migration runs',
+      );
+    } finally {
+      holder.release();
+      await db.pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
     }
   });
 

@@ -30,6 +30,34 @@
 --   UPDATE :SCHEMA.settings SET value = '3' WHERE name = 'relay_protocol_floor' AND value::integer < 3;
 -- Protocols: 1 = leases with a term (000010), 2 = reports its release and
 -- honours the floor (this migration).
+-- A relay from before leases (outbox migration 000010) holds its lanes with
+-- session advisory locks (namespace FNV-1a of 'ferry:lanes:<schema>', the
+-- lane) and never reads relay_leases: nothing here could stop it. So the
+-- migration refuses to run while one does, and the schema stays as it was
+-- (the whole batch rolls back): stop those relays, then migrate again.
+DO $$
+DECLARE
+  v_name bytea := convert_to('ferry:lanes:' || (SELECT n.nspname FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ':SCHEMA.settings'::regclass), 'UTF8');
+  v_hash bigint := 2166136261;
+  v_holders text;
+BEGIN
+  FOR i IN 0 .. length(v_name) - 1 LOOP
+    v_hash := ((v_hash # get_byte(v_name, i)) * 16777619) % 4294967296;
+  END LOOP;
+  SELECT string_agg(DISTINCT format('backend pid %s (%s%s)', l.pid, coalesce(nullif(a.application_name, ''), 'no application_name'),
+                                    coalesce(' from ' || a.client_addr::text, '')), ', ')
+    INTO v_holders
+    FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = (v_hash & 2147483647)::oid
+     AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database());
+  IF v_holders IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'FR002',
+      MESSAGE = format('relays of a release from before lane leases hold lanes of schema %s by advisory lock (%s): nothing was migrated; stop every ferry relay of that release, then run ferry migrate again (docs/operations.md, Upgrades)', ':SCHEMA', v_holders);
+  END IF;
+END
+$$;
+
 LOCK TABLE :SCHEMA.relay_leases IN SHARE ROW EXCLUSIVE MODE;
 DO $$
 DECLARE
