@@ -390,6 +390,59 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
     }
   });
 
+  test('relays before leases - one started beside this release finds every lane locked; one holding lanes shows in status and doctor', async () => {
+    const ns = lockNamespace(`ferry:lanes:${db.schema}`);
+    // The statement a relay from before leases took its lanes with (apps/relay/src/sql/lanes.ts before outbox
+    // migration 000010): session advisory locks (namespace, lane), at most $5, none of those held ($3).
+    const tryLanes = `SELECT lane FROM (
+      SELECT ((s + $4::int) % $2::int) AS lane FROM generate_series(0, $2::int - 1) AS s
+    ) c
+     WHERE CASE WHEN lane = ANY ($3::int[]) THEN false ELSE pg_try_advisory_lock($1::int, lane) END
+     LIMIT $5`;
+    const locked = async () => {
+      const { rows } = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1::int::oid`,
+        [ns],
+      );
+      return rows[0]?.n ?? 0;
+    };
+    const current = relay();
+    const old = await db.pool.connect();
+    try {
+      await current.start();
+      await waitFor(async () => (await locked()) === 2, { timeoutMs: 15_000, what: "this release's relay to lock both lanes the old way" });
+      const beside = await old.query<{ lane: number }>(tryLanes, [ns, 2, [], 0, 2]);
+      assert.deepEqual(beside.rows, [], 'a relay from before leases started beside it gets no lane');
+      const none = await ferry(['status', '--database-url', db.url, '--schema', db.schema, '--json']);
+      assert.deepEqual(none.json<{ relaysBeforeLeases: unknown[] }>().relaysBeforeLeases, [], "this release's own locks are not reported");
+      await current.stop();
+      const alone = await old.query<{ lane: number }>(tryLanes, [ns, 2, [], 0, 2]);
+      assert.equal(alone.rows.length, 2, 'with no relay of this release running, it takes both (nothing else could stop it)');
+      const { rows: me } = await old.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      const status = await ferry(['status', '--database-url', db.url, '--schema', db.schema, '--json']);
+      assert.deepEqual(
+        status.json<{ relaysBeforeLeases: Array<{ pid: number; lanes: number[] }> }>().relaysBeforeLeases.map((r) => [r.pid, r.lanes]),
+        [[me[0]?.pid, [0, 1]]],
+      );
+      const check = await ferry(['status', '--database-url', db.url, '--schema', db.schema, '--check']);
+      assert.equal(check.code, 1);
+      assert.match(check.out, /warning: a relay from before lane leases holds lanes by advisory lock: backend pid \d+ .*lanes 0,1/);
+      const doctor = await ferry(['doctor', '--database-url', db.url, '--schema', db.schema, '--nats-url', natsUrl(), '--json']);
+      assert.equal(doctor.code, 1);
+      const found = doctor.json<{ findings: Array<{ check: string; status: string; message: string }> }>().findings;
+      assert.ok(
+        found.some(
+          (f) => f.check === 'relays' && f.status === 'problem' && f.message.startsWith('a relay from before lane leases holds lanes'),
+        ),
+        JSON.stringify(found),
+      );
+    } finally {
+      await old.query('SELECT pg_advisory_unlock_all()').catch(() => {});
+      old.release();
+      await current.stop();
+    }
+  });
+
   test('relay floor - the database refuses a lease to an instance below the floor, whoever asks', async () => {
     const s = quoteIdentifier(db.schema);
     await db.pool.query(

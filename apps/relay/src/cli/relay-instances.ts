@@ -1,6 +1,7 @@
 import { quoteIdentifier } from '@ferry/core';
 import type pg from 'pg';
-import { type RelayInstanceRow, relayInstancesSql } from '../sql/relay-instances.js';
+import { lockNamespace } from '../daemon/lane-leaser.js';
+import { type RelayInstanceRow, relayInstancesSql, relaysBeforeLeasesSql } from '../sql/relay-instances.js';
 
 export interface RelayInstance {
   /** The relay's instance id (from its lease connection's application_name), or `pid:<backend pid>`. */
@@ -68,4 +69,32 @@ export function releaseMix(instances: readonly RelayInstance[]): string | null {
   }
   if (byRelease.size < 2) return null;
   return [...byRelease].map(([name, ids]) => `${name}: ${ids.join(', ')}`).join('; ');
+}
+
+/** A relay from before leases (outbox migration 000010) holding lanes of the schema by session advisory lock. */
+export interface RelayBeforeLeases {
+  /** Its lease connection's PostgreSQL backend pid. */
+  pid: number;
+  applicationName: string | null;
+  clientAddr: string | null;
+  lanes: number[];
+}
+
+/**
+ * Relays from before leases running on a schema: they never read the leases
+ * or the floor, so only their advisory locks show them (see
+ * relaysBeforeLeasesSql). Such a relay sends on the lanes it locked, beside
+ * this release's relays, until it is stopped.
+ */
+export async function relaysBeforeLeases(pool: pg.Pool, schema: string): Promise<RelayBeforeLeases[]> {
+  const { rows } = await pool.query<{ pid: number; application_name: string | null; client_addr: string | null; lanes: number[] }>(
+    relaysBeforeLeasesSql(quoteIdentifier(schema)),
+    [lockNamespace(`ferry:lanes:${schema}`)],
+  );
+  return rows.map((r) => ({ pid: r.pid, applicationName: r.application_name, clientAddr: r.client_addr, lanes: r.lanes.map(Number) }));
+}
+
+/** How `ferry status` and `ferry doctor` name one. */
+export function describeRelayBeforeLeases(r: RelayBeforeLeases): string {
+  return `backend pid ${r.pid} (${r.applicationName || 'no application_name'}${r.clientAddr ? ` from ${r.clientAddr}` : ''}) lanes ${r.lanes.join(',')}`;
 }

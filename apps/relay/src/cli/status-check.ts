@@ -8,7 +8,9 @@ import { count } from '../count.js';
  * nothing until a relay takes it; a relay below the schema's relay floor is an
  * old release left running after an upgrade.
  */
-export function statusAttention(r: Pick<StatusReport, 'dead' | 'blockedKeys' | 'unownedLanesWithBacklog' | 'instances'>): string[] {
+export function statusAttention(
+  r: Pick<StatusReport, 'dead' | 'blockedKeys' | 'unownedLanesWithBacklog' | 'instances' | 'relaysBeforeLeases'>,
+): string[] {
   const out: string[] = [];
   if (r.dead > 0) out.push(`${count(r.dead, 'dead event')} (ferry dlq list)`);
   if (r.blockedKeys > 0) out.push(`${count(r.blockedKeys, 'blocked key')} behind a failed event (ferry status)`);
@@ -21,6 +23,11 @@ export function statusAttention(r: Pick<StatusReport, 'dead' | 'blockedKeys' | '
   if (below.length > 0) {
     out.push(
       `${count(below.length, 'relay instance')} below the schema's relay floor, to stop (${below.map((i) => i.instance).join(',')})`,
+    );
+  }
+  if (r.relaysBeforeLeases.length > 0) {
+    out.push(
+      `${count(r.relaysBeforeLeases.length, 'relay')} from before lane leases, to stop (backend pid ${r.relaysBeforeLeases.map((x) => x.pid).join(',')})`,
     );
   }
   return out;

@@ -8,7 +8,7 @@ import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
-import { describeRelease, relayInstances, releaseMix } from '../cli/relay-instances.js';
+import { describeRelayBeforeLeases, describeRelease, relayInstances, relaysBeforeLeases, releaseMix } from '../cli/relay-instances.js';
 import {
   addDatabaseOptions,
   addNatsOptions,
@@ -218,7 +218,19 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
     );
   } else add('migrations', 'ok', `outbox schema "${schema}" is current (version ${status.current})`);
   const schemaSql = quoteIdentifier(schema);
-  const [instances, dead] = await Promise.all([relayInstances(pool, schema), pool.query<{ n: string }>(countDeadSql(schemaSql, 'all'))]);
+  const [instances, dead, beforeLeases] = await Promise.all([
+    relayInstances(pool, schema),
+    pool.query<{ n: string }>(countDeadSql(schemaSql, 'all')),
+    relaysBeforeLeases(pool, schema),
+  ]);
+  for (const old of beforeLeases) {
+    add(
+      'relays',
+      'problem',
+      `a relay from before lane leases holds lanes of "${schema}" by advisory lock: ${describeRelayBeforeLeases(old)}; it sends with its old rules beside the others`,
+      'stop it (docs/operations.md, Upgrades)',
+    );
+  }
   if (instances.length === 0)
     add('relays', 'warning', `no relay instance is running for schema "${schema}"`, `ferry relay --schema ${schema}`);
   else {

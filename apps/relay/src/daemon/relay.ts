@@ -18,7 +18,7 @@ import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, Re
 import { Dispatcher } from './dispatcher.js';
 import { ensureStreams } from './ensure-streams.js';
 import { Janitor } from './janitor.js';
-import { LaneLeaser, leaseSafetyMarginMs } from './lane-leaser.js';
+import { LaneLeaser, leaseSafetyMarginMs, lockNamespace } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
 import { drainNats, NatsProbe } from './nats-probe.js';
 import { Notifier } from './notifier.js';
@@ -104,6 +104,8 @@ class RelayImpl implements Relay {
       pg: pgBounds(this.#o),
       healthy: () => this.#healthy(),
       onTakeover: () => this.#metrics.leaseTakeovers.inc(),
+      // Relays from before leases took lanes by these advisory locks: one started beside this relay finds none.
+      legacyLaneNamespace: lockNamespace(`ferry:lanes:${this.#o.schema}`),
       logger: childLogger(this.#log, { component: 'lane-leaser' }),
     });
   }

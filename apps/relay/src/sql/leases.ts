@@ -122,3 +122,15 @@ export function forgetInstanceSql(schemaSql: string): string {
 export function pruneInstancesSql(schemaSql: string): string {
   return `DELETE FROM ${schemaSql}.relay_instances WHERE expires_at < now() - interval '1 day'`;
 }
+
+/**
+ * Takes the session advisory locks that relays from before leases (outbox
+ * migration 000010) took their lanes with: `$1` their namespace (FNV-1a of
+ * `ferry:lanes:<schema>`), lanes 0 to `$2` - 1, less `$3`, those this session
+ * holds already (a second grant of a session lock would need a second
+ * unlock). Such a relay never reads relay_leases; one started beside a
+ * relay holding these finds every lane taken and sends nothing. Returns the
+ * lanes newly locked.
+ */
+export const LEGACY_LANE_LOCKS_SQL = `SELECT lane FROM generate_series(0, $2::int - 1) AS lane
+ WHERE CASE WHEN lane = ANY ($3::int[]) THEN false ELSE pg_try_advisory_lock($1::int, lane) END`;

@@ -52,3 +52,21 @@ export interface LaneLeaseRow {
   age: number | null;
   overdue: boolean;
 }
+
+/**
+ * Sessions that hold lanes of this schema as relays from before leases did
+ * (outbox migration 000010): session advisory locks in namespace `$1`
+ * (`lockNamespace('ferry:lanes:<schema>')`), lane = objid. Lease connections
+ * of this release's relays hold them too, so that such a relay finds no lane:
+ * those are left out by their heartbeat's backend pid. What remains is a
+ * relay from before leases, running.
+ */
+export function relaysBeforeLeasesSql(schemaSql: string): string {
+  return `SELECT l.pid, a.application_name, a.client_addr::text AS client_addr, array_agg(l.objid::int ORDER BY l.objid) AS lanes
+  FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::int::oid
+   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = current_database())
+   AND l.pid NOT IN (SELECT i.backend_pid FROM ${schemaSql}.relay_instances i)
+ GROUP BY l.pid, a.application_name, a.client_addr
+ ORDER BY l.pid`;
+}
