@@ -26,7 +26,9 @@
 -- would see a schema with 000011 as current and its own, and --print-sql
 -- --from-version 12 would leave 000011 out.
 --
--- Raising the floor later is one statement in a later migration:
+-- Raising the floor later takes, in a later migration, the same lock and
+-- wait on relay_leases as below (so no relay under the new floor is still
+-- sending when it commits), then one statement:
 --   UPDATE :SCHEMA.settings SET value = '3' WHERE name = 'relay_protocol_floor' AND value::integer < 3;
 -- Protocols: 1 = leases with a term (000010), 2 = reports its release and
 -- honours the floor (this migration).
