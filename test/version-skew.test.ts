@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { FERRY_RELEASE, migrate, migrationStatus, quoteIdentifier, RELAY_PROTOCOL, relayBossSchemaFor } from '@ferry/core';
 import { FERRY_RELEASE as INBOX_RELEASE } from '@ferry/inbox';
 import { FERRY_RELEASE as PUBLISHER_RELEASE } from '@ferry/publisher';
-import { createRelay, lockNamespace } from '@ferry/relay';
+import { createRelay, lockNamespace, startConsole } from '@ferry/relay';
 import {
   createTestDatabase,
   createTestStream,
@@ -216,6 +216,28 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
         /2 relay instances alive; [0-9a-f]+ \(release unknown \(older than release reporting\)\) below the schema's relay floor/,
       );
       assert.match(relays[0]?.fix ?? '', /stop it/);
+
+      // The console's overview says the same.
+      const console_ = await startConsole({
+        pool: db.pool,
+        schema: db.schema,
+        bossSchema: `${db.schema}_boss`,
+        host: '127.0.0.1',
+        port: 0,
+        readOnly: true,
+        token: 'skew-token-0123456789',
+        refreshMs: 1000,
+      });
+      try {
+        const page = await (
+          await fetch(`${console_.url}/?fragment=1`, { headers: { authorization: 'Bearer skew-token-0123456789' } })
+        ).text();
+        assert.match(page, /release unknown \(older than release reporting\): below the relay floor, stop it/);
+        assert.match(page, new RegExp(`release ${FERRY_RELEASE.replaceAll('.', '\\.')} \\(relay protocol ${RELAY_PROTOCOL}\\)`));
+        assert.match(page, /Relays run different releases: /);
+      } finally {
+        await console_.close();
+      }
     } finally {
       await stopAll();
       await db.close();
