@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
-import { databaseUrl, uniqueName } from '@ferry/testkit';
+import { applyWithPsql, databaseUrl, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 
 const FERRY = fileURLToPath(new URL('../../apps/relay/bin/ferry.js', import.meta.url));
@@ -114,7 +114,8 @@ describe('ferry migrate', () => {
     await pool.query(`DROP INDEX ${s}.outbox_pending_key_idx`);
     await pool.query(`CREATE INDEX outbox_pending_lane_idx ON ${s}.outbox (lane, seq) WHERE published_at IS NULL`);
     await pool.query(`DROP TABLE ${s}.published_ids, ${s}.relay_waiting, ${s}.relay_leases, ${s}.relay_instances, ${s}.operator_actions`);
-    await pool.query(`DELETE FROM ${s}.settings WHERE name = 'retention_ms'`);
+    await pool.query(`DROP FUNCTION ${s}.relay_lease_floor`);
+    await pool.query(`DELETE FROM ${s}.settings WHERE name IN ('retention_ms', 'relay_protocol_floor')`);
     await pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version > 2`);
     const fromDb = ferry(['migrate', '--print-sql', '--database-url', databaseUrl(), '--schema', schema]);
     assert.equal(fromDb.code, 0, fromDb.err);
@@ -124,7 +125,7 @@ describe('ferry migrate', () => {
     const given = ferry(['migrate', '--print-sql', '--from-version', '2', '--schema', schema]);
     assert.equal(given.out, fromDb.out, '--from-version 2 prints the same');
     // A DBA applies it by hand: it runs on the version-2 database, and ferry migrate finds it current.
-    await pool.query(fromDb.out);
+    applyWithPsql(databaseUrl(), fromDb.out);
     const after = ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]);
     assert.match(after.out, /is current/);
     const future = ferry(['migrate', '--print-sql', '--from-version', '999', '--schema', schema]);

@@ -293,7 +293,10 @@ describe('ferry console in Chromium', () => {
   test('console - the blocked keys page groups failed heads by reason, and a group is discarded in one previewed action', async () => {
     const a = await publish(Array.from({ length: 3 }, (_, i) => ({ subject: `${unrouted}.groupa`, key: `ga${i}`, type: 'Grouped' })));
     const b = await publish(Array.from({ length: 2 }, (_, i) => ({ subject: `${unrouted}.groupb`, key: `gb${i}`, type: 'Grouped' })));
-    await waitFor(async () => (await deadIds(`type = 'Grouped'`)).length === 5, { what: 'the 5 grouped events to go dead', timeoutMs: 20_000 });
+    await waitFor(async () => (await deadIds(`type = 'Grouped'`)).length === 5, {
+      what: 'the 5 grouped events to go dead',
+      timeoutMs: 20_000,
+    });
 
     const { page, problems } = await watchedPage();
     await page.goto(`${consoleServer.url}/blocked`);
@@ -321,7 +324,7 @@ describe('ferry console in Chromium', () => {
     await page.close();
   });
 
-  test('console - a replay by key from the events page previews the count, sends the key\'s copies in version order, and is audited', async () => {
+  test("console - a replay by key from the events page previews the count, sends the key's copies in version order, and is audited", async () => {
     const ids = await publish(
       Array.from({ length: 3 }, (_, i) => ({ subject: `${stream.prefix}.replay`, key: 'replay-me', type: 'Replayed', data: { i } })),
     );
@@ -457,7 +460,11 @@ describe('ferry console in Chromium', () => {
     for (const path of ['/', '/blocked', '/audit', `/events?key=${encodeURIComponent(key)}`, `/event?id=${id}`]) {
       await page.goto(`${consoleServer.url}${path}`);
       assert.equal(await page.evaluate('typeof window.__pwned'), 'undefined', `no script ran on ${path}`);
-      assert.equal(await page.locator('main img, main svg:not(.chart), main script, main b[onmouseover], main [onload], main [onerror]').count(), 0, `no injected element on ${path}`);
+      assert.equal(
+        await page.locator('main img, main svg:not(.chart), main script, main b[onmouseover], main [onload], main [onerror]').count(),
+        0,
+        `no injected element on ${path}`,
+      );
     }
     // On the event's page every hostile value is there, as text.
     const text = (await page.textContent('main')) ?? '';

@@ -1,7 +1,17 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { listMigrations, MigrationError, migrate, migrationSql, migrationStatus, quoteIdentifier, ValidationError } from '@ferry/core';
-import { databaseUrl, uniqueName } from '@ferry/testkit';
+import {
+  listMigrations,
+  MigrationError,
+  migrate,
+  migrationSql,
+  migrationStatus,
+  quoteIdentifier,
+  ValidationError,
+  withTransaction,
+} from '@ferry/core';
+import { createPublisher } from '@ferry/publisher';
+import { applyWithPsql, databaseUrl, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 
 let pool: pg.Pool;
@@ -165,9 +175,63 @@ describe('migrate', () => {
     const schema = fresh();
     const text = migrationSql({ schema });
     assert.match(text, new RegExp(`CREATE TABLE "${schema}".outbox`));
-    await pool.query(text);
+    // The outbox's index builds are concurrent, outside a transaction, and the script says why.
+    assert.match(text, /COMMIT;\n-- Outside a transaction: CREATE INDEX CONCURRENTLY cannot run in one\./);
+    assert.match(text, new RegExp(`CREATE INDEX CONCURRENTLY outbox_pending_key_idx ON "${schema}".outbox`));
+    assert.match(text, new RegExp(`CREATE INDEX CONCURRENTLY outbox_retrying_key_idx ON "${schema}".outbox`));
+    // Only 000001 builds indexes on the outbox in a transaction: the one that creates the (empty) table.
+    const inTransaction = [...text.matchAll(/^CREATE INDEX (?!CONCURRENTLY)(\w+) ON "[^"]+"\.outbox /gm)].map((m) => m[1]);
+    assert.deepEqual(inTransaction, ['outbox_pending_lane_idx', 'outbox_published_at_idx']);
+    applyWithPsql(databaseUrl(), text);
     const again = await migrate({ pool, schema });
     assert.deepEqual(again.applied, []);
+  });
+
+  test('migrate - 000004 builds its outbox index concurrently: a publish commits while the build waits on an open writer', async () => {
+    const schema = fresh();
+    const s = quoteIdentifier(schema);
+    await migrate({ pool, schema });
+    // The database as a release at outbox version 3 left it, but with the later migrations in place:
+    // the runner applies what is not recorded, so only 000004 runs.
+    await pool.query(`DROP INDEX ${s}.outbox_pending_key_idx`);
+    await pool.query(`CREATE INDEX outbox_pending_lane_idx ON ${s}.outbox (lane, seq) WHERE published_at IS NULL`);
+    await pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 4`);
+    const publisher = createPublisher({ schema, source: 'migrate-test' });
+    const event = (key: string) => ({ subject: 'mig.orders', key, type: 'OrderPlaced', data: { key } });
+    // A writer whose transaction stays open: an index build has to wait for it.
+    const open = await pool.connect();
+    let running: ReturnType<typeof migrate> | undefined;
+    try {
+      await open.query('BEGIN');
+      await publisher.publish(open, event('open-writer'));
+      running = migrate({ pool, schema });
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      // Built in a transaction, the index waited for the open writer holding a SHARE lock request that
+      // queued every later publish behind it: this one would wait until lock_timeout.
+      const started = performance.now();
+      await withTransaction(pool, async (tx) => {
+        await tx.query("SET LOCAL lock_timeout = '1s'");
+        await publisher.publish(tx, event('during-build'));
+      });
+      const publishMs = performance.now() - started;
+      assert.ok(publishMs < 1_000, `the publish took ${Math.round(publishMs)} ms during the build`);
+      await open.query('COMMIT');
+      const result = await running;
+      assert.deepEqual(
+        result.applied.map((m) => m.version),
+        [4],
+      );
+    } finally {
+      await open.query('ROLLBACK').catch(() => {});
+      open.release();
+      await running?.catch(() => {}); // a failed assertion must not leave the build running into after()'s DROP
+    }
+    const { rows } = await pool.query<{ relname: string; valid: boolean }>(
+      `SELECT c.relname, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = $1::regclass AND c.relname LIKE 'outbox_pending%' ORDER BY 1`,
+      [`${s}.outbox`],
+    );
+    assert.deepEqual(rows, [{ relname: 'outbox_pending_key_idx', valid: true }], 'the new index is valid and the old one gone');
   });
 
   test('migrate - the inbox set migrates on its own, beside or apart from the outbox', async () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { hostname } from 'node:os';
 import { after, before, test } from 'node:test';
-import { quoteIdentifier } from '@ferry/core';
+import { quoteIdentifier, RELAY_PROTOCOL } from '@ferry/core';
 import { createRelay, type Relay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, databaseUrl, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
 import { ferry } from './ops-helpers.js';
@@ -147,7 +147,12 @@ test('ferry status - a lane whose owner let its lease term pass shows as overdue
     `SELECT lane FROM ${s}.outbox WHERE published_at IS NULL AND dead_at IS NULL LIMIT 1`,
   );
   const lane = rows[0]?.lane ?? 0;
-  // A frozen owner: renewed 20 s ago, its 10 s term over.
+  // A frozen owner: renewed 20 s ago, its 10 s term over. Its heartbeat (gone too) reports a protocol the
+  // schema's relay floor admits, or the database would not lease it a lane (outbox migration 000013).
+  await db.pool.query(
+    `INSERT INTO ${s}.relay_instances (instance, application_name, backend_pid, seen_at, expires_at, release, protocol)
+       VALUES ('frozen01', 'frozen01', 0, now(), now(), 'test', ${RELAY_PROTOCOL})`,
+  );
   await db.pool.query(
     `UPDATE ${s}.relay_leases SET owner = 'frozen01', epoch = 7, renewed_at = now() - interval '20 seconds', expires_at = now() - interval '10 seconds' WHERE lane = $1`,
     [lane],

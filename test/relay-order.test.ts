@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { quoteIdentifier, withTransaction } from '@ferry/core';
+import { quoteIdentifier, RELAY_PROTOCOL, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { claimBatchSql, createRelay, type Relay, type RelayOptions } from '@ferry/relay';
 import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
@@ -198,6 +198,11 @@ describe('relay per-key order in the stream under poison', () => {
       return (plan?.['Shared Hit Blocks'] ?? 0) + (plan?.['Shared Read Blocks'] ?? 0);
     };
     // The claim walks only lanes its caller ('t' here) holds with an unexpired lease.
+    // An owner with a heartbeat the relay floor admits (outbox migration 000013), expired: not a live instance.
+    await db.pool.query(
+      `INSERT INTO ${s}.relay_instances (instance, application_name, backend_pid, seen_at, expires_at, release, protocol)
+       VALUES ('t', 't', 0, now(), now(), 'test', ${RELAY_PROTOCOL})`,
+    );
     await db.pool.query(`UPDATE ${s}.relay_leases SET owner = 't', expires_at = now() + interval '1 hour' WHERE lane = 0`);
     const others = `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at)
       SELECT gen_random_uuid(), 'other-' || g, 1, 'x.y', 'T', 'test', 'application/json', '\\x7b7d', now() FROM generate_series(1, 200) g`;

@@ -11,7 +11,7 @@
  *
  *   node bench/dist/scenarios/blocked-key.js [--quick] [--blocked N] [--backlog N] [--keys N] [--claims N] [--trials N]
  */
-import { LIMITS, quoteIdentifier } from '@ferry/core';
+import { LIMITS, quoteIdentifier, RELAY_PROTOCOL } from '@ferry/core';
 import { claimBatchSql, RELAY_DEFAULTS } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { declareFlags, hasFlag, numArg } from '../lib/args.js';
@@ -49,6 +49,11 @@ async function claimMs(): Promise<number> {
   await generateRows(db.pool, db.schema, { count: BACKLOG, keys: KEYS, keyPrefix: prefix, subject: 'bench.blocked' });
   await db.pool.query(`ANALYZE ${s}.outbox`);
   // The claim walks only lanes its caller holds with an unexpired lease (outbox migration 000010); a drain's relay released it.
+  // Its owner needs a heartbeat the schema's relay floor admits (outbox migration 000013).
+  await db.pool.query(
+    `INSERT INTO ${s}.relay_instances (instance, application_name, backend_pid, seen_at, expires_at, release, protocol)
+       VALUES ('bench', 'bench', 0, now(), now(), 'bench', ${RELAY_PROTOCOL}) ON CONFLICT DO NOTHING`,
+  );
   await db.pool.query(`UPDATE ${s}.relay_leases SET owner = 'bench', expires_at = now() + interval '1 day' WHERE lane = 0`);
   const ms: number[] = [];
   for (let i = 0; i < CLAIMS; i++) {

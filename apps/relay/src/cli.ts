@@ -1,4 +1,4 @@
-import { isConfigError, isMigrationError, isValidationError } from '@ferry/core';
+import { FERRY_RELEASE, isConfigError, isMigrationError, isValidationError, RELAY_PROTOCOL } from '@ferry/core';
 import { Command, CommanderError } from 'commander';
 import { consoleCommand } from './commands/console.js';
 import { dlqCommand } from './commands/dlq.js';
@@ -18,8 +18,9 @@ Exit codes:
   0  success
   1  runtime failure (a server unreachable, a statement failed)
   2  bad usage: an unknown or invalid option; nothing was done
-  3  migration refused or failed (e.g. the database is newer than this Ferry), or the
-     schema holds tables Ferry did not create (another application's migrations/outbox)
+  3  migration refused or failed (e.g. the database is newer than this Ferry), the
+     schema admits only newer relays (ferry relay: its relay floor), or the schema
+     holds tables Ferry did not create (another application's migrations/outbox)
 
 Environment:
   FERRY_DATABASE_URL (then DATABASE_URL), FERRY_SCHEMA and the FERRY_* variables
@@ -28,7 +29,7 @@ Environment:
 export function buildProgram(ctx: CommandContext): Command {
   const program = new Command('ferry')
     .description('Ferry: transactional outbox and inbox for PostgreSQL and NATS JetStream')
-    .version('0.1.0')
+    .version(`${FERRY_RELEASE} (relay protocol ${RELAY_PROTOCOL})`, '-V, --version', 'print the Ferry release and its relay protocol')
     .showHelpAfterError('(run with --help for usage)')
     .addHelpText('after', EXIT_HELP)
     .configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) })

@@ -33,6 +33,8 @@ export const SQLSTATE = {
   adminShutdown: '57P01',
   crashShutdown: '57P02',
   cannotConnectNow: '57P03',
+  /** Raised by relay_leases' trigger (outbox migration 000013): the instance's relay protocol is below the schema's floor. */
+  relayBelowFloor: 'FR001',
 } as const;
 
 /**

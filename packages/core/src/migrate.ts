@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describeValue, MigrationError, ValidationError } from './errors.js';
 import { quoteIdentifier, validateIdentifier } from './identifiers.js';
-import type { ConnectionPool, Queryable } from './queryable.js';
+import { type ConnectionPool, guardConnection, type PooledConnection, type Queryable } from './queryable.js';
 import { withTransaction } from './transaction.js';
 
 /** The independent migration sets: producer side, consumer side, request edge. */
@@ -24,7 +24,16 @@ export interface Migration {
   readonly name: string;
   /** SQL with `:SCHEMA` (and `:LANES`) placeholders. */
   readonly template: string;
+  /**
+   * False for a file whose first line is `-- ferry:no-transaction`: its statements run one by one
+   * outside a transaction (index builds on the outbox, `CREATE INDEX CONCURRENTLY`), each ending
+   * with `;` at the end of a line.
+   */
+  readonly transactional: boolean;
 }
+
+/** The first line of a migration that runs outside a transaction. */
+const NO_TRANSACTION = /^-- ferry:no-transaction\b/;
 
 export interface MigrateOptions {
   pool: ConnectionPool;
@@ -74,7 +83,10 @@ export function listMigrations(set: MigrationSet = 'outbox'): Migration[] {
   return files
     .map((f) => FILE.exec(f))
     .filter((m): m is RegExpExecArray => m !== null)
-    .map((m) => ({ set, version: Number(m[1]), name: m[2] ?? '', template: readFileSync(`${dir}${m[0]}`, 'utf8') }))
+    .map((m) => {
+      const template = readFileSync(`${dir}${m[0]}`, 'utf8');
+      return { set, version: Number(m[1]), name: m[2] ?? '', template, transactional: !NO_TRANSACTION.test(template) };
+    })
     .sort((a, b) => a.version - b.version);
 }
 
@@ -86,6 +98,23 @@ function render(template: string, schema: string, lanes: number): string {
     .map((line) => (/^\s*--/.test(line) ? line : line.replaceAll(':SCHEMA', quoteIdentifier(schema)).replaceAll(':LANES', String(lanes))))
     .join('\n');
 }
+
+/** The statements of a rendered `-- ferry:no-transaction` migration, comments left out, one per `;` at a line's end. */
+function statementsOf(sql: string): string[] {
+  return sql
+    .split('\n')
+    .filter((line) => !/^\s*--/.test(line))
+    .join('\n')
+    .split(/;[ \t]*(?:\n|$)/)
+    .map((x) => x.trim())
+    .filter((x) => x.length > 0);
+}
+
+/** What --print-sql says before a migration that runs outside a transaction. */
+const NO_TRANSACTION_NOTE = `-- Outside a transaction: CREATE INDEX CONCURRENTLY cannot run in one. Built inside one, an index on
+-- the outbox held a lock that made every publish (an insert) wait until the build ended; built
+-- concurrently, publishes go on. Apply this script with psql, which sends one statement at a time
+-- (a multi-statement string is one implicit transaction, and PostgreSQL refuses it).`;
 
 function bookkeepingSql(schema: string): string {
   const s = quoteIdentifier(schema);
@@ -122,70 +151,150 @@ export function migrationSql(options: { schema?: string; set?: MigrationSet; lan
     'BEGIN;',
     bookkeepingSql(schema),
   ];
+  let open = true;
   // Only what a database at `from` still needs: the earlier ones would fail on it ("relation … already exists").
   for (const m of listMigrations(set).filter((x) => x.version > from)) {
+    if (m.transactional && !open) parts.push('BEGIN;');
+    if (!m.transactional && open) parts.push('COMMIT;', NO_TRANSACTION_NOTE);
+    open = m.transactional;
     parts.push(`-- ${set} ${String(m.version).padStart(6, '0')}_${m.name}`, render(m.template, schema, lanes).trim());
     parts.push(
       `INSERT INTO ${quoteIdentifier(schema)}.migrations (migration_set, version, name) VALUES ('${set}', ${m.version}, '${m.name}') ON CONFLICT DO NOTHING;`,
     );
   }
-  parts.push('COMMIT;', '');
+  if (open) parts.push('COMMIT;');
+  parts.push('');
   return parts.join('\n');
 }
 
 /**
- * Applies the set's missing migrations in one transaction under an advisory
- * lock: concurrent runs serialise, the later one finds nothing to do. A
- * database migrated by a newer Ferry is refused.
+ * Applies the set's missing migrations under an advisory lock: concurrent runs
+ * serialise, the later one finds nothing to do. A database migrated by a newer
+ * Ferry is refused. Consecutive migrations commit together in one transaction,
+ * each recorded with its changes; a `-- ferry:no-transaction` migration (an
+ * index build on the outbox, concurrent so publishes go on) runs statement by
+ * statement between them and is recorded when all of them ran, so a run cut
+ * short in one is finished by the next (its first statement drops a half-built
+ * index).
+ *
+ * The lock is a session lock on the one connection every step runs on, taken
+ * by polling `pg_try_advisory_lock`: a run blocked in `pg_advisory_lock` would
+ * hold a snapshot, which `CREATE INDEX CONCURRENTLY` waits for, while it waits
+ * for the lock the index build's session holds.
  */
 export async function migrate(options: MigrateOptions): Promise<MigrateResult> {
   const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
   const set = validateSet(options.set ?? 'outbox');
   if (options.lanes !== undefined) validateLanes(options.lanes);
+  const client = await options.pool.connect();
+  const release = guardConnection(client);
+  let broken: Error | undefined;
+  try {
+    await lockMigrations(client, schema);
+    try {
+      return await applyMigrations(client, schema, set, options.lanes);
+    } finally {
+      await client.query('SELECT pg_advisory_unlock(hashtext($1), hashtext($2))', MIGRATE_LOCK(schema)).catch((err: Error) => {
+        broken = err; // the session ends with the connection, and its lock with it
+      });
+    }
+  } finally {
+    release(broken);
+  }
+}
+
+const MIGRATE_LOCK = (schema: string) => ['ferry:migrate', schema];
+
+async function lockMigrations(client: Queryable, schema: string): Promise<void> {
+  for (let wait = 20; ; wait = Math.min(500, wait * 2)) {
+    const { rows } = await client.query<{ ok: boolean }>(
+      'SELECT pg_try_advisory_lock(hashtext($1), hashtext($2)) AS ok',
+      MIGRATE_LOCK(schema),
+    );
+    if (rows[0]?.ok) return;
+    await new Promise((resolve) => setTimeout(resolve, wait));
+  }
+}
+
+/** One connection as a pool, so the transactions of a run go through `withTransaction` on the connection that holds the lock. */
+function onConnection(client: PooledConnection): ConnectionPool {
+  const same: PooledConnection = { query: (text, values) => client.query(text, values), release: () => {} };
+  return { query: same.query, connect: async () => same };
+}
+
+async function applyMigrations(
+  client: PooledConnection,
+  schema: string,
+  set: MigrationSet,
+  askedLanes: number | undefined,
+): Promise<MigrateResult> {
   const migrations = listMigrations(set);
   const latest = migrations.at(-1)?.version ?? 0;
   const s = quoteIdentifier(schema);
-  return withTransaction(options.pool, async (client) => {
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', ['ferry:migrate', schema]);
-    // Before anything is created or read: another application's migrations/outbox table failed
-    // here on a missing column (exit 1), or on "relation already exists".
-    const foreign = await foreignTables(client, schema);
-    if (foreign.length > 0) throw foreignTablesError(schema, foreign);
-    await client.query(bookkeepingSql(schema));
-    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations WHERE migration_set = $1`, [set]);
-    const done = new Set(rows.map((r) => r.version));
-    const newest = Math.max(0, ...done);
-    if (newest > latest) {
+  // Before anything is created or read: another application's migrations/outbox table failed
+  // here on a missing column (exit 1), or on "relation already exists".
+  const foreign = await foreignTables(client, schema);
+  if (foreign.length > 0) throw foreignTablesError(schema, foreign);
+  await client.query(bookkeepingSql(schema));
+  const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations WHERE migration_set = $1`, [set]);
+  const done = new Set(rows.map((r) => r.version));
+  const newest = Math.max(0, ...done);
+  if (newest > latest) {
+    throw new MigrationError(
+      `schema "${schema}" was migrated by a newer Ferry (${set} migration ${newest}; this Ferry knows up to ${latest}): upgrade Ferry, or point it at another schema`,
+    );
+  }
+  let lanes = askedLanes ?? DEFAULT_LANES;
+  if (set === 'outbox' && done.size > 0) {
+    const stored = await client.query<{ value: string }>(laneCountSql(s));
+    const current = Number(stored.rows[0]?.value ?? DEFAULT_LANES);
+    if (askedLanes !== undefined && askedLanes !== current) {
       throw new MigrationError(
-        `schema "${schema}" was migrated by a newer Ferry (${set} migration ${newest}; this Ferry knows up to ${latest}): upgrade Ferry, or point it at another schema`,
+        `schema "${schema}" already has ${current} lanes; lanes are fixed by the first migrate (asked for ${askedLanes}). Omit --lanes, or migrate a new schema`,
       );
     }
-    let lanes = options.lanes ?? DEFAULT_LANES;
-    if (set === 'outbox' && done.size > 0) {
-      const stored = await client.query<{ value: string }>(laneCountSql(s));
-      const current = Number(stored.rows[0]?.value ?? DEFAULT_LANES);
-      if (options.lanes !== undefined && options.lanes !== current) {
-        throw new MigrationError(
-          `schema "${schema}" already has ${current} lanes; lanes are fixed by the first migrate (asked for ${options.lanes}). Omit --lanes, or migrate a new schema`,
-        );
+    lanes = current;
+  }
+  const record = (db: Queryable, m: Migration) =>
+    db.query(`INSERT INTO ${s}.migrations (migration_set, version, name) VALUES ($1, $2, $3)`, [set, m.version, m.name]);
+  const failed = (m: Migration, err: unknown, hint = '') =>
+    new MigrationError(`${set} migration ${m.version} (${m.name}) failed on schema "${schema}": ${(err as Error).message}${hint}`, {
+      cause: err,
+    });
+  const applied: Array<{ version: number; name: string }> = [];
+  const pending = migrations.filter((m) => !done.has(m.version));
+  while (pending.length > 0) {
+    const first = pending[0] as Migration;
+    if (!first.transactional) {
+      pending.shift();
+      for (const statement of statementsOf(render(first.template, schema, lanes))) {
+        try {
+          await client.query(statement);
+        } catch (err) {
+          throw failed(first, err, ' (nothing of it is recorded: run ferry migrate again, it starts this migration over)');
+        }
       }
-      lanes = current;
+      await record(client, first);
+      applied.push({ version: first.version, name: first.name });
+      continue;
     }
-    const applied: Array<{ version: number; name: string }> = [];
-    for (const m of migrations) {
-      if (done.has(m.version)) continue;
-      try {
-        await client.query(render(m.template, schema, lanes));
-      } catch (err) {
-        throw new MigrationError(`${set} migration ${m.version} (${m.name}) failed on schema "${schema}": ${(err as Error).message}`, {
-          cause: err,
-        });
+    const batch = pending.splice(
+      0,
+      pending.findIndex((m) => !m.transactional) === -1 ? pending.length : pending.findIndex((m) => !m.transactional),
+    );
+    await withTransaction(onConnection(client), async (tx) => {
+      for (const m of batch) {
+        try {
+          await tx.query(render(m.template, schema, lanes));
+        } catch (err) {
+          throw failed(m, err);
+        }
+        await record(tx, m);
       }
-      await client.query(`INSERT INTO ${s}.migrations (migration_set, version, name) VALUES ($1, $2, $3)`, [set, m.version, m.name]);
-      applied.push({ version: m.version, name: m.name });
-    }
-    return { schema, set, applied, version: latest };
-  });
+    });
+    applied.push(...batch.map((m) => ({ version: m.version, name: m.name })));
+  }
+  return { schema, set, applied, version: latest };
 }
 
 /** Columns that tell Ferry's own tables from same-named ones something else created. */

@@ -1,3 +1,5 @@
+/** The Ferry release this inbox belongs to (a service may log or expose it beside its own version). */
+export { FERRY_RELEASE } from '@ferry/core';
 export { consumerConfigDifferences, type InboxConsumerNeeds } from './consumer-config.js';
 export { pruneInboxMessages } from './dedupe-prune.js';
 export {

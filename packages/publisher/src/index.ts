@@ -1,6 +1,7 @@
 export {
   ConflictError,
   type ConnectionPool,
+  FERRY_RELEASE,
   isConflictError,
   isMigrationError,
   isValidationError,

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { bossSchemaFor, idempotencyBossSchemaFor, type MigrationSet, migrate, quoteIdentifier, relayBossSchemaFor } from '@ferry/core';
 import pg from 'pg';
 import { uniqueName } from './wait.js';
@@ -48,4 +49,15 @@ export async function createTestDatabase(
       }
     },
   };
+}
+
+/**
+ * Applies a SQL script as a DBA would, with psql (one statement at a time, stopping at the first
+ * error): `ferry migrate --print-sql` holds statements that refuse to run inside a transaction
+ * (CREATE INDEX CONCURRENTLY), and a multi-statement string sent at once is one implicit transaction.
+ */
+export function applyWithPsql(url: string, sql: string): void {
+  const r = spawnSync('psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', url, '-f', '-'], { input: sql, encoding: 'utf8' });
+  if (r.error) throw new Error(`psql could not run (${r.error.message}): install the PostgreSQL client`, { cause: r.error });
+  if (r.status !== 0) throw new Error(`psql exited ${r.status}: ${r.stderr.trim()}`);
 }

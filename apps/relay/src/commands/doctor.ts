@@ -8,7 +8,7 @@ import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
-import { relayInstances } from '../cli/relay-instances.js';
+import { describeRelayBeforeLeases, describeRelease, relayInstances, relaysBeforeLeases, releaseMix } from '../cli/relay-instances.js';
 import {
   addDatabaseOptions,
   addNatsOptions,
@@ -55,7 +55,8 @@ const HELP_AFTER = `
 Checks, each printed with its fix:
   postgres       reachable; idle_in_transaction_session_timeout set
   migrations     the outbox schema is at this Ferry's version
-  relays         live relay instances; dead events waiting
+  relays         live relay instances and the release each runs (a mix, or one
+                 below the schema's relay floor, is flagged); dead events waiting
   nats           reachable, JetStream enabled
   subjects       every distinct subject in the outbox is in a stream (scans the outbox)
   stream NAME    exists (--stream), duplicate window >= the relay's retry span,
@@ -217,10 +218,44 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
     );
   } else add('migrations', 'ok', `outbox schema "${schema}" is current (version ${status.current})`);
   const schemaSql = quoteIdentifier(schema);
-  const [instances, dead] = await Promise.all([relayInstances(pool, schema), pool.query<{ n: string }>(countDeadSql(schemaSql, 'all'))]);
+  const [instances, dead, beforeLeases] = await Promise.all([
+    relayInstances(pool, schema),
+    pool.query<{ n: string }>(countDeadSql(schemaSql, 'all')),
+    relaysBeforeLeases(pool, schema),
+  ]);
+  for (const old of beforeLeases) {
+    add(
+      'relays',
+      'problem',
+      `a relay from before lane leases holds lanes of "${schema}" by advisory lock: ${describeRelayBeforeLeases(old)}; it sends with its old rules beside the others`,
+      'stop it (docs/operations.md, Upgrades)',
+    );
+  }
   if (instances.length === 0)
     add('relays', 'warning', `no relay instance is running for schema "${schema}"`, `ferry relay --schema ${schema}`);
-  else add('relays', 'ok', `${count(instances.length, 'relay instance')} alive (${instances.map((i) => i.instance).join(', ')})`);
+  else {
+    const below = instances.filter((i) => i.belowFloor);
+    const mix = releaseMix(instances);
+    const alive = `${count(instances.length, 'relay instance')} alive`;
+    if (below.length > 0) {
+      add(
+        'relays',
+        'problem',
+        `${alive}; ${below.map((i) => `${i.instance} (${describeRelease(i)})`).join(', ')} below the schema's relay floor: a release older than the one that migrated "${schema}", refused every lane lease`,
+        `stop ${below.length === 1 ? 'it' : 'them'} and run the current release (docs/operations.md, Upgrades)`,
+      );
+    } else if (mix !== null) {
+      add(
+        'relays',
+        'warning',
+        `${alive}, running different releases: ${mix}`,
+        'finish the rollout so every relay runs one release (ferry status shows each)',
+      );
+    } else {
+      const release = instances[0] ? describeRelease(instances[0]) : '';
+      add('relays', 'ok', `${alive}, ${release} (${instances.map((i) => i.instance).join(', ')})`);
+    }
+  }
   const deadCount = Number(dead.rows[0]?.n ?? 0);
   if (deadCount > 0)
     add('relays', 'warning', `${deadCount} dead events block their keys`, 'ferry dlq list, then ferry dlq retry or discard');

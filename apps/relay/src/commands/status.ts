@@ -1,7 +1,15 @@
 import { laneCountSql, quoteIdentifier } from '@ferry/core';
 import { Command } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
-import { type RelayInstance, relayInstances } from '../cli/relay-instances.js';
+import {
+  describeRelayBeforeLeases,
+  describeRelease,
+  type RelayBeforeLeases,
+  type RelayInstance,
+  relayInstances,
+  relaysBeforeLeases,
+  releaseMix,
+} from '../cli/relay-instances.js';
 import { addDatabaseOptions, type DatabaseFlags } from '../cli/shared-options.js';
 import { statusAttention } from '../cli/status-check.js';
 import type { CommandContext } from '../context.js';
@@ -40,6 +48,10 @@ export interface StatusReport {
   publishedLastMinute: number;
   lanes: LaneStatus[];
   instances: RelayInstance[];
+  /** The live instances' releases when they differ (each with its instance ids), else null: see `releaseMix`. */
+  mixedReleases: string | null;
+  /** Relays from before leases holding lanes by advisory lock: sending beside the others until stopped. */
+  relaysBeforeLeases: RelayBeforeLeases[];
   /** Lanes with pending rows that no live relay leases (free, or overdue). */
   unownedLanesWithBacklog: number[];
   /** Keys held behind a failed row (backing off or dead); their later events wait. */
@@ -62,7 +74,9 @@ Exit codes:
   0  the status was read (with --check: and nothing needs a person)
   1  PostgreSQL unreachable, or the schema is not migrated; with --check also
      when something needs a person: dead events, keys blocked behind a failed
-     event, lanes with pending events and no live relay (named on stderr)
+     event, lanes with pending events and no live relay, relay instances
+     below the schema's relay floor or from before lane leases (named on
+     stderr)
   2  bad usage
 
 Examples:
@@ -73,7 +87,7 @@ Examples:
 export async function readStatus(pool: import('pg').Pool, schema: string): Promise<StatusReport> {
   await requireOutbox(pool, schema);
   const schemaSql = quoteIdentifier(schema);
-  const [settings, perLane, recent, instances, blocked, blockedCount, leases] = await Promise.all([
+  const [settings, perLane, recent, instances, blocked, blockedCount, leases, beforeLeases] = await Promise.all([
     pool.query<{ value: string }>(laneCountSql(schemaSql)),
     pool.query<{ lane: number; pending: string; dead: string; oldest: number }>(laneBacklogSql(schemaSql)),
     pool.query<{ n: string }>(publishedRecentlySql(schemaSql)),
@@ -81,6 +95,7 @@ export async function readStatus(pool: import('pg').Pool, schema: string): Promi
     pool.query<BlockedKeyRow>(blockedKeysSql(schemaSql), [BLOCKED_SHOWN]),
     pool.query<{ n: number }>(countBlockedKeysSql(schemaSql)),
     pool.query<LaneLeaseRow>(laneLeasesSql(schemaSql)),
+    relaysBeforeLeases(pool, schema),
   ]);
   const laneCount = Number(settings.rows[0]?.value ?? 0);
   const byLease = new Map(leases.rows.map((r) => [r.lane, r]));
@@ -109,6 +124,8 @@ export async function readStatus(pool: import('pg').Pool, schema: string): Promi
     publishedLastMinute: Number(recent.rows[0]?.n ?? 0),
     lanes,
     instances,
+    mixedReleases: releaseMix(instances),
+    relaysBeforeLeases: beforeLeases,
     unownedLanesWithBacklog: lanes.filter((l) => l.pending > 0 && (l.owner === null || l.overdue)).map((l) => l.lane),
     blockedKeys: blockedCount.rows[0]?.n ?? 0,
     blocked: blocked.rows.map(toBlockedKey),
@@ -133,7 +150,19 @@ function printStatus(r: StatusReport, out: (line: string) => void): void {
   for (const i of r.instances) {
     const where = i.relayPid === null ? `backend pid=${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`;
     out(
-      `  ${i.instance}  ${where} from ${i.clientAddr ?? 'local socket'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}`,
+      `  ${i.instance}  ${describeRelease(i)}  ${where} from ${i.clientAddr ?? 'local socket'} since ${i.since ?? '?'}  lanes ${i.lanes.length ? i.lanes.join(',') : '(none)'}${i.belowFloor ? '  BELOW FLOOR' : ''}`,
+    );
+  }
+  if (r.mixedReleases !== null) out(`warning: relay instances run different releases: ${r.mixedReleases}`);
+  for (const old of r.relaysBeforeLeases) {
+    out(
+      `warning: a relay from before lane leases holds lanes by advisory lock: ${describeRelayBeforeLeases(old)}; it sends with its old rules beside the others: stop it (docs/operations.md, Upgrades)`,
+    );
+  }
+  const below = r.instances.filter((i) => i.belowFloor);
+  if (below.length > 0) {
+    out(
+      `warning: ${below.map((i) => i.instance).join(', ')} ${below.length === 1 ? 'is' : 'are'} below the schema's relay floor: refused every lane lease; stop ${below.length === 1 ? 'it' : 'them'} (docs/operations.md, Upgrades)`,
     );
   }
   const busy = r.lanes.filter((l) => l.pending > 0 || l.dead > 0 || l.overdue);

@@ -12,6 +12,7 @@ import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-fi
 import { type FailedAction, previewFailed, SelectionChangedError, settleFailed } from '../actions/failed.js';
 import { type ParkedAction, settleParked } from '../actions/parked.js';
 import { previewReplay, type ReplaySelection, replayEvents } from '../actions/replay.js';
+import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
 import { showEventSql } from '../sql/show-event.js';
@@ -374,11 +375,13 @@ ${minuteCharts(minutes)}
 ${
   status.instances.length === 0
     ? html`<p class="note">No live relay instance.</p>`
-    : html`<table><tr><th>instance</th><th>where</th><th>since</th><th>lanes</th></tr>${status.instances.map(
+    : html`<table><tr><th>instance</th><th>release</th><th>where</th><th>since</th><th>lanes</th></tr>${status.instances.map(
         (i) =>
-          html`<tr><td class="mono">${i.instance}</td><td>${i.relayPid === null ? `backend pid ${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`}</td><td>${i.since ?? '-'}</td><td>${i.lanes.join(', ') || '(none)'}</td></tr>`,
+          html`<tr><td class="mono">${i.instance}</td><td${i.belowFloor ? new Html(' class="bad"') : ''}>${describeRelease(i)}${i.belowFloor ? ': below the relay floor, stop it' : ''}</td><td>${i.relayPid === null ? `backend pid ${i.pid}` : `pid ${i.relayPid} on ${i.host ?? '?'}`}</td><td>${i.since ?? '-'}</td><td>${i.lanes.join(', ') || '(none)'}</td></tr>`,
       )}</table>`
-}
+}${status.mixedReleases === null ? '' : html`<p class="note">Relays run different releases: ${status.mixedReleases}. Upgrades stop, migrate, start (docs/operations.md).</p>`}${status.relaysBeforeLeases.map(
+  (r) => html`<p class="note">A relay from before lane leases holds lanes by advisory lock: ${describeRelayBeforeLeases(r)}. Stop it.</p>`,
+)}
 <h2>Lanes</h2>
 <table><tr><th>lane</th><th>pending</th><th>dead</th><th>oldest pending</th><th>owner</th><th>lease age</th><th>epoch</th></tr>${status.lanes.map(
       (l) =>

@@ -1,8 +1,16 @@
 import { hostname } from 'node:os';
-import { laneCountSql, protectPool } from '@ferry/core';
+import { FERRY_RELEASE, laneCountSql, protectPool, RELAY_PROTOCOL, SQLSTATE, sqlState } from '@ferry/core';
 import pg from 'pg';
 import { NotMigratedError } from '../errors.js';
-import { forgetInstanceSql, leaseCountsSql, pruneInstancesSql, releaseLeasesSql, renewLeasesSql, takeLeasesSql } from '../sql/leases.js';
+import {
+  forgetInstanceSql,
+  LEGACY_LANE_LOCKS_SQL,
+  leaseCountsSql,
+  pruneInstancesSql,
+  releaseLeasesSql,
+  renewLeasesSql,
+  takeLeasesSql,
+} from '../sql/leases.js';
 import type { Logger } from '../types.js';
 
 /**
@@ -51,6 +59,11 @@ export interface LaneLeaserOptions {
   healthy?: () => boolean;
   /** A lane was taken from an instance whose term ran out. */
   onTakeover?: (lane: number) => void;
+  /**
+   * The advisory lock namespace relays from before leases took lanes in (`lockNamespace('ferry:lanes:<schema>')`):
+   * this instance holds those locks for every lane it can get, so such a relay started beside it finds none.
+   */
+  legacyLaneNamespace?: number;
   logger: Logger;
 }
 
@@ -91,6 +104,8 @@ export class LaneLeaser {
   #free = 0;
   #rotation = Math.floor(Math.random() * 1024);
   #lastRenewAt = Number.NEGATIVE_INFINITY;
+  /** Lanes whose pre-lease advisory lock this instance's lease connection holds. */
+  #legacy: number[] = [];
   #failing = false;
   #stopped = false;
   /** Stopping (drain()): no lane is taken any more, and each is given up once nothing is in flight on it. */
@@ -193,6 +208,7 @@ export class LaneLeaser {
       // others would think this instance gone and take its lanes.
       this.#client = client;
       this.#lastRenewAt = Number.NEGATIVE_INFINITY;
+      this.#legacy = []; // session locks end with the session
     }
     try {
       const { rows } = await client.query<R>(text, values);
@@ -273,7 +289,10 @@ export class LaneLeaser {
       if (this.#failing) this.#o.logger.info({ event: 'lease-database-restored' }, 'lease statements answer again');
       this.#failing = false;
     } catch (err) {
-      if (!this.#failing) {
+      if (!this.#failing && sqlState(err) === SQLSTATE.relayBelowFloor) {
+        // The schema was migrated by a newer release whose relays must not work beside this one.
+        this.#o.logger.error({ err, event: 'relay-below-floor' }, `${(err as Error).message}: this instance takes no lane`);
+      } else if (!this.#failing) {
         this.#o.logger.warn(
           { err, lanes: this.lanes },
           `lane lease check failed: the lanes held end with their term (${this.#o.leaseTermMs} ms) unless a renewal gets through`,
@@ -293,6 +312,8 @@ export class LaneLeaser {
       this.#o.leaseTermMs,
       held.map(([lane]) => lane),
       held.map(([, h]) => h.epoch),
+      FERRY_RELEASE,
+      RELAY_PROTOCOL,
     ]);
     const r = rows[0];
     this.#live = Math.max(1, r?.live ?? 1);
@@ -306,6 +327,13 @@ export class LaneLeaser {
       held.filter(([lane]) => !renewed.has(lane)).map(([lane]) => lane),
       'taken by another instance after its term ran out',
     );
+    const ns = this.#o.legacyLaneNamespace;
+    if (ns !== undefined && this.#legacy.length < this.#laneCount) {
+      // With each renewal until every lane's is held (by this instance or another of this release).
+      // A failure here is no lease failure: the renewal went through, and the next one tries again.
+      const locked = await this.#query<{ lane: number }>(LEGACY_LANE_LOCKS_SQL, [ns, this.#laneCount, this.#legacy]).catch(() => []);
+      this.#legacy.push(...locked.map((r) => r.lane));
+    }
   }
 
   async #take(n: number): Promise<void> {

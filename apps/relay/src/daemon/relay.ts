@@ -18,13 +18,14 @@ import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, Re
 import { Dispatcher } from './dispatcher.js';
 import { ensureStreams } from './ensure-streams.js';
 import { Janitor } from './janitor.js';
-import { LaneLeaser, leaseSafetyMarginMs } from './lane-leaser.js';
+import { LaneLeaser, leaseSafetyMarginMs, lockNamespace } from './lane-leaser.js';
 import { RelayMetrics } from './metrics.js';
 import { drainNats, NatsProbe } from './nats-probe.js';
 import { Notifier } from './notifier.js';
 import { pgBounds } from './pg-bounds.js';
 import { PubAcks } from './pub-acks.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
+import { checkRelayFloor } from './relay-floor.js';
 import { WaitRecord } from './wait-record.js';
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
@@ -103,6 +104,8 @@ class RelayImpl implements Relay {
       pg: pgBounds(this.#o),
       healthy: () => this.#healthy(),
       onTakeover: () => this.#metrics.leaseTakeovers.inc(),
+      // Relays from before leases took lanes by these advisory locks: one started beside this relay finds none.
+      legacyLaneNamespace: lockNamespace(`ferry:lanes:${this.#o.schema}`),
       logger: childLogger(this.#log, { component: 'lane-leaser' }),
     });
   }
@@ -194,6 +197,7 @@ class RelayImpl implements Relay {
     });
     if (!lanes.rows[0])
       throw new NotMigratedError(`schema "${o.schema}" has no lane setting: run ferry migrate --schema ${o.schema} first`);
+    await checkRelayFloor(this.#pool, this.#schemaSql, o.schema);
     // One retention per outbox: a relay given another one refuses to start rather than
     // prune by it (one started with --retention 0ms deleted every published row).
     if (o.retentionMs !== undefined) {

@@ -1,3 +1,5 @@
+import { RELAY_FLOOR_SETTING } from '@ferry/core';
+
 // The lane lease statements (outbox migration 000010): a lease is a row with a term, decided by the
 // database's clock alone (now()). Each statement is short and never waits for a lock: a take skips
 // rows another take has locked, and renewals and releases touch only the caller's own rows.
@@ -22,9 +24,14 @@ function takeable(schemaSql: string, l: string): string {
        OR NOT EXISTS (SELECT 1 FROM ${schemaSql}.relay_instances i WHERE i.instance = ${l}.owner AND ${connected('i')}))`;
 }
 
-/** The counts every tick needs: live instances other than `$1` (plus this one) and lanes that may be taken. */
+/**
+ * The counts every tick needs: live instances other than `$1` (plus this one) and lanes that may be taken.
+ * An instance below the schema's relay floor (outbox migration 000013) is not counted: the database
+ * refuses it every lease, and counting it would leave its share of the lanes to nobody.
+ */
 function countsSql(schemaSql: string): string {
-  return `(SELECT count(*)::int FROM ${schemaSql}.relay_instances i WHERE i.expires_at > now() AND i.instance <> $1 AND ${connected('i')}) + 1 AS live,
+  return `(SELECT count(*)::int FROM ${schemaSql}.relay_instances i WHERE i.expires_at > now() AND i.instance <> $1 AND ${connected('i')}
+          AND i.protocol >= (SELECT s.value::int FROM ${schemaSql}.settings s WHERE s.name = '${RELAY_FLOOR_SETTING}')) + 1 AS live,
        (SELECT count(*)::int FROM ${schemaSql}.relay_leases f WHERE ${takeable(schemaSql, 'f')}) AS free`;
 }
 
@@ -39,7 +46,9 @@ export function leaseCountsSql(schemaSql: string): string {
 /**
  * Renews this instance's heartbeat and its leases in one statement, every
  * third of the term: `$1` instance, `$2` application_name, `$3` term in ms,
- * `$4` lanes held, `$5` their epochs. A lane comes back in `lanes` only if
+ * `$4` lanes held, `$5` their epochs, `$6` the release and `$7` the relay
+ * protocol this instance reports (the database leases lanes only to an
+ * instance whose protocol is at or above the schema's floor). A lane comes back in `lanes` only if
  * this instance still owns it under the same epoch: a lane missing from it
  * was taken by another instance after its term ran out. The counts are those
  * of a poll (the heartbeat written here is not visible to them: the instance
@@ -47,11 +56,12 @@ export function leaseCountsSql(schemaSql: string): string {
  */
 export function renewLeasesSql(schemaSql: string): string {
   return `WITH beat AS (
-  INSERT INTO ${schemaSql}.relay_instances AS i (instance, application_name, backend_pid, client_addr, seen_at, expires_at)
-  VALUES ($1, $2, pg_backend_pid(), inet_client_addr()::text, now(), now() + ${ms(3)})
+  INSERT INTO ${schemaSql}.relay_instances AS i (instance, application_name, backend_pid, client_addr, seen_at, expires_at, release, protocol)
+  VALUES ($1, $2, pg_backend_pid(), inet_client_addr()::text, now(), now() + ${ms(3)}, $6, $7)
   ON CONFLICT (instance) DO UPDATE
     SET application_name = excluded.application_name, backend_pid = excluded.backend_pid,
-        client_addr = excluded.client_addr, seen_at = excluded.seen_at, expires_at = excluded.expires_at
+        client_addr = excluded.client_addr, seen_at = excluded.seen_at, expires_at = excluded.expires_at,
+        release = excluded.release, protocol = excluded.protocol
   RETURNING 1
 ), renewed AS (
   UPDATE ${schemaSql}.relay_leases l
@@ -112,3 +122,15 @@ export function forgetInstanceSql(schemaSql: string): string {
 export function pruneInstancesSql(schemaSql: string): string {
   return `DELETE FROM ${schemaSql}.relay_instances WHERE expires_at < now() - interval '1 day'`;
 }
+
+/**
+ * Takes the session advisory locks that relays from before leases (outbox
+ * migration 000010) took their lanes with: `$1` their namespace (FNV-1a of
+ * `ferry:lanes:<schema>`), lanes 0 to `$2` - 1, less `$3`, those this session
+ * holds already (a second grant of a session lock would need a second
+ * unlock). Such a relay never reads relay_leases; one started beside a
+ * relay holding these finds every lane taken and sends nothing. Returns the
+ * lanes newly locked.
+ */
+export const LEGACY_LANE_LOCKS_SQL = `SELECT lane FROM generate_series(0, $2::int - 1) AS lane
+ WHERE CASE WHEN lane = ANY ($3::int[]) THEN false ELSE pg_try_advisory_lock($1::int, lane) END`;

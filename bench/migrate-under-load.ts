@@ -1,0 +1,129 @@
+/**
+ * Migrating a large outbox under publish load: outbox migration 000004 (the
+ * pending-key index) applied by `migrate()` to an outbox of `--rows` rows
+ * (default 1,000,000, 1% unpublished) while `--writers` publishers commit one
+ * event per transaction, against the same statements run the way releases
+ * before issue 29 ran them (inside one transaction). Reports each way's
+ * migration time and the publish transactions' latency during it: the
+ * longest wait is what a request publishing an event would have felt.
+ *
+ *   node bench/dist/migrate-under-load.js [--rows 1000000] [--writers 4]
+ *
+ * Not in the runner's scenarios: one run builds a million-row table twice
+ * (about a minute of a 2-core machine); the figures are in
+ * bench/results/migrate-under-load.json and docs/operations.md.
+ */
+import { migrate, quoteIdentifier, withTransaction } from '@ferry/core';
+import { createPublisher } from '@ferry/publisher';
+import { createTestDatabase } from '@ferry/testkit';
+import { declareFlags, numArg, sleep } from './lib/args.js';
+import { writeResult } from './lib/stats.js';
+
+declareFlags(
+  'node bench/dist/migrate-under-load.js',
+  'Outbox migration 000004 on a large outbox under publish load: concurrent (this release) against in a transaction (before issue 29); migration time and publish latency during it.',
+  { rows: '<n> outbox rows (default 1000000, 1% unpublished)', writers: '<n> concurrent publishers (default 4)' },
+);
+
+const rows = numArg('rows', 1_000_000);
+const writers = numArg('writers', 4);
+
+const db = await createTestDatabase({ prefix: 'bench_miglock', max: writers + 4 });
+const s = quoteIdentifier(db.schema);
+
+/** The outbox as a release at version 3 had it: the (lane, seq) pending index, 000004 unrecorded. */
+async function asVersion3(): Promise<void> {
+  await db.pool.query(`DROP INDEX IF EXISTS ${s}.outbox_pending_key_idx`);
+  await db.pool.query(`CREATE INDEX IF NOT EXISTS outbox_pending_lane_idx ON ${s}.outbox (lane, seq) WHERE published_at IS NULL`);
+  await db.pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 4`);
+  await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+}
+
+/** Publishes one event per transaction from `writers` loops until stopped; latencies (ms) of the transactions that overlap [from, to]. */
+function publishLoad() {
+  const publisher = createPublisher({ schema: db.schema, source: 'bench-migrate' });
+  const done: Array<{ start: number; end: number }> = [];
+  let running = true;
+  let n = 0;
+  const loops = Array.from({ length: writers }, async () => {
+    while (running) {
+      const start = performance.now();
+      await withTransaction(db.pool, (tx) =>
+        publisher.publish(tx, { subject: 'bench.orders', key: `load-${n % 1000}`, type: 'OrderPlaced', data: { n: n++ } }),
+      );
+      done.push({ start, end: performance.now() });
+    }
+  });
+  return {
+    async stop(from: number, to: number) {
+      running = false;
+      await Promise.all(loops);
+      const during = done.filter((t) => t.end >= from && t.start <= to).map((t) => t.end - t.start);
+      during.sort((a, b) => a - b);
+      const at = (q: number) => during[Math.min(during.length - 1, Math.floor(q * during.length))] ?? 0;
+      const before = done.filter((t) => t.end < from).map((t) => t.end - t.start);
+      return {
+        publishesDuring: during.length,
+        publishesPerSecondDuring: Math.round(during.length / ((to - from) / 1000)),
+        p50Ms: round(at(0.5)),
+        p99Ms: round(at(0.99)),
+        maxMs: round(during.at(-1) ?? 0),
+        p99BeforeMs: round(before.sort((a, b) => a - b)[Math.floor(0.99 * before.length)] ?? 0),
+      };
+    },
+  };
+}
+
+const round = (x: number) => Math.round(x * 10) / 10;
+
+async function measure(apply: () => Promise<void>) {
+  await asVersion3();
+  const load = publishLoad();
+  await sleep(2_000);
+  const from = performance.now();
+  await apply();
+  const to = performance.now();
+  await sleep(1_000);
+  return { migrationMs: Math.round(to - from), ...(await load.stop(from, to)) };
+}
+
+try {
+  await db.pool.query(`SET maintenance_work_mem = '64MB'`);
+  const t = performance.now();
+  await db.pool.query(
+    `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at, published_at)
+     SELECT gen_random_uuid(), 'k' || (g % 10000), g / 10000 + 1, 'bench.orders', 'OrderPlaced', 'bench', 'application/json',
+            convert_to('{"n":' || g || ',"pad":"' || repeat('x', 200) || '"}', 'UTF8'), now(),
+            CASE WHEN g % 100 <> 0 THEN now() END
+       FROM generate_series(1, $1::int) g`,
+    [rows],
+  );
+  const fillMs = Math.round(performance.now() - t);
+  const { rows: size } = await db.pool.query<{ mb: number }>(`SELECT (pg_total_relation_size('${s}.outbox') / 1048576)::int AS mb`);
+  const concurrent = await measure(async () => {
+    const r = await migrate({ pool: db.pool, schema: db.schema });
+    if (r.applied.map((m) => m.version).join() !== '4') throw new Error(`expected 000004 alone, applied ${JSON.stringify(r.applied)}`);
+  });
+  const inTransaction = await measure(async () => {
+    await withTransaction(db.pool, async (tx) => {
+      await tx.query(`CREATE INDEX outbox_pending_key_idx ON ${s}.outbox (lane, key COLLATE "C", seq) WHERE published_at IS NULL`);
+      await tx.query(`DROP INDEX ${s}.outbox_pending_lane_idx`);
+      await tx.query(`INSERT INTO ${s}.migrations (migration_set, version, name) VALUES ('outbox', 4, 'pending_key_index')`);
+    });
+  });
+  const result = {
+    scenario: 'migrate-under-load',
+    rows,
+    unpublished: Math.floor(rows / 100),
+    outboxMb: size[0]?.mb,
+    fillMs,
+    writers,
+    concurrent,
+    inTransaction,
+    maxWaitRatio: round(inTransaction.maxMs / Math.max(1, concurrent.maxMs)),
+  };
+  console.log(JSON.stringify(result, null, 2));
+  console.log(`wrote ${writeResult('migrate-under-load', result)}`);
+} finally {
+  await db.close();
+}
