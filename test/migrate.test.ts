@@ -234,6 +234,29 @@ describe('migrate', () => {
     assert.deepEqual(rows, [{ relname: 'outbox_pending_key_idx', valid: true }], 'the new index is valid and the old one gone');
   });
 
+  test('migrate - a new schema migrates at once beside a long transaction elsewhere in the database (no concurrent build waits for it)', async () => {
+    const schema = fresh();
+    // Any application's transaction holding a snapshot: CREATE INDEX CONCURRENTLY would wait for it to end.
+    const other = await pool.connect();
+    try {
+      await other.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await other.query('SELECT 1');
+      const done = migrate({ pool, schema });
+      const timeout = new Promise<'waiting'>((resolve) => setTimeout(() => resolve('waiting'), 10_000).unref());
+      const first = await Promise.race([done.then(() => 'migrated' as const), timeout]);
+      assert.equal(first, 'migrated', 'the first migrate of a new schema does not wait for an unrelated open transaction');
+      const { rows } = await pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+          WHERE i.indrelid = $1::regclass AND NOT i.indisvalid`,
+        [`${quoteIdentifier(schema)}.outbox`],
+      );
+      assert.equal(rows[0]?.n, 0, 'every index valid');
+    } finally {
+      await other.query('ROLLBACK').catch(() => {});
+      other.release();
+    }
+  });
+
   test('migrate - the inbox set migrates on its own, beside or apart from the outbox', async () => {
     const schema = fresh();
     const r = await migrate({ pool, schema, set: 'inbox' });

@@ -262,7 +262,14 @@ async function applyMigrations(
       cause: err,
     });
   const applied: Array<{ version: number; name: string }> = [];
-  const pending = migrations.filter((m) => !done.has(m.version));
+  // A new schema: nothing publishes into an outbox this run creates, while a concurrent index build
+  // waits for every older snapshot in the whole database (any long transaction of any application,
+  // every open transaction of a busy test suite). So a first migrate builds its indexes plainly, in
+  // one transaction as before; CONCURRENTLY is for an outbox that already holds rows and writers.
+  const fresh = done.size === 0;
+  const pending = migrations
+    .filter((m) => !done.has(m.version))
+    .map((m) => (fresh && !m.transactional ? { ...m, transactional: true, template: m.template.replace(/\bCONCURRENTLY\s+/g, '') } : m));
   while (pending.length > 0) {
     const first = pending[0] as Migration;
     if (!first.transactional) {
