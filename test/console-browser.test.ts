@@ -168,9 +168,11 @@ async function watchedPage(): Promise<{ page: Page; problems: string[] }> {
  * refresh has to bring it. Polled from here, since the console's CSP forbids the eval a string predicate needs.
  */
 async function showsText(page: Page, selector: string, ok: (text: string) => boolean, what: string): Promise<void> {
+  // The console reads its shared numbers again after the refresh interval or 50x the last read's
+  // time, whichever is longer: on a loaded machine that is several seconds.
   await waitFor(async () => ok((await page.textContent(selector, { timeout: 1000 }).catch(() => null)) ?? ''), {
     what,
-    timeoutMs: 15_000,
+    timeoutMs: 30_000,
     intervalMs: 100,
   });
 }

@@ -76,7 +76,7 @@ export interface ConsoleServer {
 /** Rows each list shows at most. */
 const LIST_LIMIT = 200;
 /** A shared read is read again after PACE times its own duration at the soonest. */
-const PACE = 20;
+const PACE = 50;
 /** Failure groups the blocked keys page shows at most. */
 const GROUPS_SHOWN = 20;
 /** Events one console replay sends at most (it answers when done); more is `ferry replay`'s job. */
@@ -284,7 +284,7 @@ ${rows.map(
   const longPool = o.longPool ?? o.pool;
   /**
    * When a shared read is read again: after the refresh interval, or PACE times as long as the read
-   * took, whichever is longer. The console then spends at most 1/PACE of a connection's time on it,
+   * took, whichever is longer. The console then spends at most 1/PACE (2 %) of a connection's time on it,
    * however large the outbox (a status over a million pending rows takes seconds) and however many
    * tabs are open, so the relays it watches keep their speed.
    */
