@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { quoteIdentifier, withTransaction } from '@ferry/core';
+import { FERRY_RELEASE, quoteIdentifier, RELAY_PROTOCOL, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import { markFailedSql } from '../sql/mark-failed.js';
@@ -73,6 +73,12 @@ async function claim(id: string, owner: string): Promise<{ seq: string; lane: nu
   );
   const r = rows[0];
   assert.ok(r);
+  // A relay's heartbeat row, with the protocol the schema's floor admits (outbox migration 000013).
+  await db.pool.query(
+    `INSERT INTO ${s}.relay_instances (instance, application_name, backend_pid, seen_at, expires_at, release, protocol)
+     VALUES ($1, 'ferry-relay', pg_backend_pid(), now(), now() + interval '1 minute', $2, $3) ON CONFLICT (instance) DO NOTHING`,
+    [owner, FERRY_RELEASE, RELAY_PROTOCOL],
+  );
   const lease = await db.pool.query<{ epoch: string }>(
     `UPDATE ${s}.relay_leases SET owner = $2, epoch = epoch + 1, renewed_at = now(), expires_at = now() + interval '1 minute'
       WHERE lane = $1 RETURNING epoch::text`,
