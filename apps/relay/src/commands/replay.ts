@@ -20,13 +20,10 @@ import { shellQuote } from './replay-resume.js';
 export type { ReplayReport } from '../actions/replay.js';
 export type { ReplayFailure } from './replay-resume.js';
 
-interface ReplayFlags extends DatabaseFlags, NatsFlags {
-  fromSeq?: bigint;
-  toSeq?: bigint;
-  since?: Date;
-  until?: Date;
-  key?: string;
-  subjectPrefix?: string;
+interface ReplayFlags
+  extends DatabaseFlags,
+    NatsFlags,
+    Pick<ReplaySelection, 'fromSeq' | 'toSeq' | 'since' | 'until' | 'key' | 'subjectPrefix'> {
   maxInFlight: number;
   publishTimeoutMs: number;
   dryRun?: boolean;
