@@ -79,6 +79,7 @@ test('relay freeze - one of two relays SIGSTOPped 30 s under load: the other tak
   const frozenAt = Date.now();
   await sleep(FREEZE_MS);
   frozen.proc.kill('SIGCONT');
+  t.diagnostic(`frozen ${new Date(frozenAt).toISOString()}, woken ${new Date().toISOString()}`);
   await sleep(5000);
   const ids = await traffic.stop();
   await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 60_000, what: 'every event published' });

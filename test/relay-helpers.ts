@@ -15,6 +15,8 @@ export interface StreamEvent {
   version: bigint;
   streamSeq: number;
   subject: string;
+  /** When the stream stored it (ms since the epoch, the server's clock). */
+  storedAt: number;
 }
 
 /** Every message of a stream, in stream order, read with an ordered consumer. */
@@ -34,6 +36,7 @@ export async function readStream(nc: NatsConnection, stream: string, timeoutMs =
         version: BigInt(m.headers?.get('ce-sequence') || '0'),
         streamSeq: m.seq,
         subject: m.subject,
+        storedAt: Math.floor(m.info.timestampNanos / 1e6),
       });
     }
   }
@@ -73,7 +76,7 @@ export function assertExactlyOnceInKeyOrder(events: StreamEvent[], expectedIds: 
   const seen = new Map<string, number>();
   for (const e of events) seen.set(e.id, (seen.get(e.id) ?? 0) + 1);
   const dupes = [...seen].filter(([, n]) => n > 1);
-  assert.equal(dupes.length, 0, `duplicates in the stream: ${dupes.slice(0, 5).join(' ')}`);
+  assert.equal(dupes.length, 0, `duplicates in the stream: ${dupes.slice(0, 5).join(' ')}${dupes.length ? `\n${describeCopies(events, dupes[0]![0])}` : ''}`);
   const expected = new Set(expectedIds);
   const missing = [...expected].filter((id) => !seen.has(id));
   assert.equal(missing.length, 0, `${missing.length} committed events missing from the stream, e.g. ${missing.slice(0, 3).join(' ')}`);
@@ -84,6 +87,19 @@ export function assertExactlyOnceInKeyOrder(events: StreamEvent[], expectedIds: 
     assert.ok(e.version > prev, `key ${e.key}: version ${e.version} after ${prev} in the stream`);
     last.set(e.key, e.version);
   }
+}
+
+/** Each copy of event `id` in the stream with its key's messages around it: which copy came late, and after what. */
+function describeCopies(events: StreamEvent[], id: string): string {
+  const copy = events.find((e) => e.id === id);
+  if (!copy) return '';
+  const ofKey = events.filter((e) => e.key === copy.key);
+  const at = ofKey.findIndex((e) => e.id === id);
+  const lines = ofKey
+    .slice(Math.max(0, at - 3))
+    .filter((e, i, all) => i < 8 || e.id === id || all[i - 1]?.id === id)
+    .map((e) => `  seq ${e.streamSeq} stored ${new Date(e.storedAt).toISOString()} version ${e.version}${e.id === id ? ' <-' : ''}`);
+  return `key ${copy.key}:\n${lines.join('\n')}`;
 }
 
 export async function countPending(pool: pg.Pool, schema: string): Promise<number> {
