@@ -76,7 +76,11 @@ export function assertExactlyOnceInKeyOrder(events: StreamEvent[], expectedIds: 
   const seen = new Map<string, number>();
   for (const e of events) seen.set(e.id, (seen.get(e.id) ?? 0) + 1);
   const dupes = [...seen].filter(([, n]) => n > 1);
-  assert.equal(dupes.length, 0, `duplicates in the stream: ${dupes.slice(0, 5).join(' ')}${dupes.length ? `\n${describeCopies(events, dupes[0]![0])}` : ''}`);
+  assert.equal(
+    dupes.length,
+    0,
+    `duplicates in the stream: ${dupes.slice(0, 5).join(' ')}${dupes.length ? `\n${describeCopies(events, dupes[0]![0])}` : ''}`,
+  );
   const expected = new Set(expectedIds);
   const missing = [...expected].filter((id) => !seen.has(id));
   assert.equal(missing.length, 0, `${missing.length} committed events missing from the stream, e.g. ${missing.slice(0, 3).join(' ')}`);
