@@ -179,6 +179,10 @@ describe('migrate', () => {
     assert.match(text, /COMMIT;\n-- Outside a transaction: CREATE INDEX CONCURRENTLY cannot run in one\./);
     assert.match(text, new RegExp(`CREATE INDEX CONCURRENTLY outbox_pending_key_idx ON "${schema}".outbox`));
     assert.match(text, new RegExp(`CREATE INDEX CONCURRENTLY outbox_retrying_key_idx ON "${schema}".outbox`));
+    assert.match(
+      text,
+      new RegExp(`CREATE INDEX CONCURRENTLY outbox_failed_idx ON "${schema}".outbox \\(key, seq\\) INCLUDE \\(lane, dead_at\\)`),
+    );
     // Only 000001 builds indexes on the outbox in a transaction: the one that creates the (empty) table.
     const inTransaction = [...text.matchAll(/^CREATE INDEX (?!CONCURRENTLY)(\w+) ON "[^"]+"\.outbox /gm)].map((m) => m[1]);
     assert.deepEqual(inTransaction, ['outbox_pending_lane_idx', 'outbox_published_at_idx']);

@@ -36,7 +36,7 @@ export function stateCondition(state: EventState): string {
       return 'o.published_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0';
     case 'dead':
       // attempts > 0 holds for every dead row (the relay counts the failure that killed it) and lets the
-      // planner use outbox_retrying_key_idx, the small index of failed rows, instead of the whole table.
+      // planner use outbox_failed_idx, the small index of failed rows, instead of the whole table.
       return 'o.published_at IS NULL AND o.attempts > 0 AND o.dead_at IS NOT NULL';
     case 'published':
       return 'o.published_at IS NOT NULL AND o.dead_at IS NULL';
@@ -49,7 +49,7 @@ export function stateCondition(state: EventState): string {
  * The rows a dlq action may change: failed and not given up on, dead or
  * backing off (`published_at IS NULL AND attempts > 0`). A relay counts every
  * failed attempt, so `attempts > 0` is exactly "failed at least once", and it
- * lets the planner use outbox_retrying_key_idx, the small index of failed rows.
+ * lets the planner use outbox_failed_idx, the small index of failed rows.
  */
 export const FAILED_CONDITION = 'o.published_at IS NULL AND o.attempts > 0';
 

@@ -93,6 +93,11 @@ test('dlq actions - the preview counts dead and backing-off heads, never a row t
   assert.equal(p.sample[0]?.state, 'backing-off');
   const all = await previewFailed(db.pool, db.schema, {});
   assert.deepEqual([all.rows, all.dead, all.backingOff, all.keys], [4, 1, 3, 4]);
+  assert.equal(all.behindKeys, 4, 'under the cap, the rows behind every key are counted');
+  // Past the cap (10,000 keys by default), the rows behind are counted behind the first keys only, and it says so.
+  const capped = await previewFailed(db.pool, db.schema, {}, 0, 1);
+  assert.deepEqual([capped.rows, capped.keys, capped.behindKeys], [4, 4, 1], 'rows and keys stay exact');
+  assert.ok(capped.behind <= all.behind, `${capped.behind} behind one key, ${all.behind} behind all`);
   const onlyDead = await previewFailed(db.pool, db.schema, { state: 'dead' });
   assert.deepEqual([onlyDead.rows, onlyDead.dead], [1, 1]);
   assert.equal((await previewFailed(db.pool, db.schema, { key: 'fresh' })).rows, 0, 'a pending row is not failed');
@@ -212,7 +217,7 @@ test('dlq actions - the failed-row condition lets the planner use the small inde
     await client.query('SET LOCAL enable_seqscan = off');
     for (const where of [FAILED_CONDITION, `o.key = 'dead' AND ${FAILED_CONDITION}`]) {
       const { rows } = await client.query(`EXPLAIN (FORMAT JSON) SELECT o.id FROM ${s}.outbox o WHERE ${where}`);
-      assert.match(JSON.stringify(rows[0]), /outbox_retrying_key_idx/, where);
+      assert.match(JSON.stringify(rows[0]), /outbox_failed_idx/, where);
     }
   } finally {
     await client.query('ROLLBACK');

@@ -31,7 +31,7 @@ export async function searchEvents(pool: pg.Pool, schema: string, f: EventFilter
   const s = quoteIdentifier(schema);
   const { sql, params } = filterCondition(f);
   if (f.state === 'dead' || f.state === 'backing-off') {
-    // Failed rows are few and have an index of their own (outbox_retrying_key_idx): the newest of them
+    // Failed rows are few and have an index of their own (outbox_failed_idx): the newest of them
     // from the index alone, then the filter on those rows, instead of a walk back through every newer row.
     const { rows } = await pool.query<EventRow>(
       `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 DESC LIMIT ${Math.trunc(limit) * FAILED_SCAN})
@@ -73,7 +73,7 @@ export interface BlockedRow {
 /**
  * Keys held behind a failed head, oldest first, with the rows waiting behind each. Only a key's head is
  * ever sent, so every failed row heads its key: the oldest failed rows are the oldest blocked keys, read
- * from outbox_retrying_key_idx (`seq + 0` keeps the planner off a primary-key walk through the history).
+ * from outbox_failed_idx (`seq + 0` keeps the planner off a primary-key walk through the history).
  */
 export async function blockedKeys(pool: pg.Pool, schema: string, limit: number): Promise<BlockedRow[]> {
   const s = quoteIdentifier(schema);

@@ -783,7 +783,7 @@ ${rows.map((p) => {
     const body =
       p.rows === 0
         ? html`<p class="note">No failed event (dead or backing off) matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
-        : html`<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; <b id="behind">${p.behind}</b> ${flow}</p>
+        : html`<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; ${p.behindKeys < p.keys ? 'at least ' : ''}<b id="behind">${p.behind}</b> ${flow}${p.behindKeys < p.keys ? ` (counted behind the first ${p.behindKeys} keys)` : ''}</p>
 ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire right now: a discard keeps it from being sent again, but one already sent may still reach the stream (before any later event of its key).</p>` : ''}
 <p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/dlq/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}${ids}

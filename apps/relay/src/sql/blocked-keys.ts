@@ -2,7 +2,7 @@
  * The keys held behind a failed row, oldest first, at most `$1`: the failed
  * row (only a key's head is ever sent, so a failed row heads its key), its
  * state and reason, and how many later rows of the key wait behind it. The
- * failed rows come from `outbox_retrying_key_idx` (failed rows only); the
+ * failed rows come from `outbox_failed_idx` (failed rows only); the
  * waiting count walks the key's pending rows in `outbox_pending_key_idx`.
  */
 export function blockedKeysSql(schemaSql: string): string {

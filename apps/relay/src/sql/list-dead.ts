@@ -3,7 +3,7 @@ import { deadCondition } from './dead-events.js';
 /**
  * Dead rows, oldest first, at most `$1` (`ferry dlq list`), each with how many
  * later rows of its key wait behind it; with `failed`, the rows the relay is
- * backing off from too (`attempts > 0`: outbox_retrying_key_idx).
+ * backing off from too (`attempts > 0`: outbox_failed_idx).
  */
 export function listDeadSql(schemaSql: string, failed = false): string {
   const where = failed ? 'o.published_at IS NULL AND o.attempts > 0' : deadCondition('all');
