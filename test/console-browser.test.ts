@@ -355,12 +355,13 @@ describe('ferry console in Chromium', () => {
     );
     assert.equal((await sent('not-me')).length, 1, 'another key is not replayed');
     const { rows } = await db.pool.query<{ action: string; rows: number; outcome: string; filter: { key?: string } }>(
-      `SELECT action, rows, outcome, filter FROM ${s}.operator_actions WHERE action = 'replay'`,
+      `SELECT action, rows, outcome, filter FROM ${s}.operator_actions WHERE action = 'replay' ORDER BY id`,
     );
-    assert.equal(rows.length, 1);
-    assert.equal(rows[0]?.rows, 3);
-    assert.equal(rows[0]?.outcome, 'ok');
-    assert.equal(rows[0]?.filter.key, 'replay-me');
+    assert.equal(rows.length, 2, 'a row before the first copy, and one when the run ended');
+    assert.match(rows[0]?.outcome ?? '', /^started: 3 copies to send/);
+    assert.equal(rows[1]?.rows, 3);
+    assert.equal(rows[1]?.outcome, 'ok');
+    assert.equal(rows[1]?.filter.key, 'replay-me');
 
     // The overview's charts count what the relay published this hour (a replay is not a publish).
     const { rows: published } = await db.pool.query<{ n: string }>(

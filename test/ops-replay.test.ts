@@ -167,6 +167,13 @@ test('ferry replay - --key with --subject-prefix selects one key, versions ascen
   assert.equal(audit.outcome, 'ok');
   assert.equal(audit.filter.key, 'pay-1');
   assert.equal(audit.filter.subjectPrefix, `${stream.prefix}.pay`);
+  // And on record before the first copy went out: a run killed midway is not missing from the trail.
+  const { rows: started } = await db.pool.query<{ rows: number; outcome: string; filter: Record<string, unknown> }>(
+    `SELECT rows, outcome, filter FROM ${quoteIdentifier(db.schema)}.operator_actions ORDER BY id DESC OFFSET 1 LIMIT 1`,
+  );
+  assert.equal(started[0]?.rows, 0);
+  assert.match(started[0]?.outcome ?? '', /^started: 10 copies to send/);
+  assert.equal(started[0]?.filter.msgIdSuffix, audit.filter.msgIdSuffix, 'the same run');
 });
 
 test('ferry replay - --since/--until with --dry-run counts and publishes nothing', async () => {

@@ -149,8 +149,11 @@ const PAGE_ROWS = 500;
  * Nats-Msg-Id (`<event id>:replay:<run time>`) so the stream stores it even
  * inside its duplicate window. Keys pipeline; one key's copies go one at a
  * time. A failure stops the run (with `keepGoing`, only its key). The run is
- * recorded in operator_actions afterwards (a record that cannot be written is
- * reported in `notRecorded`: the copies are already sent).
+ * recorded in operator_actions twice: before the first copy (`started: …`, so
+ * a run that dies midway, its process killed, is on record all the same) and
+ * when it ends, with the copies sent and the outcome. A record that cannot be
+ * written is reported in `notRecorded` (the copies are sent regardless, as a
+ * parked action's are).
  */
 export async function replayEvents(
   pool: pg.Pool,
@@ -175,11 +178,24 @@ export async function replayEvents(
     resume: [],
   };
   const schemaSql = quoteIdentifier(schema);
+  const filter = { ...describeSelection(sel), firstSeq: preview.firstSeq, lastSeq: preview.lastSeq, msgIdSuffix: report.msgIdSuffix };
+  const record = async (rows: number, outcome: string) => {
+    try {
+      await recordAction(pool, schemaSql, { actor: o.actor, via: o.via, action: 'replay', filter, rows, outcome });
+    } catch (err) {
+      report.notRecorded ??= isUndefinedTable(err)
+        ? `no operator_actions table in schema "${schema}" (ferry migrate --schema ${schema} creates it)`
+        : (err as Error).message;
+    }
+  };
   let error: unknown;
-  try {
-    if (preview.matched > 0) await publishAll(pool, nc, schemaSql, sel, report, o);
-  } catch (err) {
-    error = err;
+  if (preview.matched > 0) {
+    await record(0, `started: ${preview.matched} copies to send (a run that ends records another row)`);
+    try {
+      await publishAll(pool, nc, schemaSql, sel, report, o);
+    } catch (err) {
+      error = err;
+    }
   }
   report.durationMs = Date.now() - started;
   const problems = [
@@ -187,20 +203,7 @@ export async function replayEvents(
     ...(report.failed ? [`${report.failures.length} publish(es) failed, the first: ${report.failed.error}`] : []),
     ...(report.vanished > 0 ? [`${report.vanished} vanished`] : []),
   ];
-  try {
-    await recordAction(pool, schemaSql, {
-      actor: o.actor,
-      via: o.via,
-      action: 'replay',
-      filter: { ...describeSelection(sel), firstSeq: preview.firstSeq, lastSeq: preview.lastSeq, msgIdSuffix: report.msgIdSuffix },
-      rows: report.replayed,
-      outcome: problems.length ? problems.join('; ') : 'ok',
-    });
-  } catch (err) {
-    report.notRecorded = isUndefinedTable(err)
-      ? `no operator_actions table in schema "${schema}" (ferry migrate --schema ${schema} creates it)`
-      : (err as Error).message;
-  }
+  await record(report.replayed, problems.length ? problems.join('; ') : 'ok');
   if (error !== undefined) throw error;
   return report;
 }
