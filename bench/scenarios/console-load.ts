@@ -7,18 +7,26 @@
  *   (median and worst), the console in process with its CLI's default
  *   statement_timeout (2 s);
  * - drain: a relay draining --drain pending rows (the 100,000 dead still
- *   there), alternating trials without and with --tabs browser tabs that
- *   each refresh the overview and the blocked keys every second (five times
- *   the console's default refresh).
+ *   there), interleaved trials without the console, with `ferry console`
+ *   beside the relay (a process of its own), and with the console served
+ *   by the relay's process (as `ferry relay` can), each with --tabs browser
+ *   tabs that refresh the overview and the blocked keys every second (five
+ *   times the console's default refresh). The tabs run in a process of their
+ *   own (bench/lib/console-tabs.ts): a browser never shares the relay's
+ *   event loop (before, they ran in the relay's process and were measured as
+ *   the console's cost).
  * Targets: every page < 500 ms; drain with the console ≥ 0.95× without.
  *
  *   node bench/dist/scenarios/console-load.js [--quick] [--pending N] [--dead N] [--drain N] [--fetches N] [--trials N] [--tabs N]
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
 import { startConsole } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import pg from 'pg';
-import { declareFlags, hasFlag, numArg, sleep } from '../lib/args.js';
+import { declareFlags, hasFlag, numArg, until } from '../lib/args.js';
 import { generateRows, relayDrain } from '../lib/outbox.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
@@ -126,36 +134,45 @@ printTable(
 await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() WHERE key LIKE 'p-%'`);
 await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
 
-/** Tabs refreshing the overview and the blocked keys every second until stopped; returns the refreshes made. */
-function refreshing(): { stop: () => Promise<number> } {
-  let on = true;
-  let n = 0;
-  const tab = async () => {
-    while (on) {
-      const t = performance.now();
-      await timed('/?fragment=1');
-      await timed('/blocked');
-      n += 2;
-      await sleep(Math.max(0, 1000 - (performance.now() - t)));
-    }
-  };
-  const tabs = Array.from({ length: TABS }, tab);
+type Mode = 'none' | 'beside' | 'inRelay';
+/**
+ * Tabs refreshing the overview and the blocked keys every second until stopped, in a process of their
+ * own (browsers never share the relay's event loop): `beside`, against a console of that process too
+ * (`ferry console` beside the relay); `inRelay`, against the console this process serves (the relay's
+ * own process: `ferry relay` serving the console). Returns the refreshes made.
+ */
+async function refreshing(mode: Exclude<Mode, 'none'>): Promise<{ stop: () => Promise<number> }> {
+  const script = fileURLToPath(new URL('../lib/console-tabs.js', import.meta.url));
+  const args = ['--token', 'bench-console-token-0123456789', '--tabs', String(TABS)];
+  if (mode === 'inRelay') args.push('--console-url', console_.url);
+  else args.push('--database-url', db.url, '--schema', db.schema, '--refresh-ms', '5000');
+  const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.on('data', (b: Buffer) => {
+    out += b.toString();
+  });
+  const exited = once(child, 'exit');
+  await until(() => out.includes('ready\n') || child.exitCode !== null, 'the tabs to start', 30_000);
   return {
     stop: async () => {
-      on = false;
-      await Promise.all(tabs);
-      return n;
+      child.kill('SIGTERM');
+      await exited;
+      const last = out.trim().split('\n').at(-1) ?? '';
+      const r = JSON.parse(last) as { refreshes: number; failed: number };
+      if (r.failed > 0) failures.push(`${r.failed} tab refresh(es) failed (${mode})`);
+      return r.refreshes;
     },
   };
 }
 
-const drained = { without: [] as number[], with: [] as number[] };
+const MODES: Mode[] = ['none', 'beside', 'inRelay'];
+const drained: Record<Mode, number[]> = { none: [], beside: [], inRelay: [] };
 let run = 0;
 let refreshes = 0;
 for (let t = 0; t < TRIALS; t++) {
-  for (const withConsole of [false, true]) {
+  for (const mode of MODES) {
     const stream = await createTestStream({ prefix: 'benchconsole', storage: 'file' });
-    const load = withConsole ? refreshing() : undefined;
+    const load = mode === 'none' ? undefined : await refreshing(mode);
     try {
       const rate = await relayDrain(
         db.pool,
@@ -163,7 +180,7 @@ for (let t = 0; t < TRIALS; t++) {
         { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
         { count: DRAIN, keys: 1000, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
       );
-      (withConsole ? drained.with : drained.without).push(rate);
+      drained[mode].push(rate);
     } finally {
       if (load) refreshes += await load.stop();
       await stream.close();
@@ -182,15 +199,26 @@ const result = {
   pages: pageResults,
   failures,
   slowestPageMs: Math.max(...Object.values(pageResults).map((p) => Math.max(p.maxMs, p.firstMs))),
-  drain: { rows: DRAIN, tabs: TABS, refreshes, withoutConsole: summarize(drained.without), withConsole: summarize(drained.with) },
-  drainRatio: summarize(drained.with).median / summarize(drained.without).median,
+  drain: {
+    rows: DRAIN,
+    tabs: TABS,
+    refreshes,
+    withoutConsole: summarize(drained.none),
+    consoleBeside: summarize(drained.beside),
+    consoleInRelay: summarize(drained.inRelay),
+  },
+  /** `ferry console` in its own process beside the relay. */
+  drainRatio: summarize(drained.beside).median / summarize(drained.none).median,
+  /** The console served by the relay's own process (`ferry relay` serving it). */
+  drainRatioInRelay: summarize(drained.inRelay).median / summarize(drained.none).median,
 };
 printTable(
   `Relay drain of ${DRAIN} rows (${DEAD} dead rows present), without and with ${TABS} tabs refreshing every second (target ≥ 0.95×)`,
   ['', 'ev/s (median)', 'ratio'],
   [
     ['without the console', result.drain.withoutConsole.median, 1],
-    ['with the console refreshing', result.drain.withConsole.median, result.drainRatio],
+    ['ferry console beside the relay', result.drain.consoleBeside.median, result.drainRatio],
+    ['console served by the relay process', result.drain.consoleInRelay.median, result.drainRatioInRelay],
   ],
 );
 if (failures.length > 0) console.log(`${failures.length} request(s) failed:\n  ${failures.join('\n  ')}`);
