@@ -54,6 +54,7 @@ export class ChainSender {
       // ends without a failure, and the lane's new holder claims it.
       if (!this.#d.holds(row)) break;
       const outcome = await this.#publishOne(row);
+      if (outcome === undefined) break; // the lease ran out while the row was encoded
       outcomes.set(row, outcome);
       if (!outcome.ok) break;
     }
@@ -77,7 +78,8 @@ export class ChainSender {
     return outcomes;
   }
 
-  async #publishOne(row: ClaimedRow): Promise<Outcome> {
+  /** The row's outcome, or undefined when it was not sent because its lane's lease ran out meanwhile. */
+  async #publishOne(row: LeasedRow): Promise<Outcome | undefined> {
     const maxPayload = this.#d.maxPayload();
     const span = SendSpan.start(row); // tracing: undefined unless an OpenTelemetry SDK records
     try {
@@ -109,6 +111,14 @@ export class ChainSender {
       }
       const h = natsHeaders();
       for (const [name, value] of encoded.headers) h.set(name, value);
+      // Checked again as late as possible: from here to the socket write is the same turn of the event
+      // loop (nats.js flushes in a microtask), so only a freeze landing within those microseconds, or
+      // bytes the kernel still holds when the connection is cut, can reach the server after the lane
+      // was lost (docs/failure-modes.md).
+      if (!this.#d.holds(row)) {
+        span?.notSent();
+        return undefined;
+      }
       // A PubAck with duplicate: true means JetStream already holds this id: success as well.
       const ack = await this.#d.acks.publish(encoded.subject, encoded.body, h);
       span?.acked(ack);

@@ -67,6 +67,12 @@ export class SendSpan {
     this.#span.end();
   }
 
+  /** The row was not sent: its lane's lease ran out before the send (it is its new holder's). */
+  notSent(): void {
+    this.#span.setAttributes({ [A.outcome]: 'lease_lost' });
+    this.#span.end();
+  }
+
   /** The row was refused or failed; `failure.reason` is the relay's failure reason (as in `ferry_publish_failures_total`). */
   failed(failure: Classified, err?: unknown): void {
     if (otel) failSpan(otel, this.#span, err ?? new Error(failure.message), failure.reason);

@@ -1,0 +1,69 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { PubAck } from '@nats-io/jetstream';
+import { ConsecutiveBreaker, circuitBreaker, handleAll } from 'cockatiel';
+import { ChainSender } from './chain-sender.js';
+import type { LeasedRow } from './claim-plan.js';
+import type { PubAcks } from './pub-acks.js';
+
+/** A key's rows, versions 1…n, as a claim loads them. */
+function chain(n: number): LeasedRow[] {
+  return Array.from({ length: n }, (_, i) => ({
+    seq: String(i + 1),
+    id: `00000000-0000-4000-8000-00000000000${i}`,
+    key: 'k',
+    version: String(i + 1),
+    lane: 0,
+    epoch: '1',
+    subject: 'chain.test',
+    type: 'Tested',
+    source: 'chain-sender-test',
+    content_type: 'application/json',
+    data: Buffer.from('{}'),
+    data_bytes: 2,
+    row_bytes: 4,
+    headers: {},
+    occurred_at: new Date(0),
+    created_at: new Date(0),
+    attempts: 0,
+    cursor: '',
+    due: true,
+  }));
+}
+
+/** PubAcks of our own (the send path is what is tested, not NATS): records what would have been written. */
+function recordingAcks(): { acks: PubAcks; sent: string[] } {
+  const sent: string[] = [];
+  let seq = 0;
+  const acks = {
+    publish: async (_subject: string, _data: Uint8Array, h: { get(name: string): string }): Promise<PubAck> => {
+      sent.push(BigInt(h.get('ce-sequence')).toString()); // the wire pads versions to 20 digits
+      return { stream: 'S', seq: ++seq, duplicate: false };
+    },
+    jetStreamAnswers: async () => true,
+  } as unknown as PubAcks;
+  return { acks, sent };
+}
+
+const breaker = () => circuitBreaker(handleAll, { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(5) });
+
+test('chain sender - a lease that runs out while a row is encoded stops the chain before that row reaches the client', async () => {
+  const { acks, sent } = recordingAcks();
+  // holds() is asked before each row and again right before its send: true for row 1 (both checks) and
+  // row 2's first check, then false, as when the lease's term ends while row 2 is being encoded.
+  let checks = 0;
+  const sender = new ChainSender({ breaker: breaker(), acks, maxPayload: () => 1_048_576, holds: () => ++checks <= 3 });
+  const rows = chain(3);
+  const outcomes = await sender.send(rows);
+  assert.deepEqual(sent, ['1'], 'only the row checked right before its send went out');
+  assert.equal(outcomes.size, 1, 'a row not sent has no outcome: the lane’s new holder claims it');
+  assert.equal(outcomes.get(rows[0] as LeasedRow)?.ok, true);
+});
+
+test('chain sender - with the lease held, every row goes out in order, each after the previous PubAck', async () => {
+  const { acks, sent } = recordingAcks();
+  const sender = new ChainSender({ breaker: breaker(), acks, maxPayload: () => 1_048_576, holds: () => true });
+  const outcomes = await sender.send(chain(4));
+  assert.deepEqual(sent, ['1', '2', '3', '4']);
+  assert.equal([...outcomes.values()].filter((o) => o.ok).length, 4);
+});
