@@ -4,7 +4,7 @@
  *   npm run build && node --test bench/dist/lib/lib.test.js
  */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +13,7 @@ import { createTestDatabase, createTestStream, natsUrl, type TestDatabase } from
 import { missingNumbers } from './checks.js';
 import { generateRows, makeRows, relayDrain } from './outbox.js';
 import { cpuSecondsOf, localPortsOf } from './proc.js';
+import { cpuMeter, type RelayProcess } from './relay-process.js';
 import { percentile, summarize } from './stats.js';
 import { lineChart } from './svg.js';
 
@@ -88,6 +89,39 @@ test('bench proc - CPU seconds and local TCP ports of this process', async () =>
   assert.equal(cpuSecondsOf(2 ** 22 + 12345), undefined);
   const { rows } = await db.pool.query<{ port: number }>('SELECT inet_client_port() AS port');
   assert.ok(localPortsOf(process.pid).includes(Number(rows[0]?.port)), 'the pool connection port is among ours');
+});
+
+test('bench cpu meter - a backend that comes and goes during the measurement is counted', async () => {
+  // A stand-in for a relay: a process whose connection burns PostgreSQL CPU, closes, and a second one does too.
+  const burn = 'SELECT count(*) FROM generate_series(1, 4000000)';
+  const script = `import pg from 'pg';
+    await new Promise((r) => process.stdin.once('data', r));
+    for (let i = 0; i < 2; i++) { const c = new pg.Client(${JSON.stringify(db.url)}); await c.connect(); await c.query(${JSON.stringify(burn)}); await c.end(); }
+    console.log('done'); await new Promise((r) => setTimeout(r, 60000));`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('../../../', import.meta.url)),
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  try {
+    const pid = child.pid as number;
+    const relay = { pid, cpuSeconds: () => cpuSecondsOf(pid) ?? 0 } as RelayProcess;
+    const meter = await cpuMeter(db.pool, [relay], 50);
+    const done = new Promise((resolve) => child.stdout?.once('data', resolve));
+    child.stdin?.write('go\n');
+    await done;
+    const m = await meter.stop();
+    // Neither connection existed when the meter started, and neither exists when it stops.
+    const single = performance.now();
+    await db.pool.query(burn);
+    const oneMs = performance.now() - single;
+    assert.equal(m.backends, 2, 'both connections were seen');
+    assert.ok(
+      m.postgresSeconds > (2 * oneMs) / 1000 / 4,
+      `${m.postgresSeconds} s of backend CPU for two queries of ${oneMs.toFixed(0)} ms each`,
+    );
+  } finally {
+    child.kill('SIGKILL');
+  }
 });
 
 test('bench outbox - generated rows are unique per key and version, and a relay drains them all', async () => {

@@ -119,21 +119,49 @@ export async function backendsOf(pool: pg.Pool, pid: number): Promise<number[]> 
 
 /**
  * CPU meter over some relay processes and their PostgreSQL backends: `start()`
- * before the work, `stop()` after; seconds of each side. Backends that
- * appear during the work (a pool growing) count from 0.
+ * before the work, `stop()` after; seconds of each side. The backends are
+ * found again every `sampleMs` (from the relay's sockets), and each one's CPU
+ * is read at each sample: a backend that appears during the work (a pool
+ * growing) counts from 0, and one that exits during it (a pool's idle
+ * timeout, a connection replaced) keeps the CPU of its last sample. Before,
+ * only the backends alive at start and at stop were read, so a connection
+ * that came and went in between was not counted at all. What a backend
+ * spends after its last sample and before it exits (at most `sampleMs` of
+ * its time) is still missed.
  */
-export async function cpuMeter(pool: pg.Pool, relays: readonly RelayProcess[]) {
-  const backends0 = new Map<number, number>();
-  for (const r of relays) for (const p of await backendsOf(pool, r.pid)) backends0.set(p, cpuSecondsOf(p) ?? 0);
+export async function cpuMeter(pool: pg.Pool, relays: readonly RelayProcess[], sampleMs = 100) {
+  const first = new Map<number, number>();
+  const last = new Map<number, number>();
+  const sample = async (initial: boolean) => {
+    for (const r of relays) {
+      for (const p of await backendsOf(pool, r.pid)) {
+        const cpu = cpuSecondsOf(p);
+        if (cpu === undefined) continue;
+        if (!first.has(p)) first.set(p, initial ? cpu : 0);
+        last.set(p, cpu);
+      }
+    }
+    // Backends known before: read them even when the relay's sockets no longer show them (closing).
+    for (const p of first.keys()) {
+      const cpu = cpuSecondsOf(p);
+      if (cpu !== undefined) last.set(p, cpu);
+    }
+  };
+  await sample(true);
   const relay0 = relays.map((r) => r.cpuSeconds());
+  let sampling = Promise.resolve();
+  const timer = setInterval(() => {
+    sampling = sampling.then(() => sample(false)).catch(() => {});
+  }, sampleMs);
   return {
     async stop(): Promise<{ relaySeconds: number; postgresSeconds: number; backends: number }> {
+      clearInterval(timer);
+      await sampling;
+      await sample(false);
       const relaySeconds = relays.reduce((sum, r, i) => sum + r.cpuSeconds() - (relay0[i] ?? 0), 0);
-      const all = new Set(backends0.keys());
-      for (const r of relays) for (const p of await backendsOf(pool, r.pid)) all.add(p);
       let postgresSeconds = 0;
-      for (const p of all) postgresSeconds += (cpuSecondsOf(p) ?? backends0.get(p) ?? 0) - (backends0.get(p) ?? 0);
-      return { relaySeconds, postgresSeconds, backends: all.size };
+      for (const [p, from] of first) postgresSeconds += (last.get(p) ?? from) - from;
+      return { relaySeconds, postgresSeconds, backends: first.size };
     },
   };
 }
