@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { type Logger, quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
 import { findParkedElsewhere, type ParkedEvent, parkQueueName } from '@ferry/inbox';
@@ -6,6 +7,7 @@ import { startConsole } from '@ferry/relay';
 import { PgBoss } from 'pg-boss';
 import { type InboxFixture, inboxFixture } from './inbox-support.js';
 import { ferry } from './ops-helpers.js';
+import { FERRY_BIN } from './relay-helpers.js';
 
 // Parked events left under an old pg-boss schema (earlier releases parked in `pgboss`; the default is now
 // `<schema>_boss`) stay in view: ferry inbox parked list and the inbox at start say where they are. The
@@ -97,6 +99,33 @@ test('console - the Parked page names parked events left under the old pg-boss s
     assert.match(advice, new RegExp(`ferry inbox parked list --boss-schema ${old} --consumer billing`));
   } finally {
     await server.close();
+  }
+});
+
+test('ferry console --old-boss-schema - the Parked page looks where it is told', async () => {
+  // The console reads the outbox too: this schema held only the inbox's tables.
+  assert.equal((await ferry(['migrate', ...base()])).code, 0);
+  const proc = spawn(process.execPath, [FERRY_BIN, 'console', '--port', '0', '--read-only', '--old-boss-schema', old, ...base()], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  try {
+    let out = '';
+    proc.stdout.on('data', (b: Buffer) => {
+      out += b.toString();
+    });
+    proc.stderr.on('data', (b: Buffer) => {
+      out += b.toString();
+    });
+    const deadline = Date.now() + 20_000;
+    while (!/ferry console on (http:\/\/\S+?)[;\s]/.test(out) && Date.now() < deadline && proc.exitCode === null) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const url = /ferry console on (http:\/\/\S+?)[;\s]/.exec(out)?.[1];
+    assert.ok(url, `ferry console printed where it listens: ${out.slice(0, 500)}`);
+    const page = await (await fetch(`${url}/parked`)).text();
+    assert.match(page, new RegExp(`1 in pg-boss schema &quot;${old}&quot;`));
+  } finally {
+    proc.kill('SIGTERM');
   }
 });
 

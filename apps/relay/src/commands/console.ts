@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { bossSchemaFor, ConfigError } from '@ferry/core';
+import { bossSchemaFor, ConfigError, OLD_BOSS_SCHEMA } from '@ferry/core';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Command, Option } from 'commander';
 import pg from 'pg';
@@ -26,6 +26,7 @@ interface ConsoleFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
   basicAuthFile?: string;
   readOnly?: boolean;
   bossSchema?: string;
+  oldBossSchema: string;
   statementTimeoutMs: number;
   refreshMs: number;
 }
@@ -97,7 +98,9 @@ export interface OpenedConsole {
  * and NATS connection (without it, the streams and lag say why), for `ferry console` and `ferry relay --console`.
  */
 export async function openConsole(
-  flags: DatabaseFlags & NatsFlags & RetrySpanFlags & { bossSchema?: string; statementTimeoutMs: number; refreshMs: number },
+  flags: DatabaseFlags &
+    NatsFlags &
+    RetrySpanFlags & { bossSchema?: string; oldBossSchema?: string; statementTimeoutMs: number; refreshMs: number },
   ctx: CommandContext,
   who: string,
 ): Promise<OpenedConsole> {
@@ -147,6 +150,7 @@ export async function openConsole(
       longPool,
       schema: flags.schema,
       bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
+      ...(flags.oldBossSchema !== undefined ? { oldBossSchema: flags.oldBossSchema } : {}),
       ...(nc ? { nc } : {}),
       ...(natsError ? { natsError } : {}),
       refreshMs: flags.refreshMs,
@@ -193,6 +197,12 @@ export function consoleCommand(ctx: CommandContext): Command {
     .addOption(
       new Option('--boss-schema <name>', "the inbox's pg-boss schema, where its parked events are (default <schema>_boss)")
         .env('FERRY_BOSS_SCHEMA')
+        .argParser(parseSchema),
+    )
+    .addOption(
+      new Option('--old-boss-schema <name>', 'where earlier inbox releases parked: the Parked page names events left there')
+        .env('FERRY_OLD_BOSS_SCHEMA')
+        .default(OLD_BOSS_SCHEMA)
         .argParser(parseSchema),
     )
     .addOption(
