@@ -129,6 +129,36 @@ test('ferry console --old-boss-schema - the Parked page looks where it is told',
   }
 });
 
+test('ferry doctor - parked events under the old pg-boss schema are a warning with the command that shows them', async () => {
+  // ferry doctor reads the outbox too (the console test above migrated it into this schema, or this does).
+  assert.equal((await ferry(['migrate', ...base()])).code, 0);
+  const r = await ferry(['doctor', '--json', '--old-boss-schema', old, '--nats-url', 'nats://127.0.0.1:1', ...base()]);
+  const parked = r
+    .json<{ findings: Array<{ check: string; status: string; message: string; fix?: string }> }>()
+    .findings.filter((f) => f.check === 'parked');
+  assert.equal(parked.length, 1, JSON.stringify(parked));
+  assert.equal(parked[0]?.status, 'warning');
+  assert.match(parked[0]?.message ?? '', new RegExp(`consumer billing: .*1 in pg-boss schema "${old}"`));
+  assert.match(parked[0]?.fix ?? '', new RegExp(`ferry inbox parked list --boss-schema ${old} --consumer billing`));
+  // Told to look where they are, it finds nothing out of view.
+  const there = await ferry([
+    'doctor',
+    '--json',
+    '--boss-schema',
+    old,
+    '--old-boss-schema',
+    old,
+    '--nats-url',
+    'nats://127.0.0.1:1',
+    ...base(),
+  ]);
+  const ok = there.json<{ findings: Array<{ check: string; status: string }> }>().findings.filter((f) => f.check === 'parked');
+  assert.deepEqual(
+    ok.map((f) => f.status),
+    ['ok'],
+  );
+});
+
 test('ferry inbox parked list - pointed at the old schema with --boss-schema, it lists them and exits 0', async () => {
   const r = await ferry([
     'inbox',

@@ -1,12 +1,22 @@
 // ferry doctor: the command, the findings collector and the database checks; the NATS checks are
 // in doctor-nats.ts.
-import { describeValue, foreignTables, isConfigError, isNatsName, migrationStatus, quoteIdentifier } from '@ferry/core';
+import {
+  bossSchemaFor,
+  describeValue,
+  foreignTables,
+  isConfigError,
+  isNatsName,
+  migrationStatus,
+  OLD_BOSS_SCHEMA,
+  quoteIdentifier,
+} from '@ferry/core';
+import { findParkedElsewhere } from '@ferry/inbox';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type pg from 'pg';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
-import { parseIntIn } from '../cli/flag-parsers.js';
+import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { describeRelayBeforeLeases, describeRelease, relayInstances, relaysBeforeLeases, releaseMix } from '../cli/relay-instances.js';
 import {
@@ -30,6 +40,8 @@ export interface DoctorFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
   consumer?: string[];
   maxPayloadBytes: number;
   inboxMaxDeliver: number;
+  bossSchema?: string;
+  oldBossSchema?: string;
 }
 
 export const FINDING_STATUSES = ['ok', 'warning', 'problem', 'skipped'] as const;
@@ -64,6 +76,9 @@ Checks, each printed with its fix:
   max_payload    the server's max_payload >= --max-payload-bytes and the largest event
   consumer NAME  (--consumer, repeatable) an inbox consumer: pull, explicit ack,
                  max_deliver unlimited (or above the inbox's maxDeliver), ack_wait
+  parked         where an inbox of this schema keeps its tables: nothing parked out of
+                 view (under --old-boss-schema, where earlier releases parked, or
+                 counted in inbox_versions but missing from --boss-schema)
 
 Pass the relay's own --max-attempts/--backoff-base-ms/--backoff-max-ms/
 --publish-timeout-ms/--poll-interval-ms (or the same FERRY_* variables) so the
@@ -98,6 +113,17 @@ export function doctorCommand(ctx: CommandContext): Command {
       new Option('--inbox-max-deliver <n>', "the inbox's maxDeliver (attempts before parking)")
         .default(CLI_DEFAULTS.inboxMaxDeliver)
         .argParser(parseIntIn(1, 10_000)),
+    )
+    .addOption(
+      new Option('--boss-schema <name>', "the inbox's pg-boss schema, where its parked events are (default <schema>_boss)")
+        .env('FERRY_BOSS_SCHEMA')
+        .argParser(parseSchema),
+    )
+    .addOption(
+      new Option('--old-boss-schema <name>', 'where earlier inbox releases parked: looked at for parked events out of view')
+        .env('FERRY_OLD_BOSS_SCHEMA')
+        .default(OLD_BOSS_SCHEMA)
+        .argParser(parseSchema),
     )
     .addHelpText('after', HELP_AFTER)
     .action(async (flags: DoctorFlags) => {
@@ -259,6 +285,49 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
   const deadCount = Number(dead.rows[0]?.n ?? 0);
   if (deadCount > 0)
     add('relays', 'warning', `${deadCount} dead events block their keys`, 'ferry dlq list, then ferry dlq retry or discard');
+  await checkParked(pool, flags, add);
   const subjects = await pool.query<{ subject: string; n: string }>(outboxSubjectsSql(schemaSql));
   return new Map(subjects.rows.map((r) => [r.subject, Number(r.n)]));
+}
+
+/**
+ * Parked events an inbox of this schema would not see (ferry inbox parked list's check): under the
+ * old pg-boss schema, or counted in inbox_versions but missing from the one in use. Says nothing for
+ * a schema without an inbox (an outbox's alone) when nothing is parked anywhere it looks.
+ */
+async function checkParked(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise<void> {
+  const bossSchema = flags.bossSchema ?? bossSchemaFor(flags.schema);
+  try {
+    const found = await findParkedElsewhere(pool, {
+      schema: flags.schema,
+      bossSchema,
+      oldBossSchemas: [flags.oldBossSchema ?? OLD_BOSS_SCHEMA],
+    });
+    for (const f of found) {
+      const first = f.elsewhere[0]?.bossSchema;
+      if (first !== undefined) {
+        const where = f.elsewhere.map((e) => `${e.jobs} in pg-boss schema "${e.bossSchema}"`).join(', ');
+        add(
+          'parked',
+          'warning',
+          `consumer ${f.consumer}: parked events outside pg-boss schema "${bossSchema}", where its inbox looks: ${where}`,
+          `ferry inbox parked list --boss-schema ${first} --consumer ${f.consumer}; retry or discard them with the same --boss-schema, or run the inbox with bossSchema: '${first}' until none is left`,
+        );
+      } else {
+        add(
+          'parked',
+          'warning',
+          `consumer ${f.consumer}: inbox_versions counts ${f.counted} parked event(s), pg-boss schema "${bossSchema}" holds ${f.here}`,
+          'pass the schema the inbox parks in (its bossSchema option) as --boss-schema',
+        );
+      }
+    }
+    const { rows } = await pool.query<{ inbox: boolean }>(`SELECT to_regclass($1) IS NOT NULL AS inbox`, [
+      `${quoteIdentifier(flags.schema)}.inbox_versions`,
+    ]);
+    if (found.length === 0 && rows[0]?.inbox)
+      add('parked', 'ok', `every parked event is in pg-boss schema "${bossSchema}", where the inbox looks`);
+  } catch (err) {
+    add('parked', 'skipped', `could not look for parked events: ${(err as Error).message}`);
+  }
 }
