@@ -5,7 +5,9 @@
  * not share its event loop here either. With `--console-url` the tabs hit a
  * console served elsewhere (the relay's own process: `ferry relay` serving
  * it); without it this process serves one too, as `ferry console` would run
- * beside the relay. On SIGTERM it prints `{"refreshes":n}` and exits.
+ * beside the relay; `--tabs 0` serves one and nothing else). It prints
+ * `ready <console url>` once serving or refreshing; on SIGTERM it prints
+ * `{"refreshes":n,"failed":n}` and exits.
  *
  *   node bench/dist/lib/console-tabs.js --database-url URL --schema S --token T [--console-url URL] [--tabs 3] [--refresh-ms 5000]
  */
@@ -67,7 +69,7 @@ const tab = async () => {
   }
 };
 const tabs = Array.from({ length: numArg('tabs', 3) }, tab);
-process.stdout.write('ready\n');
+process.stdout.write(`ready ${base}\n`);
 
 process.once('SIGTERM', () => {
   on = false;

@@ -135,30 +135,51 @@ await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() WHERE key LIKE 
 await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
 
 type Mode = 'none' | 'beside' | 'inRelay';
-/**
- * Tabs refreshing the overview and the blocked keys every second until stopped, in a process of their
- * own (browsers never share the relay's event loop): `beside`, against a console of that process too
- * (`ferry console` beside the relay); `inRelay`, against the console this process serves (the relay's
- * own process: `ferry relay` serving the console). Returns the refreshes made.
- */
-async function refreshing(mode: Exclude<Mode, 'none'>): Promise<{ stop: () => Promise<number> }> {
+
+/** bench/lib/console-tabs.js in a process of its own; resolves once it prints `ready <url>`. */
+async function tabsProcess(args: string[]): Promise<{ url: string; stop: () => Promise<{ refreshes: number; failed: number }> }> {
   const script = fileURLToPath(new URL('../lib/console-tabs.js', import.meta.url));
-  const args = ['--token', 'bench-console-token-0123456789', '--tabs', String(TABS)];
-  if (mode === 'inRelay') args.push('--console-url', console_.url);
-  else args.push('--database-url', db.url, '--schema', db.schema, '--refresh-ms', '5000');
-  const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [script, '--token', 'bench-console-token-0123456789', ...args], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let out = '';
   child.stdout.on('data', (b: Buffer) => {
     out += b.toString();
   });
   const exited = once(child, 'exit');
-  await until(() => out.includes('ready\n') || child.exitCode !== null, 'the tabs to start', 30_000);
+  await until(() => /^ready /m.test(out) || child.exitCode !== null, 'the console tabs process to start', 30_000);
+  const url = /^ready (\S+)/m.exec(out)?.[1] ?? '';
   return {
+    url,
     stop: async () => {
       child.kill('SIGTERM');
       await exited;
-      const last = out.trim().split('\n').at(-1) ?? '';
-      const r = JSON.parse(last) as { refreshes: number; failed: number };
+      return JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { refreshes: number; failed: number };
+    },
+  };
+}
+
+// `ferry console` beside the relay: one process for every trial, as an operator's console runs for
+// days; warmed first, so its shared reads are paced as in a console that has been up a while (its
+// first exact count over every pending row is seconds of PostgreSQL CPU, whenever it starts).
+const beside = await tabsProcess(['--tabs', '0', '--database-url', db.url, '--schema', db.schema, '--refresh-ms', '5000']);
+await until(
+  async () => (await (await fetch(`${beside.url}/?fragment=1`, { headers: AUTH })).text()).includes('id="asof"'),
+  'the console beside the relay to read its first numbers',
+  120_000,
+);
+
+/**
+ * Tabs refreshing the overview and the blocked keys every second until stopped, in a process of their
+ * own (browsers never share the relay's event loop): `beside`, against `ferry console` beside the
+ * relay; `inRelay`, against the console this process serves (the relay's own process: `ferry relay`
+ * serving the console). Returns the refreshes made.
+ */
+async function refreshing(mode: Exclude<Mode, 'none'>): Promise<{ stop: () => Promise<number> }> {
+  const tabs = await tabsProcess(['--tabs', String(TABS), '--console-url', mode === 'beside' ? beside.url : console_.url]);
+  return {
+    stop: async () => {
+      const r = await tabs.stop();
       if (r.failed > 0) failures.push(`${r.failed} tab refresh(es) failed (${mode})`);
       return r.refreshes;
     },
@@ -187,6 +208,7 @@ for (let t = 0; t < TRIALS; t++) {
     }
   }
 }
+await beside.stop();
 await console_.close();
 await consolePool.end();
 await longPool.end();
