@@ -94,7 +94,7 @@ export function assertExactlyOnceInKeyOrder(events: StreamEvent[], expectedIds: 
 }
 
 /** Each copy of event `id` in the stream with its key's messages around it: which copy came late, and after what. */
-function describeCopies(events: StreamEvent[], id: string): string {
+export function describeCopies(events: StreamEvent[], id: string): string {
   const copy = events.find((e) => e.id === id);
   if (!copy) return '';
   const ofKey = events.filter((e) => e.key === copy.key);
