@@ -21,17 +21,21 @@ export class MinuteHistory {
   #readFrom = 0;
 
   readonly #partialEveryMs: number;
-  /** The last read, reused for the current (partial) minute until it is `partialEveryMs` old. */
-  #last: { at: number; fresh: Map<number, MinuteStat> } | undefined;
+  readonly #pace: number;
+  /** The last read (and how long it took), reused for the current (partial) minute until it is due again. */
+  #last: { at: number; tookMs: number; fresh: Map<number, MinuteStat> } | undefined;
 
   /**
-   * `partialEveryMs`: how often the current minute is read again (a drain at thousands of events per
-   * second puts a few hundred thousand rows in it; the console reads it every third refresh).
+   * `partialEveryMs`: how often the current minute is read again (the console: every third refresh),
+   * or `pace` times as long as that read took, whichever is longer: a drain at thousands of events per
+   * second puts a few hundred thousand rows in the current minute, and reading them every 15 s took
+   * 3 % of a database core.
    */
-  constructor(pool: pg.Pool, schema: string, partialEveryMs = 15_000) {
+  constructor(pool: pg.Pool, schema: string, partialEveryMs = 15_000, pace = 1) {
     this.#pool = pool;
     this.#schema = schema;
     this.#partialEveryMs = partialEveryMs;
+    this.#pace = pace;
   }
 
   /** The last CHART_MINUTES minutes, oldest first, the current (partial) one last; `now` is the database's clock. */
@@ -41,11 +45,13 @@ export class MinuteHistory {
     const from = Math.max(first, this.#readFrom);
     const finishing = from < current && from + MINUTE + SETTLE_MS <= now;
     let fresh: Map<number, MinuteStat>;
-    if (!finishing && this.#last && now - this.#last.at < this.#partialEveryMs) fresh = this.#last.fresh;
+    const dueAfter = this.#last ? Math.max(this.#partialEveryMs, this.#pace * this.#last.tookMs) : 0;
+    if (!finishing && this.#last && now - this.#last.at < dueAfter) fresh = this.#last.fresh;
     else {
+      const started = performance.now();
       const rows = await publishedPerMinute(this.#pool, this.#schema, new Date(from), new Date(now + 1));
       fresh = new Map(rows.map((m) => [m.minute, m]));
-      this.#last = { at: now, fresh };
+      this.#last = { at: now, tookMs: performance.now() - started, fresh };
     }
     let readFrom = from;
     for (let m = from; m < current && m + MINUTE + SETTLE_MS <= now; m += MINUTE) {
