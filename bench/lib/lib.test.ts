@@ -105,10 +105,10 @@ test('bench cpu meter - a backend that comes and goes during the measurement is 
   try {
     const pid = child.pid as number;
     const relay = { pid, cpuSeconds: () => cpuSecondsOf(pid) ?? 0 } as RelayProcess;
-    const meter = await cpuMeter(db.pool, [relay], 50);
+    const meter = await cpuMeter(db.pool, [relay], { sampleMs: 50 });
     const done = new Promise((resolve) => child.stdout?.once('data', resolve));
     child.stdin?.write('go\n');
-    await done;
+    await Promise.race([done, new Promise((_, reject) => setTimeout(() => reject(new Error('the child did not finish in 60 s')), 60_000))]);
     const m = await meter.stop();
     // Neither connection existed when the meter started, and neither exists when it stops.
     const single = performance.now();

@@ -50,6 +50,17 @@ export function cpuSecondsOf(pid: number): number | undefined {
   }
 }
 
+/** A process's start time in clock ticks after boot (/proc/<pid>/stat field 22): with the pid, it names one process, even after the pid is reused. */
+export function startTicksOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(rest[19]);
+  } catch {
+    return undefined;
+  }
+}
+
 /** Sum of utime + stime over pids; pids not running count as 0. */
 export function cpuSecondsOfAll(pids: Iterable<number>): Map<number, number> {
   const out = new Map<number, number>();

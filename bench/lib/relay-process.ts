@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { freePort } from '@ferry/testkit';
 import type pg from 'pg';
 import { sleep, until } from './args.js';
-import { cpuSecondsOf, localPortsOf } from './proc.js';
+import { cpuSecondsOf, localPortsOf, startTicksOf } from './proc.js';
 
 const FERRY_BIN = fileURLToPath(new URL('../../../apps/relay/bin/ferry.js', import.meta.url));
 
@@ -107,60 +107,84 @@ export async function startRelayProcesses(count: number, totalLanes: number, o: 
 }
 
 /** PostgreSQL backend pids serving a process's connections (matched by client port). */
-export async function backendsOf(pool: pg.Pool, pid: number): Promise<number[]> {
+export async function backendsOf(pool: pg.Pool, pid: number, applicationName?: string): Promise<number[]> {
   const ports = localPortsOf(pid);
   if (ports.length === 0) return [];
   const { rows } = await pool.query<{ pid: number }>(
-    `SELECT pid FROM pg_stat_activity WHERE client_port = ANY($1::int[]) AND client_addr IN ('127.0.0.1', '::1')`,
-    [ports],
+    `SELECT pid FROM pg_stat_activity WHERE client_port = ANY($1::int[]) AND client_addr IN ('127.0.0.1', '::1')
+        AND ($2::text IS NULL OR application_name = $2)`,
+    [ports, applicationName ?? null],
   );
   return rows.map((r) => r.pid);
 }
 
 /**
- * CPU meter over some relay processes and their PostgreSQL backends: `start()`
- * before the work, `stop()` after; seconds of each side. The backends are
- * found again every `sampleMs` (from the relay's sockets), and each one's CPU
- * is read at each sample: a backend that appears during the work (a pool
- * growing) counts from 0, and one that exits during it (a pool's idle
- * timeout, a connection replaced) keeps the CPU of its last sample. Before,
- * only the backends alive at start and at stop were read, so a connection
- * that came and went in between was not counted at all. What a backend
- * spends after its last sample and before it exits (at most `sampleMs` of
- * its time) is still missed.
+ * CPU meter over some processes and their PostgreSQL backends (only those
+ * with `applicationName`, when given): `stop()` after the work; seconds of
+ * each side. The backends are found again every `sampleMs` (from the
+ * processes' sockets), and each one's CPU is read at each sample: a backend
+ * that appears during the work (a pool growing) counts from 0, and one that
+ * exits during it (a pool's idle timeout, a connection replaced) keeps the
+ * CPU of its last sample. Before, only the backends alive at start and at
+ * stop were read, so a connection that came and went in between was not
+ * counted at all. What a backend spends after its last sample and before it
+ * exits (at most `sampleMs` of its time) is still missed. A backend is named
+ * by its pid and start time, so a reused pid is another backend.
  */
-export async function cpuMeter(pool: pg.Pool, relays: readonly RelayProcess[], sampleMs = 100) {
-  const first = new Map<number, number>();
-  const last = new Map<number, number>();
+export async function cpuMeter(
+  pool: pg.Pool,
+  relays: ReadonlyArray<Pick<RelayProcess, 'pid' | 'cpuSeconds'>>,
+  { sampleMs = 250, applicationName }: { sampleMs?: number; applicationName?: string } = {},
+) {
+  const first = new Map<string, number>();
+  const last = new Map<string, number>();
+  const pids = new Map<string, number>();
+  const read = (id: string, pid: number): void => {
+    const cpu = cpuSecondsOf(pid);
+    if (cpu === undefined || `${pid}@${startTicksOf(pid)}` !== id) return; // gone, or the pid is another process's now
+    last.set(id, Math.max(cpu, last.get(id) ?? 0));
+  };
   const sample = async (initial: boolean) => {
     for (const r of relays) {
-      for (const p of await backendsOf(pool, r.pid)) {
-        const cpu = cpuSecondsOf(p);
-        if (cpu === undefined) continue;
-        if (!first.has(p)) first.set(p, initial ? cpu : 0);
-        last.set(p, cpu);
+      for (const p of await backendsOf(pool, r.pid, applicationName)) {
+        const id = `${p}@${startTicksOf(p)}`;
+        if (!first.has(id)) {
+          const cpu = cpuSecondsOf(p);
+          if (cpu === undefined) continue;
+          first.set(id, initial ? cpu : 0);
+          pids.set(id, p);
+        }
       }
     }
-    // Backends known before: read them even when the relay's sockets no longer show them (closing).
-    for (const p of first.keys()) {
-      const cpu = cpuSecondsOf(p);
-      if (cpu !== undefined) last.set(p, cpu);
-    }
+    // Every backend seen so far, even when the process's sockets no longer show it (closing).
+    for (const [id, p] of pids) read(id, p);
   };
   await sample(true);
   const relay0 = relays.map((r) => r.cpuSeconds());
-  let sampling = Promise.resolve();
-  const timer = setInterval(() => {
-    sampling = sampling.then(() => sample(false)).catch(() => {});
-  }, sampleMs);
+  // One sample after another (never queued behind a slow one), and never keeping the process alive.
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<void> = Promise.resolve();
+  const next = () => {
+    timer = setTimeout(() => {
+      running = sample(false)
+        .catch(() => {})
+        .finally(() => {
+          if (!stopped) next();
+        });
+    }, sampleMs);
+    timer.unref();
+  };
+  next();
   return {
     async stop(): Promise<{ relaySeconds: number; postgresSeconds: number; backends: number }> {
-      clearInterval(timer);
-      await sampling;
+      stopped = true;
+      clearTimeout(timer);
+      await running;
       await sample(false);
       const relaySeconds = relays.reduce((sum, r, i) => sum + r.cpuSeconds() - (relay0[i] ?? 0), 0);
       let postgresSeconds = 0;
-      for (const [p, from] of first) postgresSeconds += (last.get(p) ?? from) - from;
+      for (const [id, from] of first) postgresSeconds += (last.get(id) ?? from) - from;
       return { relaySeconds, postgresSeconds, backends: first.size };
     },
   };

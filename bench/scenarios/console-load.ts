@@ -28,6 +28,7 @@ import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import pg from 'pg';
 import { declareFlags, hasFlag, numArg, until } from '../lib/args.js';
 import { generateRows, relayDrain } from '../lib/outbox.js';
+import { cpuMeter } from '../lib/relay-process.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
 declareFlags('node bench/dist/scenarios/console-load.js', 'Console page times at a large outbox, and the relay drain while it refreshes.', {
@@ -141,7 +142,9 @@ await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
 type Mode = 'none' | 'beside' | 'inRelay';
 
 /** bench/lib/console-tabs.js in a process of its own; resolves once it prints `ready <url>`. */
-async function tabsProcess(args: string[]): Promise<{ url: string; stop: () => Promise<{ refreshes: number; failed: number }> }> {
+async function tabsProcess(
+  args: string[],
+): Promise<{ url: string; pid: number; stop: () => Promise<{ refreshes: number; failed: number }> }> {
   const script = fileURLToPath(new URL('../lib/console-tabs.js', import.meta.url));
   const child = spawn(process.execPath, [script, '--token', 'bench-console-token-0123456789', ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -151,27 +154,54 @@ async function tabsProcess(args: string[]): Promise<{ url: string; stop: () => P
     out += b.toString();
   });
   const exited = once(child, 'exit');
-  await until(() => /^ready /m.test(out) || child.exitCode !== null, 'the console tabs process to start', 30_000);
-  const url = /^ready (\S+)/m.exec(out)?.[1] ?? '';
-  return {
-    url,
-    stop: async () => {
-      child.kill('SIGTERM');
-      await exited;
-      return JSON.parse(out.trim().split('\n').at(-1) ?? '{}') as { refreshes: number; failed: number };
-    },
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+    await exited;
+    const last = out.trim().split('\n').at(-1) ?? '';
+    if (!last.startsWith('{')) throw new Error(`console-tabs ended with code ${child.exitCode} and printed no counts: ${last}`);
+    return JSON.parse(last) as { refreshes: number; failed: number };
   };
+  try {
+    await until(() => /^ready /m.test(out) || child.exitCode !== null, 'the console tabs process to start', 30_000);
+    if (child.exitCode !== null) throw new Error(`console-tabs exited with code ${child.exitCode}`);
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+  return { url: /^ready (\S+)/m.exec(out)?.[1] ?? '', pid: child.pid as number, stop };
 }
 
-// `ferry console` beside the relay: one process for every trial, as an operator's console runs for
-// days; warmed first, so its shared reads are paced as in a console that has been up a while (its
-// first exact count over every pending row is seconds of PostgreSQL CPU, whenever it starts).
+/** Waits until a console has read its first numbers (its overview shows their age). */
+async function warm(url: string): Promise<void> {
+  await until(
+    async () =>
+      (await (await fetch(`${url}/?fragment=1`, { headers: AUTH, signal: AbortSignal.timeout(10_000) })).text()).includes('id="asof"'),
+    `the console at ${url} to read its first numbers`,
+    120_000,
+  );
+}
+
+// Both consoles start now, on the outbox the trials drain, and are warmed before them: the page timings'
+// console last read its numbers over a million pending rows (seconds), so its next read would be minutes
+// away and its trials would barely read at all. `ferry console` beside the relay is one process for
+// every trial, as an operator's console runs for days.
+await console_.close();
+const inRelay = await startConsole({
+  pool: consolePool,
+  longPool,
+  schema: db.schema,
+  bossSchema: `${db.schema}_boss`,
+  host: '127.0.0.1',
+  port: 0,
+  readOnly: false,
+  token: 'bench-console-token-0123456789',
+  refreshMs: 5000,
+});
 const beside = await tabsProcess(['--tabs', '0', '--database-url', db.url, '--schema', db.schema, '--refresh-ms', '5000']);
-await until(
-  async () => (await (await fetch(`${beside.url}/?fragment=1`, { headers: AUTH })).text()).includes('id="asof"'),
-  'the console beside the relay to read its first numbers',
-  120_000,
-);
+
+/** Each trial's PostgreSQL CPU seconds of a console's own backends (application_name ferry-console). */
+const consoleCpu: Record<Exclude<Mode, 'none'>, number[]> = { beside: [], inRelay: [] };
+const drainSeconds: Record<Mode, number[]> = { none: [], beside: [], inRelay: [] };
 
 /**
  * Tabs refreshing the overview and the blocked keys every second until stopped, in a process of their
@@ -180,9 +210,15 @@ await until(
  * serving the console). Returns the refreshes made.
  */
 async function refreshing(mode: Exclude<Mode, 'none'>): Promise<{ stop: () => Promise<number> }> {
-  const tabs = await tabsProcess(['--tabs', String(TABS), '--console-url', mode === 'beside' ? beside.url : console_.url]);
+  const tabs = await tabsProcess(['--tabs', String(TABS), '--console-url', mode === 'beside' ? beside.url : inRelay.url]);
+  const self = { pid: process.pid, cpuSeconds: () => 0 };
+  const meter = await cpuMeter(db.pool, [mode === 'beside' ? { pid: beside.pid, cpuSeconds: () => 0 } : self], {
+    sampleMs: 500,
+    applicationName: 'ferry-console',
+  });
   return {
     stop: async () => {
+      consoleCpu[mode].push((await meter.stop()).postgresSeconds);
       const r = await tabs.stop();
       if (r.failed > 0) failures.push(`${r.failed} tab refresh(es) failed (${mode})`);
       return r.refreshes;
@@ -190,34 +226,47 @@ async function refreshing(mode: Exclude<Mode, 'none'>): Promise<{ stop: () => Pr
   };
 }
 
-const MODES: Mode[] = ['none', 'beside', 'inRelay'];
 const drained: Record<Mode, number[]> = { none: [], beside: [], inRelay: [] };
 let run = 0;
 let refreshes = 0;
-for (let t = 0; t < TRIALS; t++) {
-  for (const mode of MODES) {
-    const stream = await createTestStream({ prefix: 'benchconsole', storage: 'file' });
-    const load = mode === 'none' ? undefined : await refreshing(mode);
-    try {
-      const rate = await relayDrain(
-        db.pool,
-        db.schema,
-        { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
-        { count: DRAIN, keys: 1000, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
-      );
-      drained[mode].push(rate);
-    } finally {
-      if (load) refreshes += await load.stop();
-      await stream.close();
+try {
+  await warm(beside.url);
+  await warm(inRelay.url);
+  for (let t = 0; t < TRIALS; t++) {
+    // The outbox grows by a drain per trial and each drain leaves dead tuples behind: each trial starts
+    // vacuumed, and every other trial runs the modes in reverse, so a drift over the run weighs on each
+    // mode alike.
+    const modes: Mode[] = t % 2 === 0 ? ['none', 'beside', 'inRelay'] : ['inRelay', 'beside', 'none'];
+    for (const mode of modes) {
+      await db.pool.query(`VACUUM ${s}.outbox`);
+      const stream = await createTestStream({ prefix: 'benchconsole', storage: 'file' });
+      let load: { stop: () => Promise<number> } | undefined;
+      try {
+        load = mode === 'none' ? undefined : await refreshing(mode);
+        const started = performance.now();
+        const rate = await relayDrain(
+          db.pool,
+          db.schema,
+          { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
+          { count: DRAIN, keys: 1000, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
+        );
+        drainSeconds[mode].push((performance.now() - started) / 1000);
+        drained[mode].push(rate);
+      } finally {
+        if (load) refreshes += await load.stop();
+        await stream.close();
+      }
     }
   }
+} finally {
+  await beside.stop().catch((err: Error) => failures.push(err.message));
+  await inRelay.close();
+  await consolePool.end();
+  await longPool.end();
+  await db.close();
 }
-await beside.stop();
-await console_.close();
-await consolePool.end();
-await longPool.end();
-await db.close();
 
+const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 const result = {
   pending: PENDING,
   dead: DEAD,
@@ -232,6 +281,11 @@ const result = {
     withoutConsole: summarize(drained.none),
     consoleBeside: summarize(drained.beside),
     consoleInRelay: summarize(drained.inRelay),
+    /** The consoles' own PostgreSQL backends: CPU seconds per second of drain (a share of one core). */
+    consoleCpuShare: {
+      beside: sum(consoleCpu.beside) / sum(drainSeconds.beside),
+      inRelay: sum(consoleCpu.inRelay) / sum(drainSeconds.inRelay),
+    },
   },
   /** `ferry console` in its own process beside the relay. */
   drainRatio: summarize(drained.beside).median / summarize(drained.none).median,
@@ -246,6 +300,9 @@ printTable(
     ['ferry console beside the relay', result.drain.consoleBeside.median, result.drainRatio],
     ['console served by the relay process', result.drain.consoleInRelay.median, result.drainRatioInRelay],
   ],
+);
+console.log(
+  `the consoles' own PostgreSQL CPU during their trials: ${(result.drain.consoleCpuShare.beside * 100).toFixed(2)} % of a core beside the relay, ${(result.drain.consoleCpuShare.inRelay * 100).toFixed(2)} % in its process`,
 );
 if (failures.length > 0) console.log(`${failures.length} request(s) failed:\n  ${failures.join('\n  ')}`);
 console.log(`wrote ${writeResult('console-load', result)}`);
