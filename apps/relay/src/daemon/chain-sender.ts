@@ -112,9 +112,10 @@ export class ChainSender {
       const h = natsHeaders();
       for (const [name, value] of encoded.headers) h.set(name, value);
       // Checked again as late as possible: from here to the socket write is the same turn of the event
-      // loop (nats.js flushes in a microtask), so only a freeze landing within those microseconds, or
-      // bytes the kernel still holds when the connection is cut, can reach the server after the lane
-      // was lost (docs/failure-modes.md).
+      // loop (nats.js flushes in a microtask; while it reconnects, PubAcks refuses the publish rather
+      // than let it hold the message for the next connection), so only a freeze landing within those
+      // microseconds, or bytes the kernel still holds when the connection is cut, can reach the
+      // server after the lane was lost (docs/failure-modes.md).
       if (!this.#d.holds(row)) {
         span?.notSent();
         return undefined;

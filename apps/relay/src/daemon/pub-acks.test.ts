@@ -212,6 +212,40 @@ describe('relay PubAcks', () => {
     }
   });
 
+  test('relay - while the client reconnects, a publish is refused at once (ConnectionError) and never written once the connection is back', async () => {
+    const server = await NatsServer.start();
+    const nc = await connect({ servers: server.url, reconnectTimeWait: 100, maxReconnectAttempts: -1 });
+    try {
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: 'RECON', subjects: ['recon.>'], storage: StorageType.File });
+      const acks = new PubAcks(nc, 5_000);
+      assert.equal((await acks.publish('recon.a', body, msgId('r-1'))).seq, 1);
+      await server.kill('SIGKILL');
+      // nats.js sees the socket close and starts reconnecting.
+      for (let i = 0; i < 100 && (nc as unknown as { protocol: { connected: boolean } }).protocol.connected; i++) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const started = performance.now();
+      const err = await acks.publish('recon.a', body, msgId('r-2')).then(
+        () => assert.fail('a publish while reconnecting was acknowledged'),
+        (e: unknown) => e,
+      );
+      assert.ok(performance.now() - started < 1000, 'refused at once, not after the PubAck timeout');
+      assert.deepEqual([classifyPublishError(err).reason, classifyPublishError(err).transport], ['connection', true]);
+      await server.restart();
+      for (let i = 0; i < 250 && !(nc as unknown as { protocol: { connected: boolean } }).protocol.connected; i++) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      await nc.flush(); // everything the client buffered is written by now
+      const info = await jsm.streams.info('RECON');
+      assert.equal(info.state.messages, 1, 'the refused message was not written after the reconnect');
+      acks.close();
+    } finally {
+      await nc.close();
+      await server.stop();
+    }
+  });
+
   test("relay - PubAcks listen under the connection's own inbox prefix (ferry replay and the relay alike)", async () => {
     const nc = await connect({ servers: stream.nc.getServer(), inboxPrefix: 'ferry_pubacks_test' });
     const sniffer = await connect({ servers: stream.nc.getServer() });

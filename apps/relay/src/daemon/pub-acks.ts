@@ -2,6 +2,7 @@ import { JetStreamApiError, type PubAck } from '@nats-io/jetstream';
 import {
   ClosedConnectionError,
   createInbox,
+  errors,
   type Msg,
   type MsgHdrs,
   type NatsConnection,
@@ -69,6 +70,13 @@ export class PubAcks {
     return new Promise<PubAck>((resolve, reject) => {
       if (this.#closed) {
         reject(new ClosedConnectionError());
+        return;
+      }
+      // Not while the client reconnects: nats.js would hold the message and write it once a new
+      // connection is up, maybe long after this relay lost the lane and another sent the key's later
+      // rows (a stale copy, stored after them outside the duplicate window). Refused here, it was not sent.
+      if ((this.#nc as { protocol?: { connected?: boolean } }).protocol?.connected === false) {
+        reject(new errors.ConnectionError('not connected to NATS (reconnecting): not sent'));
         return;
       }
       const token = (this.#next++).toString(36);
