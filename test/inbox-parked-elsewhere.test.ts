@@ -102,6 +102,44 @@ test('console - the Parked page names parked events left under the old pg-boss s
   }
 });
 
+test('ferry doctor - parked events under the old pg-boss schema are a warning with the command that shows them', async () => {
+  // On the consumer's schema: the inbox's tables alone (no outbox: doctor says so, and still looks).
+  const r = await ferry(['doctor', '--json', '--old-boss-schema', old, '--nats-url', 'nats://127.0.0.1:1', ...base()]);
+  const parked = r
+    .json<{ findings: Array<{ check: string; status: string; message: string; fix?: string }> }>()
+    .findings.filter((f) => f.check === 'parked');
+  assert.equal(parked.length, 1, JSON.stringify(parked));
+  assert.ok(
+    r
+      .json<{ findings: Array<{ check: string; message: string }> }>()
+      .findings.some((f) => f.check === 'migrations' && /no outbox tables/.test(f.message)),
+    'the missing outbox is reported too',
+  );
+  assert.equal(parked[0]?.status, 'warning');
+  assert.match(parked[0]?.message ?? '', new RegExp(`consumer billing: .*1 in pg-boss schema "${old}"`));
+  assert.match(
+    parked[0]?.fix ?? '',
+    new RegExp(`ferry inbox parked list --schema ${fx.db.schema} --consumer billing --boss-schema ${old}`),
+  );
+  // Told to look where they are, it finds nothing out of view.
+  const there = await ferry([
+    'doctor',
+    '--json',
+    '--boss-schema',
+    old,
+    '--old-boss-schema',
+    old,
+    '--nats-url',
+    'nats://127.0.0.1:1',
+    ...base(),
+  ]);
+  const ok = there.json<{ findings: Array<{ check: string; status: string }> }>().findings.filter((f) => f.check === 'parked');
+  assert.deepEqual(
+    ok.map((f) => f.status),
+    ['ok'],
+  );
+});
+
 test('ferry console --old-boss-schema - the Parked page looks where it is told', async () => {
   // The console reads the outbox too: this schema held only the inbox's tables.
   assert.equal((await ferry(['migrate', ...base()])).code, 0);
@@ -127,36 +165,6 @@ test('ferry console --old-boss-schema - the Parked page looks where it is told',
   } finally {
     proc.kill('SIGTERM');
   }
-});
-
-test('ferry doctor - parked events under the old pg-boss schema are a warning with the command that shows them', async () => {
-  // ferry doctor reads the outbox too (the console test above migrated it into this schema, or this does).
-  assert.equal((await ferry(['migrate', ...base()])).code, 0);
-  const r = await ferry(['doctor', '--json', '--old-boss-schema', old, '--nats-url', 'nats://127.0.0.1:1', ...base()]);
-  const parked = r
-    .json<{ findings: Array<{ check: string; status: string; message: string; fix?: string }> }>()
-    .findings.filter((f) => f.check === 'parked');
-  assert.equal(parked.length, 1, JSON.stringify(parked));
-  assert.equal(parked[0]?.status, 'warning');
-  assert.match(parked[0]?.message ?? '', new RegExp(`consumer billing: .*1 in pg-boss schema "${old}"`));
-  assert.match(parked[0]?.fix ?? '', new RegExp(`ferry inbox parked list --boss-schema ${old} --consumer billing`));
-  // Told to look where they are, it finds nothing out of view.
-  const there = await ferry([
-    'doctor',
-    '--json',
-    '--boss-schema',
-    old,
-    '--old-boss-schema',
-    old,
-    '--nats-url',
-    'nats://127.0.0.1:1',
-    ...base(),
-  ]);
-  const ok = there.json<{ findings: Array<{ check: string; status: string }> }>().findings.filter((f) => f.check === 'parked');
-  assert.deepEqual(
-    ok.map((f) => f.status),
-    ['ok'],
-  );
 });
 
 test('ferry inbox parked list - pointed at the old schema with --boss-schema, it lists them and exits 0', async () => {

@@ -223,6 +223,8 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
     );
     return undefined;
   }
+  // Before the outbox checks: a consumer service's schema may hold the inbox's tables alone.
+  await checkParked(pool, flags, add);
   const status = await migrationStatus(pool, { schema, set: 'outbox' });
   if (status.current === 0) {
     add('migrations', 'problem', `schema "${schema}" has no outbox tables`, `ferry migrate --schema ${schema}`);
@@ -285,24 +287,29 @@ async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promi
   const deadCount = Number(dead.rows[0]?.n ?? 0);
   if (deadCount > 0)
     add('relays', 'warning', `${deadCount} dead events block their keys`, 'ferry dlq list, then ferry dlq retry or discard');
-  await checkParked(pool, flags, add);
   const subjects = await pool.query<{ subject: string; n: string }>(outboxSubjectsSql(schemaSql));
   return new Map(subjects.rows.map((r) => [r.subject, Number(r.n)]));
 }
 
 /**
  * Parked events an inbox of this schema would not see (ferry inbox parked list's check): under the
- * old pg-boss schema, or counted in inbox_versions but missing from the one in use. Says nothing for
- * a schema without an inbox (an outbox's alone) when nothing is parked anywhere it looks.
+ * old pg-boss schema, or counted in inbox_versions but missing from the one in use. Only for a schema
+ * holding the inbox's tables, and only for the consumers it knows (inbox_versions): park queues carry
+ * no schema, and the old shared pg-boss schema holds every application's.
  */
 async function checkParked(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise<void> {
+  const schemaSql = quoteIdentifier(flags.schema);
   const bossSchema = flags.bossSchema ?? bossSchemaFor(flags.schema);
   try {
-    const found = await findParkedElsewhere(pool, {
-      schema: flags.schema,
-      bossSchema,
-      oldBossSchemas: [flags.oldBossSchema ?? OLD_BOSS_SCHEMA],
-    });
+    const { rows } = await pool.query<{ inbox: boolean }>('SELECT to_regclass($1) IS NOT NULL AS inbox', [`${schemaSql}.inbox_versions`]);
+    if (!rows[0]?.inbox) return;
+    const known = new Set(
+      (await pool.query<{ consumer: string }>(`SELECT DISTINCT consumer FROM ${schemaSql}.inbox_versions`)).rows.map((r) => r.consumer),
+    );
+    const found = (
+      await findParkedElsewhere(pool, { schema: flags.schema, bossSchema, oldBossSchemas: [flags.oldBossSchema ?? OLD_BOSS_SCHEMA] })
+    ).filter((f) => known.has(f.consumer));
+    const here = `--schema ${flags.schema} --consumer`;
     for (const f of found) {
       const first = f.elsewhere[0]?.bossSchema;
       if (first !== undefined) {
@@ -311,7 +318,7 @@ async function checkParked(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise
           'parked',
           'warning',
           `consumer ${f.consumer}: parked events outside pg-boss schema "${bossSchema}", where its inbox looks: ${where}`,
-          `ferry inbox parked list --boss-schema ${first} --consumer ${f.consumer}; retry or discard them with the same --boss-schema, or run the inbox with bossSchema: '${first}' until none is left`,
+          `ferry inbox parked list ${here} ${f.consumer} --boss-schema ${first}; retry or discard them with the same --boss-schema, or run the inbox with bossSchema: '${first}' until none is left`,
         );
       } else {
         add(
@@ -322,11 +329,7 @@ async function checkParked(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise
         );
       }
     }
-    const { rows } = await pool.query<{ inbox: boolean }>(`SELECT to_regclass($1) IS NOT NULL AS inbox`, [
-      `${quoteIdentifier(flags.schema)}.inbox_versions`,
-    ]);
-    if (found.length === 0 && rows[0]?.inbox)
-      add('parked', 'ok', `every parked event is in pg-boss schema "${bossSchema}", where the inbox looks`);
+    if (found.length === 0) add('parked', 'ok', `every parked event is in pg-boss schema "${bossSchema}", where the inbox looks`);
   } catch (err) {
     add('parked', 'skipped', `could not look for parked events: ${(err as Error).message}`);
   }
