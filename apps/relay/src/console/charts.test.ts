@@ -52,7 +52,12 @@ test('console charts - per-minute counts and latency percentiles of the last hou
   await db.pool.query(`UPDATE ${s}.outbox SET dead_at = published_at WHERE seq = (SELECT max(seq) FROM ${s}.outbox)`);
 
   const history = new MinuteHistory(db.pool, db.schema);
+  const newest = () => history.newestFinal;
+  assert.equal(newest(), undefined, 'no whole minute read yet');
   const minutes = await history.read(now);
+  // The overview's "published, last full minute": the newest minute read once over (and settled), never the current one.
+  const settled = Math.floor((now - 10_000) / MINUTE) * MINUTE - MINUTE;
+  assert.equal(newest()?.minute, settled);
   assert.equal(minutes.length, CHART_MINUTES);
   assert.equal(minutes.at(-1)?.minute, current, 'the current minute last');
   const at = (ago: number) => minutes.find((m) => m.minute === current - ago * MINUTE);

@@ -38,6 +38,13 @@ export class MinuteHistory {
     this.#pace = pace;
   }
 
+  /** The newest minute read once it was over (and settled): a whole minute's count, or undefined before the first. */
+  get newestFinal(): MinuteStat | undefined {
+    let newest: MinuteStat | undefined;
+    for (const [m, stat] of this.#final) if (newest === undefined || m > newest.minute) newest = stat;
+    return newest;
+  }
+
   /** The last CHART_MINUTES minutes, oldest first, the current (partial) one last; `now` is the database's clock. */
   async read(now: number): Promise<MinuteStat[]> {
     const current = Math.floor(now / MINUTE) * MINUTE;

@@ -285,6 +285,8 @@ ${rows.map(
     jobTable: string | null;
     lag: Awaited<ReturnType<typeof consumerLag>>;
     minutes: MinuteStat[];
+    /** The newest whole minute the chart read (the overview's "published, last full minute"). */
+    lastMinute?: MinuteStat;
     /** How long its database reads took (the status, the parked counts): the next one waits PACE times as long (see `paced`). */
     tookMs: number;
     error?: string;
@@ -324,7 +326,17 @@ ${rows.map(
         ]);
         const parkedAt = Date.now();
         const parked = jobTable ? await parkedCounts(o.pool, jobTable) : [];
-        snapshot = { at, tookMs: statusMs + (Date.now() - parkedAt), status, parked, jobTable, lag, minutes };
+        const lastMinute = history.newestFinal;
+        snapshot = {
+          at,
+          tookMs: statusMs + (Date.now() - parkedAt),
+          status,
+          parked,
+          jobTable,
+          lag,
+          minutes,
+          ...(lastMinute ? { lastMinute } : {}),
+        };
       } catch (err) {
         snapshot = {
           ...(snapshot ?? { parked: [], jobTable: null, lag: { rows: [], streams: [] }, minutes: [] }),
@@ -357,7 +369,7 @@ ${rows.map(
         ]);
     if (!snap)
       return html`<p class="note" id="reading">Reading the numbers: the exact counts run over every pending row and take seconds at a million rows. This page fills in by itself.</p>`;
-    const { status, parked, jobTable, lag, minutes } = snap;
+    const { status, parked, jobTable, lag, minutes, lastMinute } = snap;
     const stamp = html`<p class="note" id="asof" data-age-ms="${Date.now() - snap.at}">Numbers as of ${new Date(snap.at).toISOString()} (read for every viewer once per ${(paced(snap.tookMs) / 1000).toFixed(paced(snap.tookMs) < 10_000 ? 1 : 0)} s: the refresh interval, or ${pace}× the last read's ${snap.tookMs} ms).</p>`;
     if (!status) return html`<p class="advice">Cannot read the status: ${snap.error ?? 'not read yet'}</p>${stamp}`;
     const advice: Html[] = [];
@@ -387,7 +399,7 @@ ${rows.map(
     const card = (label: string, value: string | number, bad = false) =>
       html`<div class="card${bad ? new Html(' bad') : ''}" data-card="${label}"><b>${value}</b>${label}</div>`;
     return html`${advice}
-<div class="cards">${card('pending', status.pending)}${card('oldest pending', ago(status.oldestPendingSeconds), status.oldestPendingSeconds > 60)}${card('dead', status.dead, status.dead > 0)}${card('blocked keys', status.blockedKeys, status.blockedKeys > 0)}${card('published, last full minute', minutes.at(-2)?.published ?? 0)}${card('relays', status.instances.length, status.instances.length === 0 && status.pending > 0)}</div>
+<div class="cards">${card('pending', status.pending)}${card('oldest pending', ago(status.oldestPendingSeconds), status.oldestPendingSeconds > 60)}${card('dead', status.dead, status.dead > 0)}${card('blocked keys', status.blockedKeys, status.blockedKeys > 0)}${card('published, last full minute', lastMinute?.published ?? '–')}${card('relays', status.instances.length, status.instances.length === 0 && status.pending > 0)}</div>
 ${minuteCharts(minutes)}
 <h2>Relays</h2>
 ${
@@ -758,7 +770,7 @@ ${rows.map((p) => {
           ? html`<p class="note">No action recorded yet.</p>`
           : html`<table class="audit"><tr><th>#</th><th>when</th><th>who</th><th>db role</th><th>via</th><th>action</th><th>filter</th><th>rows</th><th>outcome</th></tr>${rows.map(
               (a) =>
-                html`<tr><td class="n">${a.id}</td><td>${iso(a.at)}</td><td>${a.actor}</td><td>${a.db_role}</td><td>${a.via}</td><td>${a.action}</td><td class="mono">${JSON.stringify(a.filter)}</td><td class="n">${a.rows}</td><td class="${a.outcome === 'ok' ? '' : 'bad'}">${a.outcome}</td></tr>`,
+                html`<tr><td class="n">${a.id}</td><td>${iso(a.at)}</td><td>${a.actor}</td><td>${a.db_role}</td><td>${a.via}</td><td>${a.action}</td><td class="mono">${JSON.stringify(a.filter)}</td><td class="n">${a.rows}</td><td class="${a.outcome === 'ok' || a.outcome.startsWith('started: ') ? '' : 'bad'}">${a.outcome}</td></tr>`,
             )}</table>`;
     return layout(r, 'Audit trail', '/audit', body);
   }
