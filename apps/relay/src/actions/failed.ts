@@ -43,7 +43,7 @@ const STATE = `CASE WHEN o.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END`;
 
 /**
  * Past this many keys, the rows behind them are counted behind the first this
- * many only (`behindKeys` says how many): one index probe per key, and with
+ * many only, the oldest heads (`behindKeys` says how many): one index probe per key, and with
  * 100,000 blocked keys the whole count took a second, for a figure that only
  * says "a lot will flow". The rows and keys selected are always exact.
  */
@@ -66,7 +66,7 @@ export async function previewFailed(
        SELECT o.key, min(o.lane) AS lane, min(o.seq) AS seq, max(o.seq) AS maxseq, count(*) AS n,
               count(*) FILTER (WHERE o.dead_at IS NOT NULL) AS dead
          FROM ${s}.outbox o WHERE ${sql} GROUP BY o.key),
-          counted AS (SELECT lane, key, seq FROM k LIMIT ${Math.max(0, Math.trunc(countBehindKeys))})
+          counted AS (SELECT lane, key, seq FROM k ORDER BY seq LIMIT ${Math.max(0, Math.trunc(countBehindKeys))})
      SELECT coalesce(sum(n), 0)::text AS n, coalesce(sum(dead), 0)::text AS dead, count(*)::text AS keys, max(maxseq)::text AS maxseq,
             (SELECT coalesce(sum((SELECT count(*) FROM ${s}.outbox b
                                    WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL

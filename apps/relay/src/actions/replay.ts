@@ -179,18 +179,22 @@ export async function replayEvents(
   };
   const schemaSql = quoteIdentifier(schema);
   const filter = { ...describeSelection(sel), firstSeq: preview.firstSeq, lastSeq: preview.lastSeq, msgIdSuffix: report.msgIdSuffix };
-  const record = async (rows: number, outcome: string) => {
+  let startRecorded = false;
+  const record = async (which: 'start' | 'end', rows: number, outcome: string) => {
     try {
       await recordAction(pool, schemaSql, { actor: o.actor, via: o.via, action: 'replay', filter, rows, outcome });
+      if (which === 'start') startRecorded = true;
     } catch (err) {
-      report.notRecorded ??= isUndefinedTable(err)
+      const why = isUndefinedTable(err)
         ? `no operator_actions table in schema "${schema}" (ferry migrate --schema ${schema} creates it)`
         : (err as Error).message;
+      const what = which === 'start' ? 'its start' : startRecorded ? 'its end (its start is on record, with no end)' : 'its end';
+      report.notRecorded = report.notRecorded === undefined ? `${what}: ${why}` : `${report.notRecorded}; ${what}: ${why}`;
     }
   };
   let error: unknown;
   if (preview.matched > 0) {
-    await record(0, `started: ${preview.matched} copies to send (a run that ends records another row)`);
+    await record('start', 0, `started: ${preview.matched} copies to send (a run that ends records another row)`);
     try {
       await publishAll(pool, nc, schemaSql, sel, report, o);
     } catch (err) {
@@ -203,7 +207,7 @@ export async function replayEvents(
     ...(report.failed ? [`${report.failures.length} publish(es) failed, the first: ${report.failed.error}`] : []),
     ...(report.vanished > 0 ? [`${report.vanished} vanished`] : []),
   ];
-  await record(report.replayed, problems.length ? problems.join('; ') : 'ok');
+  await record('end', report.replayed, problems.length ? problems.join('; ') : 'ok');
   if (error !== undefined) throw error;
   return report;
 }

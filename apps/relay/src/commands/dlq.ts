@@ -124,7 +124,7 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
       const rows = await selectFailed(pool, flags.schema, filter);
       return { done: rows.map((r) => r.id), subjects: checking ? await checkSubjects(rows, flags) : [] };
     }
-    const p = await previewFailed(pool, flags.schema, filter, 0);
+    const p = await previewFailed(pool, flags.schema, filter, 0, 0); // the question names no rows behind: none counted
     if (p.rows === 0 && !byIds) return { done: [], subjects: [] };
     if (p.rows > 0 && !flags.yes) {
       const states = p.backingOff === 0 ? '' : p.dead === 0 ? ', backing off' : `: ${p.dead} dead, ${p.backingOff} backing off`;
