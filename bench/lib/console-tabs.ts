@@ -9,45 +9,28 @@
  * `ready <console url>` once serving or refreshing; on SIGTERM it prints
  * `{"refreshes":n,"failed":n}` and exits.
  *
- *   node bench/dist/lib/console-tabs.js --database-url URL --schema S --token T [--console-url URL] [--tabs 3] [--refresh-ms 5000]
+ *   node bench/dist/lib/console-tabs.js --database-url URL --schema S [--console-url URL] [--tabs 3] [--refresh-ms 5000]
  */
-import { startConsole } from '@ferry/relay';
-import pg from 'pg';
 import { arg, declareFlags, numArg, sleep } from './args.js';
+import { BENCH_CONSOLE_TOKEN, serveBenchConsole } from './bench-console.js';
 
 declareFlags('node bench/dist/lib/console-tabs.js', 'browser tabs refreshing the console every second, until SIGTERM', {
   'database-url': '<url> the database the console reads (when it serves one)',
   schema: '<name> the Ferry schema',
-  token: '<token> the console token',
   'console-url': '<url> refresh this console instead of serving one',
   tabs: '<n> tabs (default 3)',
   'refresh-ms': '<ms> the served console refresh interval (default 5000)',
 });
 
-const token = arg('token', '');
 let served: { url: string; close: () => Promise<void> } | undefined;
-const pools: pg.Pool[] = [];
 if (arg('console-url', '') === '') {
   const url = arg('database-url', '');
   const schema = arg('schema', '');
   if (!url || !schema) throw new Error('--database-url and --schema are needed to serve a console');
-  const pool = new pg.Pool({ connectionString: url, max: 4, statement_timeout: 2000, application_name: 'ferry-console' });
-  const longPool = new pg.Pool({ connectionString: url, max: 2, statement_timeout: 30_000, application_name: 'ferry-console' });
-  pools.push(pool, longPool);
-  served = await startConsole({
-    pool,
-    longPool,
-    schema,
-    bossSchema: `${schema}_boss`,
-    host: '127.0.0.1',
-    port: 0,
-    readOnly: false,
-    token,
-    refreshMs: numArg('refresh-ms', 5000),
-  });
+  served = await serveBenchConsole(url, schema, numArg('refresh-ms', 5000));
 }
 const base = served?.url ?? arg('console-url', '');
-const headers = { authorization: `Bearer ${token}` };
+const headers = { authorization: `Bearer ${BENCH_CONSOLE_TOKEN}` };
 
 let on = true;
 let refreshes = 0;
@@ -76,7 +59,6 @@ process.once('SIGTERM', () => {
   void (async () => {
     await Promise.all(tabs);
     await served?.close();
-    for (const p of pools) await p.end();
     process.stdout.write(`${JSON.stringify({ refreshes, failed })}\n`);
     process.exit(0);
   })();

@@ -23,10 +23,9 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
-import { startConsole } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
-import pg from 'pg';
 import { declareFlags, hasFlag, numArg, until } from '../lib/args.js';
+import { BENCH_CONSOLE_TOKEN, serveBenchConsole } from '../lib/bench-console.js';
 import { generateRows, relayDrain } from '../lib/outbox.js';
 import { cpuMeter } from '../lib/relay-process.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
@@ -51,20 +50,8 @@ const TABS = numArg('tabs', 3);
 
 const db = await createTestDatabase({ prefix: 'bench_console', max: 6 });
 const s = quoteIdentifier(db.schema);
-const consolePool = new pg.Pool({ connectionString: db.url, max: 4, statement_timeout: 2000, application_name: 'ferry-console' });
-const longPool = new pg.Pool({ connectionString: db.url, max: 2, statement_timeout: 30_000, application_name: 'ferry-console' });
-const console_ = await startConsole({
-  pool: consolePool,
-  longPool,
-  schema: db.schema,
-  bossSchema: `${db.schema}_boss`,
-  host: '127.0.0.1',
-  port: 0,
-  readOnly: false,
-  token: 'bench-console-token-0123456789',
-  refreshMs: 5000,
-});
-const AUTH = { authorization: 'Bearer bench-console-token-0123456789' };
+const console_ = await serveBenchConsole(db.url, db.schema);
+const AUTH = { authorization: `Bearer ${BENCH_CONSOLE_TOKEN}` };
 
 // The dead rows first (the oldest, as after an outage), each key with one more row waiting behind it; then the pending backlog.
 const t0 = performance.now();
@@ -146,7 +133,7 @@ async function tabsProcess(
   args: string[],
 ): Promise<{ url: string; pid: number; stop: () => Promise<{ refreshes: number; failed: number }> }> {
   const script = fileURLToPath(new URL('../lib/console-tabs.js', import.meta.url));
-  const child = spawn(process.execPath, [script, '--token', 'bench-console-token-0123456789', ...args], {
+  const child = spawn(process.execPath, [script, ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let out = '';
@@ -186,17 +173,7 @@ async function warm(url: string): Promise<void> {
 // away and its trials would barely read at all. `ferry console` beside the relay is one process for
 // every trial, as an operator's console runs for days.
 await console_.close();
-const inRelay = await startConsole({
-  pool: consolePool,
-  longPool,
-  schema: db.schema,
-  bossSchema: `${db.schema}_boss`,
-  host: '127.0.0.1',
-  port: 0,
-  readOnly: false,
-  token: 'bench-console-token-0123456789',
-  refreshMs: 5000,
-});
+const inRelay = await serveBenchConsole(db.url, db.schema);
 const beside = await tabsProcess(['--tabs', '0', '--database-url', db.url, '--schema', db.schema, '--refresh-ms', '5000']);
 
 /** Each trial's PostgreSQL CPU seconds of a console's own backends (application_name ferry-console). */
@@ -261,8 +238,6 @@ try {
 } finally {
   await beside.stop().catch((err: Error) => failures.push(err.message));
   await inRelay.close();
-  await consolePool.end();
-  await longPool.end();
   await db.close();
 }
 
