@@ -58,6 +58,9 @@ export async function previewFailed(
 ): Promise<FailedPreview> {
   const s = quoteIdentifier(schema);
   const { sql, params } = failedSelection(filter);
+  // The rows behind a head: its key's pending rows after it (the pending index alone), less the dead
+  // ones among them (the failed index alone, which carries dead_at): a dead_at filter on the pending
+  // rows read each one's tuple, 0.65-0.94 s for a key with a million rows behind its dead head.
   // One pass over outbox_failed_idx in (key, seq) order, which carries lane and dead_at (000014): each
   // selected key's head, rows and dead rows, without reading the table unless the filter needs a column
   // the index lacks. A key always has one lane (a generated column of the key).
@@ -69,8 +72,10 @@ export async function previewFailed(
           counted AS (SELECT lane, key, seq FROM k ORDER BY seq LIMIT ${Math.max(0, Math.trunc(countBehindKeys))})
      SELECT coalesce(sum(n), 0)::text AS n, coalesce(sum(dead), 0)::text AS dead, count(*)::text AS keys, max(maxseq)::text AS maxseq,
             (SELECT coalesce(sum((SELECT count(*) FROM ${s}.outbox b
-                                   WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL
-                                     AND b.dead_at IS NULL AND b.seq > h.seq)), 0) FROM counted h)::text AS behind,
+                                   WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL AND b.seq > h.seq)
+                                 - (SELECT count(*) FROM ${s}.outbox d
+                                   WHERE d.key = h.key AND d.published_at IS NULL AND d.attempts > 0 AND d.dead_at IS NOT NULL
+                                     AND d.seq > h.seq)), 0) FROM counted h)::text AS behind,
             (SELECT count(*) FROM counted)::text AS counted
        FROM k`,
     params,
