@@ -1,5 +1,8 @@
 // Test-only entry (`@ferry/relay/testing`): fault injection that the production path never sets.
 // Not part of the documented API; it may change without notice.
 
+// The console's queries, for bench/scenarios/console-hot-key.ts to time without HTTP around them.
+export { previewFailed } from './actions/failed.js';
+export { blockedKeys } from './console/queries.js';
 export { createRelayWithHooks } from './daemon/relay.js';
 export type { RelayTestHooks } from './daemon/relay-emitter.js';
