@@ -6,3 +6,5 @@ export { previewFailed } from './actions/failed.js';
 export { blockedKeys } from './console/queries.js';
 export { createRelayWithHooks } from './daemon/relay.js';
 export type { RelayTestHooks } from './daemon/relay-emitter.js';
+// The mark as the relay sends it, for bench/scenarios/drain-pg-cost.ts.
+export { markPublishedSql } from './sql/mark-published.js';
