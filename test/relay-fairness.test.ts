@@ -66,3 +66,42 @@ describe('relay claims are fair across lanes', () => {
     );
   });
 });
+
+describe('relay claims are fair across the keys of a lane', () => {
+  let db: TestDatabase;
+  let stream: TestStream;
+  let relay: Relay | undefined;
+
+  before(async () => {
+    db = await createTestDatabase({ prefix: 'relay_fair_keys', lanes: 1 });
+    stream = await createTestStream({ prefix: 'relayfairkeys' });
+  });
+
+  after(async () => {
+    await relay?.stop();
+    await stream?.close();
+    await db?.close();
+  });
+
+  test('relay - each claim starts after the key claimed last in its lane, so the keys take turns', async () => {
+    // Five keys of four rows each in one lane, and one row per claim: a claim that started from the
+    // lane's first key every time would send fair-0's four rows, then fair-1's, and so on.
+    const all = await publishEvents(db.pool, db.schema, stream.prefix, 20, { keys: 5, perTx: 20, keyPrefix: 'fair-' });
+    relay = createRelay({
+      databaseUrl: db.url,
+      schema: db.schema,
+      nats: { servers: stream.nc.getServer() },
+      maintenance: false,
+      batchSize: 1,
+      maxInFlight: 1,
+    });
+    await relay.start();
+    await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 60_000, what: 'the outbox to drain' });
+    const sent = await readStream(stream.nc, stream.name);
+    assertExactlyOnceInKeyOrder(sent, all);
+    const rounds = [0, 1, 2, 3].map((r) => sent.slice(r * 5, r * 5 + 5).map((e) => e.key));
+    for (const [r, keys] of rounds.entries()) {
+      assert.deepEqual([...keys].sort(), ['fair-0', 'fair-1', 'fair-2', 'fair-3', 'fair-4'], `round ${r + 1} sent ${keys.join(', ')}`);
+    }
+  });
+});

@@ -71,7 +71,7 @@ interface Row {
   seq: string;
   lane: number;
   key: string;
-  cursor: string;
+  walk_step: number;
 }
 
 const db = await createTestDatabase({ prefix: 'bench_pgcost', lanes: LANES });
@@ -115,7 +115,10 @@ try {
         claimCpu += cpuMs(claimer.pid) - c0;
         n++;
         found += rows.length;
-        for (const r of rows) cursors.set(r.lane, r.cursor);
+        // As the relay does: each lane's next cursor is the key of its highest walk step.
+        const last = new Map<number, Row>();
+        for (const r of rows) if ((last.get(r.lane)?.walk_step ?? 0) < r.walk_step) last.set(r.lane, r);
+        for (const [lane, r] of last) cursors.set(lane, r.key);
         const m0 = cpuMs(marker.pid);
         for (let i = 0; i < rows.length; i += MARK_BATCH) {
           const part = rows.slice(i, i + MARK_BATCH);

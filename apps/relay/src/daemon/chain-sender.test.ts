@@ -26,7 +26,7 @@ function chain(n: number): LeasedRow[] {
     occurred_at: new Date(0),
     created_at: new Date(0),
     attempts: 0,
-    cursor: '',
+    walk_step: 0,
     due: true,
   }));
 }

@@ -275,14 +275,18 @@ export class Dispatcher {
       ],
     });
     const held: LeasedRow[] = [];
+    // Each lane's next cursor: the key it reached last in its walk (the highest step).
+    const last = new Map<number, LeasedRow>();
     for (const r of rows) {
       const epoch = epochs.get(r.lane);
       if (epoch === undefined) continue;
       r.epoch = epoch;
       if (!this.#holds(r)) continue;
-      this.#cursors.set(r.lane, r.cursor);
+      const before = last.get(r.lane);
+      if (before === undefined || r.walk_step > before.walk_step) last.set(r.lane, r);
       held.push(r);
     }
+    for (const [lane, r] of last) this.#cursors.set(lane, r.key);
     return held;
   }
 

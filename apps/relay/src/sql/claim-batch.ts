@@ -17,7 +17,12 @@
  * it (walking pending rows in seq order cost 445-520 ms per claim with
  * 500,000 rows behind a blocked head).
  *
- * `cursor` is the lane's next `$2`: the last key of this claim in walk order.
+ * `walk_step` is the key's place in its lane's walk: the lane's next `$2`
+ * is the key of the highest step the claim returned (the last key in walk
+ * order), taken by the relay from the rows. It was a window over the rows
+ * claimed (the greatest key of the lane, or of its wrapped keys), which
+ * sorted every row by lane once more: a fifth of the claim's PostgreSQL
+ * CPU (19 → 15 µs per event, `node bench/dist/scenarios/drain-pg-cost.js`).
  * Keys compare in the "C" collation (byte order, as the index is built): a
  * skip scan under a linguistic collation spent its time in strcoll.
  *
@@ -40,8 +45,8 @@
  * out, from a relay that was frozen or cut off, finds nothing.
  */
 export function claimBatchSql(schemaSql: string): string {
-  return `WITH RECURSIVE walk(lane, key, after, wrapped) AS (
-  SELECT l.lane, s.key, l.after, s.wrapped
+  return `WITH RECURSIVE walk(lane, key, after, wrapped, step) AS (
+  SELECT l.lane, s.key, l.after, s.wrapped, 1
     FROM unnest($1::smallint[], $2::text[]) AS l(lane, after)
     JOIN ${schemaSql}.relay_leases ll ON ll.lane = l.lane AND ll.owner = $8 AND ll.expires_at > now()
    CROSS JOIN LATERAL (
@@ -52,7 +57,7 @@ export function claimBatchSql(schemaSql: string): string {
        WHERE o.lane = l.lane AND o.published_at IS NULL AND o.key COLLATE "C" <= l.after ORDER BY o.key COLLATE "C" LIMIT 1)
      LIMIT 1) s
   UNION ALL
-  SELECT w.lane, s.key, w.after, s.wrapped
+  SELECT w.lane, s.key, w.after, s.wrapped, w.step + 1
     FROM walk w
    CROSS JOIN LATERAL (
      (SELECT o.key, w.wrapped FROM ${schemaSql}.outbox o
@@ -64,7 +69,7 @@ export function claimBatchSql(schemaSql: string): string {
    WHERE NOT (s.wrapped AND s.key COLLATE "C" > w.after)
 ),
 heads AS MATERIALIZED (
-  SELECT w.lane, w.key, w.wrapped, h.seq
+  SELECT w.lane, w.key, w.step, h.seq
     FROM walk w
    CROSS JOIN LATERAL (
      SELECT o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox o
@@ -76,13 +81,11 @@ heads AS MATERIALIZED (
 )
 SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
        x.source, x.content_type, CASE WHEN x.data_bytes <= $6 THEN x.data END AS data, x.data_bytes, x.row_bytes, x.headers,
-       x.occurred_at, x.created_at, x.attempts, x.due,
-       coalesce(max(x.key COLLATE "C") FILTER (WHERE x.wrapped) OVER (PARTITION BY x.lane),
-                max(x.key COLLATE "C") OVER (PARTITION BY x.lane)) AS cursor
+       x.occurred_at, x.created_at, x.attempts, x.due, x.step AS walk_step
   FROM (
     SELECT y.*, sum(y.row_bytes) OVER (ORDER BY y.seq ROWS UNBOUNDED PRECEDING) AS loaded
       FROM (
-    SELECT r.*, h.wrapped, octet_length(r.data) AS data_bytes,
+    SELECT r.*, h.step, octet_length(r.data) AS data_bytes,
            (r.dead_at IS NULL AND r.next_attempt_at <= now()) AS due,
            CASE WHEN octet_length(r.data) <= $6 THEN octet_length(r.data) ELSE 0 END
              + coalesce(octet_length(r.headers::text), 0) AS row_bytes
@@ -118,8 +121,12 @@ export interface ClaimedRow {
   occurred_at: Date;
   created_at: Date;
   attempts: number;
-  /** The lane's cursor for the next claim. */
-  cursor: string;
+  /**
+   * The key's place in its lane's walk (1 for the first key after the lane's
+   * cursor): the lane's next cursor is the key of its highest step (0 from a
+   * chain's continuation, `claim-key-rows.ts`, which moves no cursor).
+   */
+  walk_step: number;
   /** False for a row behind the head that is dead or backing off: nothing of its key is sent from it on. */
   due: boolean;
 }
