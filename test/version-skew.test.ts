@@ -2,11 +2,10 @@
 // release migrated. The earlier release is real: the commit scripts/build-old-release.sh names,
 // built once into a cache (.ci/run builds it before the tests; here it is built when missing).
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { FERRY_RELEASE, migrate, migrationStatus, quoteIdentifier, RELAY_PROTOCOL, relayBossSchemaFor } from '@ferry/core';
 import { FERRY_RELEASE as INBOX_RELEASE } from '@ferry/inbox';
 import { FERRY_RELEASE as PUBLISHER_RELEASE } from '@ferry/publisher';
@@ -22,6 +21,7 @@ import {
   waitFor,
 } from '@ferry/testkit';
 import pg from 'pg';
+import { oldFerryBin, REPO } from './old-release.js';
 import { ferry } from './ops-helpers.js';
 import {
   assertExactlyOnceInKeyOrder,
@@ -33,7 +33,6 @@ import {
   steadyLoad,
 } from './relay-helpers.js';
 
-const REPO = fileURLToPath(new URL('../..', import.meta.url));
 const TERM_MS = 2_000;
 
 interface StatusInstance {
@@ -42,23 +41,6 @@ interface StatusInstance {
   protocol: number | null;
   belowFloor: boolean;
   lanes: number[];
-}
-
-/** The earlier release's `ferry` CLI, built by scripts/build-old-release.sh (at once when .ci/run built it). */
-function oldFerryBin(): string {
-  const started = performance.now();
-  const dir = execFileSync(join(REPO, 'scripts/build-old-release.sh'), {
-    cwd: REPO,
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-    .trim()
-    .split('\n')
-    .at(-1);
-  assert.ok(dir, 'scripts/build-old-release.sh printed the directory of the built release');
-  const took = Math.round(performance.now() - started);
-  if (took > 1_000) console.log(`# built the earlier release in ${took} ms`);
-  return join(dir, 'apps/relay/bin/ferry.js');
 }
 
 describe('version skew: an earlier relay on a schema migrated by this release', () => {

@@ -1,0 +1,30 @@
+// The earlier release the upgrade and version-skew tests run: the commit scripts/build-old-release.sh
+// names, built once into a cache (.ci/run builds it before the tests; here it is built when missing).
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO = fileURLToPath(new URL('../..', import.meta.url));
+
+/** The directory of the earlier release's built tree (its packages' dist folders and node_modules). */
+export function oldReleaseDir(): string {
+  const started = performance.now();
+  const dir = execFileSync(join(REPO, 'scripts/build-old-release.sh'), {
+    cwd: REPO,
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+    .trim()
+    .split('\n')
+    .at(-1);
+  assert.ok(dir, 'scripts/build-old-release.sh printed the directory of the built release');
+  const took = Math.round(performance.now() - started);
+  if (took > 1_000) console.log(`# built the earlier release in ${took} ms`);
+  return dir;
+}
+
+/** The earlier release's `ferry` CLI. */
+export function oldFerryBin(): string {
+  return join(oldReleaseDir(), 'apps/relay/bin/ferry.js');
+}
