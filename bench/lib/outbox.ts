@@ -120,7 +120,7 @@ export async function rawPublish(nc: NatsConnection, rows: RowForRaw[], window: 
       if (!r) break;
       const enc = encodeEvent(eventFromOutboxRow(r));
       const h = headers();
-      for (const [k, v] of enc.headers) h.set(k, v);
+      for (const [k, v] of enc.headers) h.append(k, v); // as the relay builds them
       await js.publish(enc.subject, enc.body, { headers: h });
     }
   };

@@ -48,8 +48,9 @@ export function formatSequence(version: bigint): string {
  * in any case), a second spelling of a name already given, or a value that is
  * not a string is left out. The reserved headers come last and only from the
  * event's own fields, so a caller that copies these pairs into a message with
- * `set` (the relay) or into a record (`Object.fromEntries`) cannot let a user
- * header replace or duplicate one of them.
+ * `set` or `append` (the relay) or into a record (`Object.fromEntries`) cannot
+ * let a user header replace or duplicate one of them: no two names are the
+ * same, in any case.
  */
 export function encodeEvent(event: FerryEvent, options: EncodeOptions = {}): EncodedEvent {
   const headers: Array<readonly [string, string]> = [];

@@ -274,7 +274,7 @@ async function publishAll(
           continue;
         }
         const h = natsHeaders();
-        for (const [name, value] of encoded.headers) h.set(name, value);
+        for (const [name, value] of encoded.headers) h.append(name, value);
         // Sent in seq order on one connection, so the copies reach the stream in seq order.
         const p = acks.publish(encoded.subject, encoded.body, h).then(
           () => {

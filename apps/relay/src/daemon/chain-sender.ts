@@ -110,7 +110,9 @@ export class ChainSender {
         return refused;
       }
       const h = natsHeaders();
-      for (const [name, value] of encoded.headers) h.set(name, value);
+      // append, not set: encodeEvent's names are distinct, and set first searches the message's headers
+      // for the name to delete it, a second pass over them for every header.
+      for (const [name, value] of encoded.headers) h.append(name, value);
       // Checked again as late as possible: from here to the socket write is the same turn of the event
       // loop (nats.js flushes in a microtask; while it reconnects, PubAcks refuses the publish rather
       // than let it hold the message for the next connection), so only a freeze landing within those
