@@ -32,6 +32,9 @@ export interface RelayProcessOptions {
   natsUrl: string;
   /** Anything else, e.g. ['--no-listen']; empty for the defaults a user gets. */
   extraArgs?: string[];
+  /** Node's own flags before the script (e.g. ['--import', hook]) and extra environment: for instrumenting the process. */
+  nodeArgs?: string[];
+  env?: NodeJS.ProcessEnv;
 }
 
 /** The command line `startRelayProcess` runs, for the reports (without the URLs). */
@@ -42,6 +45,7 @@ export function relayCommandLine(extraArgs: string[] = []): string {
 export async function startRelayProcess(o: RelayProcessOptions): Promise<RelayProcess> {
   const port = await freePort();
   const args = [
+    ...(o.nodeArgs ?? []),
     FERRY_BIN,
     'relay',
     '--database-url',
@@ -55,7 +59,10 @@ export async function startRelayProcess(o: RelayProcessOptions): Promise<RelayPr
     ...(o.extraArgs ?? []),
   ];
   // stdout (the info-level JSON log a user ships somewhere) goes to /dev/null; warnings and errors show.
-  const child: ChildProcess = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+  const child: ChildProcess = spawn(process.execPath, args, {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    ...(o.env ? { env: { ...process.env, ...o.env } } : {}),
+  });
   const pid = child.pid;
   if (pid === undefined) throw new Error('could not start ferry relay');
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
