@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { databaseUrl, natsUrl } from '@ferry/testkit';
 
 export const REPO = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -27,4 +28,28 @@ export function oldReleaseDir(): string {
 /** The earlier release's `ferry` CLI. */
 export function oldFerryBin(): string {
   return join(oldReleaseDir(), 'apps/relay/bin/ferry.js');
+}
+
+/**
+ * The flags of a `ferry relay` of either release in these tests: the shared servers, no
+ * maintenance, any HTTP port, a short lease term (a killed relay's lanes free in `leaseTermMs`)
+ * and a 100 ms poll.
+ */
+export function testRelayArgs(schema: string, leaseTermMs: number, extra: string[] = []): string[] {
+  return [
+    '--database-url',
+    databaseUrl(),
+    '--schema',
+    schema,
+    '--nats-url',
+    natsUrl(),
+    '--no-maintenance',
+    '--http-port',
+    '0',
+    '--lease-term-ms',
+    String(leaseTermMs),
+    '--poll-interval-ms',
+    '100',
+    ...extra,
+  ];
 }

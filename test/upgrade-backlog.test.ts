@@ -9,9 +9,9 @@ import { after, before, describe, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { migrationStatus, quoteIdentifier, relayBossSchemaFor } from '@ferry/core';
-import { createTestStream, databaseUrl, natsUrl, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
+import { createTestStream, databaseUrl, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
 import pg from 'pg';
-import { oldReleaseDir } from './old-release.js';
+import { oldReleaseDir, testRelayArgs } from './old-release.js';
 import { ferry } from './ops-helpers.js';
 import { assertExactlyOnceInKeyOrder, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
 
@@ -49,24 +49,7 @@ describe('upgrade mid-backlog: an outbox filled and partly drained by the earlie
     await stream?.close();
   });
 
-  function relayArgs(extra: string[]): string[] {
-    return [
-      '--database-url',
-      databaseUrl(),
-      '--schema',
-      schema,
-      '--nats-url',
-      natsUrl(),
-      '--no-maintenance',
-      '--http-port',
-      '0',
-      '--lease-term-ms',
-      '2000',
-      '--poll-interval-ms',
-      '100',
-      ...extra,
-    ];
-  }
+  const relayArgs = (extra: string[]) => testRelayArgs(schema, 2000, extra);
 
   async function counts(): Promise<{ published: number; dead: number; pending: number }> {
     const { rows } = await admin.query<{ published: number; dead: number; pending: number }>(

@@ -21,7 +21,7 @@ import {
   waitFor,
 } from '@ferry/testkit';
 import pg from 'pg';
-import { oldFerryBin, REPO } from './old-release.js';
+import { oldFerryBin, REPO, testRelayArgs } from './old-release.js';
 import { ferry } from './ops-helpers.js';
 import {
   assertExactlyOnceInKeyOrder,
@@ -51,21 +51,7 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
   let admin: pg.Pool;
 
   function relayArgs(schema: string): string[] {
-    return [
-      '--database-url',
-      databaseUrl(),
-      '--schema',
-      schema,
-      '--nats-url',
-      natsUrl(),
-      '--no-maintenance',
-      '--http-port',
-      '0',
-      '--lease-term-ms',
-      String(TERM_MS),
-      '--poll-interval-ms',
-      '100',
-    ];
+    return testRelayArgs(schema, TERM_MS);
   }
 
   function startOld(schema: string): RelayProcess {
