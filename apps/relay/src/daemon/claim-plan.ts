@@ -21,6 +21,20 @@ export type Acked = { seq: string; epoch: string; lane: number };
 export const MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024;
 
 /**
+ * Each lane's next cursor after a claim: the key of the lane's highest walk
+ * step among the rows kept, the last key the walk reached. After a wrap that
+ * is the greatest wrapped key, not the greatest key (claim-batch.ts).
+ */
+export function laneCursors(rows: ReadonlyArray<Pick<ClaimedRow, 'lane' | 'key' | 'walk_step'>>): Map<number, string> {
+  const last = new Map<number, Pick<ClaimedRow, 'key' | 'walk_step'>>();
+  for (const r of rows) {
+    const before = last.get(r.lane);
+    if (before === undefined || r.walk_step > before.walk_step) last.set(r.lane, r);
+  }
+  return new Map([...last].map(([lane, r]) => [lane, r.key]));
+}
+
+/**
  * A claim's rows as one send chain per key, in seq order: each chain stops
  * before its first row that is not due (dead or backing off behind the head).
  */

@@ -17,6 +17,7 @@ import {
   claimFoundBacklog,
   InflightBudget,
   type LeasedRow,
+  laneCursors,
   MAX_IN_FLIGHT_BYTES,
   type Outcome,
   WAKE_BELOW_KEYS,
@@ -275,18 +276,14 @@ export class Dispatcher {
       ],
     });
     const held: LeasedRow[] = [];
-    // Each lane's next cursor: the key it reached last in its walk (the highest step).
-    const last = new Map<number, LeasedRow>();
     for (const r of rows) {
       const epoch = epochs.get(r.lane);
       if (epoch === undefined) continue;
       r.epoch = epoch;
       if (!this.#holds(r)) continue;
-      const before = last.get(r.lane);
-      if (before === undefined || r.walk_step > before.walk_step) last.set(r.lane, r);
       held.push(r);
     }
-    for (const [lane, r] of last) this.#cursors.set(lane, r.key);
+    for (const [lane, key] of laneCursors(held)) this.#cursors.set(lane, key);
     return held;
   }
 
