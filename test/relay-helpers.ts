@@ -19,10 +19,16 @@ export interface StreamEvent {
   storedAt: number;
 }
 
-/** Every message of a stream, in stream order, read with an ordered consumer. */
+/**
+ * Every message of a stream, in stream order, read with an ordered consumer;
+ * what it did not deliver within `timeoutMs` is read by sequence (a stream
+ * message get, no consumer), so a reader that stalls under load cannot look
+ * like messages missing from the stream.
+ */
 export async function readStream(nc: NatsConnection, stream: string, timeoutMs = 20_000): Promise<StreamEvent[]> {
   const jsm = await jetstreamManager(nc);
-  const total = (await jsm.streams.info(stream)).state.messages;
+  const state = (await jsm.streams.info(stream)).state;
+  const total = state.messages;
   const out: StreamEvent[] = [];
   if (total === 0) return out;
   const consumer = await jetstream(nc).consumers.get(stream);
@@ -39,6 +45,23 @@ export async function readStream(nc: NatsConnection, stream: string, timeoutMs =
         storedAt: Math.floor(m.info.timestampNanos / 1e6),
       });
     }
+  }
+  if (out.length < total) {
+    const seen = new Set(out.map((e) => e.streamSeq));
+    for (let seq = state.first_seq; seq <= state.last_seq; seq++) {
+      if (seen.has(seq)) continue;
+      const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null); // a deleted sequence
+      if (!m) continue;
+      out.push({
+        id: m.header?.get('ce-id') ?? '',
+        key: m.header?.get('ce-partitionkey') ?? '',
+        version: BigInt(m.header?.get('ce-sequence') || '0'),
+        streamSeq: m.seq,
+        subject: m.subject,
+        storedAt: m.time.getTime(),
+      });
+    }
+    out.sort((a, b) => a.streamSeq - b.streamSeq);
   }
   return out;
 }
