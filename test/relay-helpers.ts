@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/transport-node';
+import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
 
 export const FERRY_BIN = fileURLToPath(new URL('../../apps/relay/bin/ferry.js', import.meta.url));
@@ -17,6 +17,17 @@ export interface StreamEvent {
   subject: string;
   /** When the stream stored it (ms since the epoch, the server's clock). */
   storedAt: number;
+}
+
+function streamEvent(h: MsgHdrs | undefined, streamSeq: number, subject: string, storedAt: number): StreamEvent {
+  return {
+    id: h?.get('ce-id') ?? '',
+    key: h?.get('ce-partitionkey') ?? '',
+    version: BigInt(h?.get('ce-sequence') || '0'),
+    streamSeq,
+    subject,
+    storedAt,
+  };
 }
 
 /**
@@ -36,14 +47,7 @@ export async function readStream(nc: NatsConnection, stream: string, timeoutMs =
   while (out.length < total && Date.now() < deadline) {
     const batch = await consumer.fetch({ max_messages: Math.min(1000, total - out.length), expires: 2000 });
     for await (const m of batch) {
-      out.push({
-        id: m.headers?.get('ce-id') ?? '',
-        key: m.headers?.get('ce-partitionkey') ?? '',
-        version: BigInt(m.headers?.get('ce-sequence') || '0'),
-        streamSeq: m.seq,
-        subject: m.subject,
-        storedAt: Math.floor(m.info.timestampNanos / 1e6),
-      });
+      out.push(streamEvent(m.headers, m.seq, m.subject, Math.floor(m.info.timestampNanos / 1e6)));
     }
   }
   if (out.length < total) {
@@ -52,14 +56,7 @@ export async function readStream(nc: NatsConnection, stream: string, timeoutMs =
       if (seen.has(seq)) continue;
       const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null); // a deleted sequence
       if (!m) continue;
-      out.push({
-        id: m.header?.get('ce-id') ?? '',
-        key: m.header?.get('ce-partitionkey') ?? '',
-        version: BigInt(m.header?.get('ce-sequence') || '0'),
-        streamSeq: m.seq,
-        subject: m.subject,
-        storedAt: m.time.getTime(),
-      });
+      out.push(streamEvent(m.header, m.seq, m.subject, m.time.getTime()));
     }
     out.sort((a, b) => a.streamSeq - b.streamSeq);
   }

@@ -24,14 +24,14 @@
  *
  *   node bench/dist/scenarios/drain-pg-cost.js [--quick] [--events 20000] [--keys 1000] [--trials 5] [--mark-batch 100]
  */
-import { readFileSync } from 'node:fs';
-import { quoteIdentifier } from '@ferry/core';
+import { quoteIdentifier, RELAY_PROTOCOL } from '@ferry/core';
 import { claimBatchSql } from '@ferry/relay';
-import { markPublishedSql } from '@ferry/relay/testing';
+import { laneCursors, markPublishedSql } from '@ferry/relay/testing';
 import { createTestDatabase } from '@ferry/testkit';
 import pg from 'pg';
 import { declareFlags, isQuick, numArg } from '../lib/args.js';
 import { generateRows } from '../lib/outbox.js';
+import { cpuSecondsOf } from '../lib/proc.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
 declareFlags(
@@ -52,12 +52,13 @@ const TRIALS = numArg('trials', isQuick() ? 1 : 5);
 const MARK_BATCH = numArg('mark-batch', 100);
 const LANES = 16;
 const INSTANCE = 'bench-pg-cost';
-const CLK_TCK = 100;
 const DESIGNS = ['row, today', 'row, HOT', 'narrow pending table', 'lane cursor'] as const;
 
+/** CPU (utime + stime) of a local PostgreSQL backend, ms. */
 function cpuMs(pid: number): number {
-  const fields = (readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1] ?? '').split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLK_TCK;
+  const seconds = cpuSecondsOf(pid);
+  if (seconds === undefined) throw new Error(`backend ${pid} is not a process of this host: run the benchmark beside its PostgreSQL`);
+  return seconds * 1000;
 }
 
 async function backend(url: string): Promise<{ c: pg.Client; pid: number }> {
@@ -81,8 +82,8 @@ const marker = await backend(db.url);
 try {
   await db.pool.query(
     `INSERT INTO ${s}.relay_instances (instance, application_name, backend_pid, seen_at, expires_at, release, protocol)
-     VALUES ($1, 'bench', pg_backend_pid(), now(), now() + interval '1 day', 'bench', 2)`,
-    [INSTANCE],
+     VALUES ($1, 'bench', pg_backend_pid(), now(), now() + interval '1 day', 'bench', $2)`,
+    [INSTANCE, RELAY_PROTOCOL],
   );
   await db.pool.query(`UPDATE ${s}.relay_leases SET owner = $1, epoch = 1, renewed_at = now(), expires_at = now() + interval '1 day'`, [
     INSTANCE,
@@ -115,10 +116,7 @@ try {
         claimCpu += cpuMs(claimer.pid) - c0;
         n++;
         found += rows.length;
-        // As the relay does: each lane's next cursor is the key of its highest walk step.
-        const last = new Map<number, Row>();
-        for (const r of rows) if ((last.get(r.lane)?.walk_step ?? 0) < r.walk_step) last.set(r.lane, r);
-        for (const [lane, r] of last) cursors.set(lane, r.key);
+        for (const [lane, key] of laneCursors(rows)) cursors.set(lane, key); // as the relay does
         const m0 = cpuMs(marker.pid);
         for (let i = 0; i < rows.length; i += MARK_BATCH) {
           const part = rows.slice(i, i + MARK_BATCH);

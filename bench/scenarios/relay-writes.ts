@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
-import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
+import { createTestDatabase, createTestStream, databaseUrl, natsUrl } from '@ferry/testkit';
 import { declareFlags, listArg, numArg, until } from '../lib/args.js';
 import { generateRows } from '../lib/outbox.js';
 import { startRelayProcess } from '../lib/relay-process.js';
@@ -32,7 +32,7 @@ declareFlags(
 const EVENTS = numArg('events', 60_000);
 const SPREADS = listArg('keys', [10, 1000]);
 const HOOK = fileURLToPath(new URL('../lib/count-writes-hook.js', import.meta.url));
-const PG_PORT = Number(new URL(process.env.FERRY_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test').port || 5432);
+const PG_PORT = Number(new URL(databaseUrl()).port || 5432);
 const NATS_PORT = Number(new URL(natsUrl().replace(/^nats:/, 'http:')).port || 4222);
 
 const cells: Array<{ keys: number; natsWrites: number; natsMessagesPerWrite: number; pgWrites: number; seconds: number }> = [];

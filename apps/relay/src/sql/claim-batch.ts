@@ -11,11 +11,11 @@
  *
  * Each lane's distinct keys are walked with a recursive skip scan over
  * `outbox_pending_key_idx (lane, key, seq)`, one index descent per key,
- * whose first entry is the key's head (its lowest seq): the walk carries the
- * head's seq and state, so no second descent per key looks for it (16 → 14
- * µs of PostgreSQL CPU per claimed event, drain-pg-cost),
  * starting after the lane's cursor `$2` (the last key claimed there) and
- * wrapping around to the lane's first key, so every key gets its turn. A key
+ * wrapping around to the lane's first key, so every key gets its turn. The
+ * descent lands on the key's first entry, its head (its lowest seq), so the
+ * walk carries the head's seq and state and no second descent looks for it
+ * (16 → 14 µs of PostgreSQL CPU per claimed event, drain-pg-cost). A key
  * blocked behind a failed head costs one probe however many rows wait behind
  * it (walking pending rows in seq order cost 445-520 ms per claim with
  * 500,000 rows behind a blocked head).
