@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
 import { applyWithPsql, databaseUrl, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
+import { undoPendingTable } from './schema-before.js';
 
 const FERRY = fileURLToPath(new URL('../../apps/relay/bin/ferry.js', import.meta.url));
 let pool: pg.Pool;
@@ -106,6 +107,7 @@ describe('ferry migrate', () => {
     const s = quoteIdentifier(schema);
     // A database at outbox version 2: the migrations after 2 are undone and unrecorded.
     assert.equal(ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]).code, 0);
+    await undoPendingTable(pool, schema);
     await pool.query(`DROP FUNCTION ${s}.publish_event, ${s}.publish_events, ${s}.event_digest CASCADE`);
     await pool.query(
       `DROP FUNCTION ${s}.publish_event_full, ${s}.publish_events_full, ${s}.publish_events_ok, ${s}.publish_check_event, ${s}.publish_check_text`,

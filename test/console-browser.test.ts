@@ -13,6 +13,7 @@ import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, createRelay, type Relay, startConsole } from '@ferry/relay';
 import { createTestDatabase, createTestStream, freePort, natsUrl, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { markPublished, setFailed } from './delivery-state.js';
 import { ferryEvent, publishEvents as publishToStream } from './inbox-support.js';
 import { ferry } from './ops-helpers.js';
 import { FERRY_BIN, readStream } from './relay-helpers.js';
@@ -59,7 +60,7 @@ async function publish(events: Array<{ subject: string; key: string; type: strin
 
 async function deadIds(where = 'true'): Promise<string[]> {
   const { rows } = await db.pool.query<{ id: string }>(
-    `SELECT id::text AS id FROM ${s}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL AND ${where} ORDER BY seq`,
+    `SELECT id::text AS id FROM ${s}.outbox_events WHERE dead_at IS NOT NULL AND published_at IS NULL AND ${where} ORDER BY seq`,
   );
   return rows.map((r) => r.id);
 }
@@ -281,7 +282,7 @@ describe('ferry console in Chromium', () => {
     assert.deepEqual(await deadIds(`type = 'BulkImported'`), []);
     assert.deepEqual(await deadIds(`type = 'OtherThing'`), others, 'the other type is untouched');
     const { rows } = await db.pool.query<{ id: string }>(
-      `SELECT id::text AS id FROM ${s}.outbox WHERE type = 'BulkImported' AND last_error LIKE 'discarded by ferry console (token)%' ORDER BY seq`,
+      `SELECT id::text AS id FROM ${s}.outbox_events WHERE type = 'BulkImported' AND last_error LIKE 'discarded by ferry console (token)%' ORDER BY seq`,
     );
     assert.deepEqual(
       rows.map((r) => r.id),
@@ -318,14 +319,14 @@ describe('ferry console in Chromium', () => {
     assert.equal(await page.textContent('#done'), '3');
     assert.deepEqual(await deadIds(`type = 'Grouped'`), b, 'only the other reason stays dead');
     const { rows } = await db.pool.query<{ id: string }>(
-      `SELECT id::text AS id FROM ${s}.outbox WHERE type = 'Grouped' AND last_error LIKE 'discarded by ferry console%' ORDER BY seq`,
+      `SELECT id::text AS id FROM ${s}.outbox_events WHERE type = 'Grouped' AND last_error LIKE 'discarded by ferry console%' ORDER BY seq`,
     );
     assert.deepEqual(
       rows.map((r) => r.id),
       a,
     );
     // The rest are settled so later tests count only their own dead rows.
-    await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() WHERE type = 'Grouped'`);
+    await markPublished(db.pool, db.schema, `o.type = 'Grouped'`);
     assert.deepEqual(problems, []);
     await page.close();
   });
@@ -369,7 +370,7 @@ describe('ferry console in Chromium', () => {
 
     // The overview's charts count what the relay published this hour (a replay is not a publish).
     const { rows: published } = await db.pool.query<{ n: string }>(
-      `SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at > now() - interval '59 minutes' AND dead_at IS NULL`,
+      `SELECT count(*)::text AS n FROM ${s}.outbox_events WHERE published_at > now() - interval '59 minutes' AND dead_at IS NULL`,
     );
     await page.goto(`${consoleServer.url}/`);
     await showsText(page, '#chart-total', (t) => t === published[0]?.n, `the chart to count the ${published[0]?.n} events published`);
@@ -457,11 +458,20 @@ describe('ferry console in Chromium', () => {
     const type = '"><img src=x onerror="window.__pwned=2">';
     const headers = { 'x-evil': '<img src=x onerror=window.__pwned=3>', '"><svg onload=window.__pwned=4>': 'v' };
     const data = Buffer.concat([Buffer.from('<script>window.__pwned=5</script>'), Buffer.from([0xff, 0xfe, 0x00, 0xc3])]);
-    await db.pool.query(
-      `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, headers, occurred_at, attempts, dead_at, last_error)
-       VALUES ($1, $2, 1, $3, $4, 'hostile', 'application/json', $5, $6, now(), 1, now(), $7)`,
-      [id, key, `${unrouted}.x`, type, data, JSON.stringify(headers), '<b onmouseover=window.__pwned=6>err</b>'],
-    );
+    // Stored dead in one transaction: the running relay never sees it pending.
+    await withTransaction(db.pool, async (tx) => {
+      await tx.query(
+        `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
+         VALUES ($1, $2, 1, $3, $4, 'hostile', 'application/json', $5, $6, now())`,
+        [id, key, `${unrouted}.x`, type, data, JSON.stringify(headers)],
+      );
+      const failed = await setFailed(tx, db.schema, 'o.id = $1', [id], {
+        attempts: 1,
+        lastError: '<b onmouseover=window.__pwned=6>err</b>',
+        dead: true,
+      });
+      assert.equal(failed, 1);
+    });
     const { page, problems } = await watchedPage();
     // The event's own page last: its text is checked below.
     for (const path of ['/', '/blocked', '/audit', `/events?key=${encodeURIComponent(key)}`, `/event?id=${id}`]) {
@@ -482,7 +492,7 @@ describe('ferry console in Chromium', () => {
     assert.match((await page.textContent('pre.payload')) ?? '', /^00000000 {2}3c 73 63 72/, 'invalid UTF-8 shown as hex');
     assert.deepEqual(problems, []);
     // Settle it so later tests see one dead row less.
-    await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() WHERE id = $1`, [id]);
+    assert.equal(await markPublished(db.pool, db.schema, 'o.id = $1', [id]), 1);
     await page.close();
   });
 

@@ -5,6 +5,7 @@ import { quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import { setFailed } from './delivery-state.js';
 
 // The console's dlq routes over plain HTTP (the Chromium test, console-browser.test.ts, covers the
 // clicking): a head the relay is backing off from, not dead, can be previewed and discarded or retried.
@@ -29,14 +30,16 @@ before(async () => {
     );
     heads.set(key, rows[0]?.id as string);
   }
-  await db.pool.query(
-    `UPDATE ${s}.outbox SET attempts = 2, next_attempt_at = now() + interval '1 hour', last_error = 'no_responders: no stream binds subject nowhere.x'
-      WHERE id = ANY ($1::uuid[])`,
-    [[heads.get('boff'), heads.get('boff2')]],
+  const backingOff = await setFailed(db.pool, db.schema, 'o.id = ANY ($1::uuid[])', [[heads.get('boff'), heads.get('boff2')]], {
+    attempts: 2,
+    nextAttemptAt: `now() + interval '1 hour'`,
+    lastError: 'no_responders: no stream binds subject nowhere.x',
+  });
+  assert.equal(backingOff, 2);
+  assert.equal(
+    await setFailed(db.pool, db.schema, 'o.id = $1', [heads.get('dead1')], { attempts: 25, dead: true, lastError: 'no_responders' }),
+    1,
   );
-  await db.pool.query(`UPDATE ${s}.outbox SET attempts = 25, dead_at = now(), last_error = 'no_responders' WHERE id = $1`, [
-    heads.get('dead1'),
-  ]);
   server = await startConsole({
     pool: db.pool,
     schema: db.schema,
@@ -85,7 +88,9 @@ const text = (html: string, id: string) => new RegExp(`id="${id}"[^>]*>([^<]*)<`
 
 async function state(key: string) {
   const { rows } = await db.pool.query<{ published: boolean; dead: boolean; attempts: number; due: boolean }>(
-    `SELECT published_at IS NOT NULL AS published, dead_at IS NOT NULL AS dead, attempts, next_attempt_at <= now() AS due FROM ${s}.outbox WHERE id = $1`,
+    // A published (or discarded) event has no next attempt (next_attempt_at is null): never due.
+    `SELECT published_at IS NOT NULL AS published, dead_at IS NOT NULL AS dead, attempts, coalesce(next_attempt_at <= now(), false) AS due
+       FROM ${s}.outbox_events WHERE id = $1`,
     [heads.get(key)],
   );
   return rows[0];

@@ -13,6 +13,7 @@ import {
 import { createPublisher } from '@ferry/publisher';
 import { applyWithPsql, databaseUrl, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
+import { undoPendingTable } from './schema-before.js';
 
 let pool: pg.Pool;
 const schemas: string[] = [];
@@ -195,8 +196,9 @@ describe('migrate', () => {
     const schema = fresh();
     const s = quoteIdentifier(schema);
     await migrate({ pool, schema });
-    // The database as a release at outbox version 3 left it, but with the later migrations in place:
-    // the runner applies what is not recorded, so only 000004 runs.
+    // The database as a release at outbox version 3 left it, but with the later migrations up to 14 in
+    // place: the runner applies what is not recorded, so 000004 runs, then 000015.
+    await undoPendingTable(pool, schema);
     await pool.query(`DROP INDEX ${s}.outbox_pending_key_idx`);
     await pool.query(`CREATE INDEX outbox_pending_lane_idx ON ${s}.outbox (lane, seq) WHERE published_at IS NULL`);
     await pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 4`);
@@ -223,7 +225,7 @@ describe('migrate', () => {
       const result = await running;
       assert.deepEqual(
         result.applied.map((m) => m.version),
-        [4],
+        [4, 15],
       );
     } finally {
       await open.query('ROLLBACK').catch(() => {});
@@ -232,10 +234,24 @@ describe('migrate', () => {
     }
     const { rows } = await pool.query<{ relname: string; valid: boolean }>(
       `SELECT c.relname, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-        WHERE i.indrelid = $1::regclass AND c.relname LIKE 'outbox_pending%' ORDER BY 1`,
-      [`${s}.outbox`],
+        WHERE i.indrelid = ANY ($1::regclass[]) AND c.relname LIKE 'outbox_pending%' ORDER BY 1`,
+      [[`${s}.outbox`, `${s}.outbox_pending`]],
     );
-    assert.deepEqual(rows, [{ relname: 'outbox_pending_key_idx', valid: true }], 'the new index is valid and the old one gone');
+    // 000004's index was valid when 000015 ran: 000015 dropped it with the outbox's delivery columns.
+    assert.deepEqual(
+      rows,
+      [
+        { relname: 'outbox_pending_failed_idx', valid: true },
+        { relname: 'outbox_pending_pkey', valid: true },
+        { relname: 'outbox_pending_walk_idx', valid: true },
+      ],
+      'the pending rows have their own indexes, and the outbox none over delivery state',
+    );
+    assert.deepEqual(
+      (await pool.query(`SELECT o.key FROM ${s}.outbox_pending p JOIN ${s}.outbox o USING (seq) ORDER BY p.seq`)).rows.map((r) => r.key),
+      ['open-writer', 'during-build'],
+      'both events published around the build are pending',
+    );
   });
 
   test('migrate - a new schema migrates at once beside a long transaction elsewhere in the database (no concurrent build waits for it)', async () => {

@@ -60,7 +60,7 @@ async function backingOff(id: string): Promise<{ attempts: number; later: boolea
   return waitFor(
     async () => {
       const { rows } = await db.pool.query<{ attempts: number; later: boolean }>(
-        `SELECT attempts, next_attempt_at > now() AS later FROM ${s}.outbox
+        `SELECT attempts, next_attempt_at > now() AS later FROM ${s}.outbox_events
           WHERE id = $1 AND attempts > 0 AND dead_at IS NULL AND published_at IS NULL`,
         [id],
       );

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import { setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { publishEvents } from './relay-helpers.js';
 
@@ -14,10 +15,12 @@ before(async () => {
   db = await createTestDatabase({ prefix: 'ops_dlq', lanes: 2 });
   // 12 events over keys k0..k3; the first event of each key is dead, so 2 later ones wait behind each.
   ids = await publishEvents(db.pool, db.schema, 'opsdlq', 12, { keys: 4 });
-  await db.pool.query(
-    `UPDATE ${s()}.outbox SET dead_at = now(), attempts = 25, last_error = 'no_responders: no stream' WHERE id = ANY ($1::uuid[])`,
-    [ids.slice(0, 4)],
-  );
+  const n = await setFailed(db.pool, db.schema, 'o.id = ANY ($1::uuid[])', [ids.slice(0, 4)], {
+    attempts: 25,
+    lastError: 'no_responders: no stream',
+    dead: true,
+  });
+  assert.equal(n, 4);
 });
 after(async () => {
   await db.close();
@@ -25,7 +28,9 @@ after(async () => {
 
 const dead = async () =>
   (
-    await db.pool.query<{ key: string }>(`SELECT key FROM ${s()}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL ORDER BY key`)
+    await db.pool.query<{ key: string }>(
+      `SELECT key FROM ${s()}.outbox_events WHERE dead_at IS NOT NULL AND published_at IS NULL ORDER BY key`,
+    )
   ).rows.map((r) => r.key);
 
 test('ferry dlq - show prints one dead event in full with its payload and the events waiting behind it', async () => {
@@ -88,7 +93,7 @@ test('ferry dlq - retry --key K --yes retries only that key; discard --all-dead 
   assert.deepEqual(r.json(), { retried: [ids[1]], notFailed: [], notDead: [], dryRun: false });
   assert.deepEqual(await dead(), ['k0', 'k2', 'k3']);
   const { rows } = await db.pool.query<{ attempts: number; due: boolean }>(
-    `SELECT attempts, next_attempt_at <= now() AS due FROM ${s()}.outbox WHERE id = $1`,
+    `SELECT attempts, next_attempt_at <= now() AS due FROM ${s()}.outbox_events WHERE id = $1`,
     [ids[1]],
   );
   assert.deepEqual(rows[0], { attempts: 0, due: true });

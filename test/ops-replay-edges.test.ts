@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import { encodedSize, encodeEvent, eventFromOutboxRow, isValidationError, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { markPublished } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 
 // ferry replay when something goes wrong mid-run: a failed copy stops its key before the
@@ -67,9 +68,7 @@ async function published(entries: Array<{ key: string; subject: string; data?: u
     }
     return r;
   });
-  await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.outbox SET published_at = now() WHERE id = ANY ($1::uuid[])`, [
-    out.map((o) => o.id),
-  ]);
+  assert.equal(await markPublished(db.pool, db.schema, 'o.id = ANY ($1::uuid[])', [out.map((o) => o.id)]), out.length);
   return out;
 }
 
@@ -206,7 +205,7 @@ test('ferry replay - the largest event the publisher accepts can be replayed (th
     isValidationError,
   );
   const id = await withTransaction(db.pool, async (tx) => (await publisher.publish(tx, event(n))).id);
-  await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.outbox SET published_at = now() WHERE id = $1`, [id]);
+  assert.equal(await markPublished(db.pool, db.schema, 'o.id = $1', [id]), 1);
   const before = await lastSeq();
   const r = await ferry([...base(), '--key', 'big', '--json']);
   assert.equal(r.code, 0, r.err);

@@ -5,6 +5,7 @@ import { createInbox, type InboxReport } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { markPublished } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { countPending, publishEvents } from './relay-helpers.js';
 
@@ -219,7 +220,7 @@ test('ferry replay - an event no stream covers stops the replay with exit 1 and 
     db.pool,
     async (tx) => (await publisher.publish(tx, { subject: 'ferry_nostream.x', key: 'lost', type: 'X', data: {} })).id,
   );
-  await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.outbox SET published_at = now() WHERE id = $1`, [id]);
+  assert.equal(await markPublished(db.pool, db.schema, 'o.id = $1', [id]), 1);
   const [seq] = await seqsOf([id]);
   const r = await ferry([...base(), '--subject-prefix', 'ferry_nostream.', '--json', '--progress', 'none', '--publish-timeout-ms', '2000']);
   assert.equal(r.code, 1);

@@ -4,6 +4,7 @@ import { after, before, test } from 'node:test';
 import { quoteIdentifier, RELAY_PROTOCOL } from '@ferry/core';
 import { createRelay, type Relay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, databaseUrl, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
+import { setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { countPending, publishEvents } from './relay-helpers.js';
 
@@ -52,9 +53,8 @@ test('ferry status - --help lists the options and the exit codes', async () => {
 
 test('ferry status - without a relay: backlog per lane, the dead event and the lanes nobody owns', async () => {
   await publishEvents(db.pool, db.schema, stream.prefix, 30, { keys: 10 });
-  await db.pool.query(
-    `UPDATE ${quoteIdentifier(db.schema)}.outbox SET dead_at = now(), attempts = 25, last_error = 'test' WHERE seq = (SELECT min(seq) FROM ${quoteIdentifier(db.schema)}.outbox)`,
-  );
+  const first = `o.seq = (SELECT min(seq) FROM ${quoteIdentifier(db.schema)}.outbox)`;
+  assert.equal(await setFailed(db.pool, db.schema, first, [], { attempts: 25, lastError: 'test', dead: true }), 1);
   const r = await ferry([...args(), '--json']);
   assert.equal(r.code, 0, r.err);
   const s = r.json<StatusReport>();
@@ -144,7 +144,7 @@ test('ferry status - a lane whose owner let its lease term pass shows as overdue
   const s = quoteIdentifier(db.schema);
   await publishEvents(db.pool, db.schema, stream.prefix, 20, { keys: 20, keyPrefix: 'od' });
   const { rows } = await db.pool.query<{ lane: number }>(
-    `SELECT lane FROM ${s}.outbox WHERE published_at IS NULL AND dead_at IS NULL LIMIT 1`,
+    `SELECT lane FROM ${s}.outbox_events WHERE published_at IS NULL AND dead_at IS NULL LIMIT 1`,
   );
   const lane = rows[0]?.lane ?? 0;
   // A frozen owner: renewed 20 s ago, its 10 s term over. Its heartbeat (gone too) reports a protocol the

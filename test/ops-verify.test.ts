@@ -46,7 +46,7 @@ const base = () => [
 const outboxRows = async () =>
   (
     await db.pool.query<{ id: string; published: boolean }>(
-      `SELECT id::text AS id, published_at IS NOT NULL AS published FROM ${quoteIdentifier(db.schema)}.outbox`,
+      `SELECT id::text AS id, published_at IS NOT NULL AS published FROM ${quoteIdentifier(db.schema)}.outbox_events`,
     )
   ).rows;
 const consumerCount = async () => (await stream.jsm.streams.info(stream.name)).state.consumer_count;

@@ -23,6 +23,7 @@ import {
   type Span,
   type SpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
+import { markPending } from './delivery-state.js';
 import { publishEvents } from './inbox-support.js';
 import { countPending } from './relay-helpers.js';
 
@@ -211,7 +212,7 @@ describe('OpenTelemetry: one trace from the HTTP request to the inbox handler', 
     // Its first mark may still be on its way (the inbox can apply the event before the relay marks it): reset
     // the row only once it is marked, or the late mark publishes it again and nothing is re-sent.
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 10_000, what: 'the first send to be marked' });
-    await db.pool.query(`UPDATE ${s}.outbox SET published_at = NULL`);
+    assert.ok((await markPending(db.pool, db.schema, 'true')) > 0, 'the sent row pending again');
     await waitFor(() => named('send ').length === 2, { timeoutMs: 10_000, what: 'the re-send' });
     const resend = named('send ')[1] as ReadableSpan;
     assert.equal(resend.attributes['ferry.outcome'], 'duplicate');
@@ -330,7 +331,9 @@ describe('OpenTelemetry: one trace from the HTTP request to the inbox handler', 
       'the error is recorded on the span',
     );
     // Settle the row so the relay stops retrying it.
-    await db.pool.query(`UPDATE ${s}.outbox SET dead_at = now() WHERE id = $1`, [event.id]);
+    await db.pool.query(`UPDATE ${s}.outbox_pending p SET dead_at = now() FROM ${s}.outbox o WHERE o.seq = p.seq AND o.id = $1`, [
+      event.id,
+    ]);
   });
 
   test('otel - no span is left open once the relay and the inbox have stopped', async () => {

@@ -184,7 +184,7 @@ describe('failure proofs: a three-node NATS cluster', () => {
     ]);
     const pendingOfDrain = async () => {
       const { rows } = await db.pool.query<{ n: string }>(
-        `SELECT count(*)::text AS n FROM "${db.schema}".outbox WHERE published_at IS NULL AND id = ANY ($1::uuid[])`,
+        `SELECT count(*)::text AS n FROM "${db.schema}".outbox_events WHERE published_at IS NULL AND id = ANY ($1::uuid[])`,
         [ids],
       );
       return Number(rows[0]?.n);

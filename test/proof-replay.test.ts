@@ -107,7 +107,10 @@ describe('failure proofs: replay and retention', () => {
 
     // The row of version 2 is pruned (as the relay's prune job deletes published rows past retention) …
     const v2 = published[1]?.id;
-    const { rows } = await db.pool.query(`DELETE FROM ${s}.outbox WHERE id = $1 AND published_at IS NOT NULL RETURNING *`, [v2]);
+    const { rows } = await db.pool.query(
+      `DELETE FROM ${s}.outbox o WHERE o.id = $1 AND EXISTS (SELECT 1 FROM ${s}.outbox_published d WHERE d.seq = o.seq) RETURNING o.*`,
+      [v2],
+    );
     assert.equal(rows.length, 1);
     // … the duplicate window passes, and the same event (id, key, version) is sent again.
     await sleep(windowMs + 500);

@@ -107,7 +107,7 @@ describe('relay NATS circuit with rows on unbound subjects', () => {
         `${subjects} unbound subjects, ${badIds.length} bad keys: healthy p50 ${p50.toFixed(1)} ms, p99 ${p99.toFixed(1)} ms over ${latencies.length} events`,
       );
       const { rows } = await db.pool.query<{ tried: number }>(
-        `SELECT count(*)::int AS tried FROM ${quoteIdentifier(db.schema)}.outbox WHERE id = ANY($1) AND attempts >= 1 AND published_at IS NULL`,
+        `SELECT count(*)::int AS tried FROM ${quoteIdentifier(db.schema)}.outbox_events WHERE id = ANY($1) AND attempts >= 1 AND published_at IS NULL`,
         [badIds],
       );
       assert.equal(rows[0]?.tried, badIds.length, 'every bad row was tried and failed');

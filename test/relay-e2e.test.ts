@@ -4,6 +4,7 @@ import { type Logger, quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
 import { compileRelayOptions, createRelay, type Relay, retrySpanMs } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
 import { StorageType } from '@nats-io/jetstream';
+import { markPending } from './delivery-state.js';
 import { assertExactlyOnceInKeyOrder, countPending, publishEvents, readStream } from './relay-helpers.js';
 
 describe('relay end to end', () => {
@@ -56,9 +57,10 @@ describe('relay end to end', () => {
     // Reset one published row to unpublished: the re-send gets a duplicate PubAck and the row is marked again.
     const s = quoteIdentifier(db.schema);
     const { rows } = await db.pool.query<{ seq: string; id: string }>(
-      `UPDATE ${s}.outbox SET published_at = NULL WHERE seq = (SELECT min(seq) FROM ${s}.outbox) RETURNING seq, id`,
+      `SELECT seq, id FROM ${s}.outbox WHERE seq = (SELECT min(seq) FROM ${s}.outbox)`,
     );
     assert.equal(rows.length, 1);
+    assert.equal(await markPending(db.pool, db.schema, 'o.seq = $1', [rows[0]?.seq]), 1, 'the published row is pending again');
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 10_000, what: 'the re-sent row to be marked' });
     const events = await readStream(stream.nc, stream.name);
     assert.equal(events.filter((e) => e.id === rows[0]?.id).length, 1, 'the re-send was dropped by JetStream as a duplicate');

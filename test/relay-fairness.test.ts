@@ -62,8 +62,10 @@ describe('relay claims are fair across lanes', () => {
 
     // When each single-row lane's row went out, lane 0 had most of its rows still to send.
     const { rows } = await f.db.pool.query<{ lane: number; before: number }>(
-      `SELECT o.lane, (SELECT count(*)::int FROM ${s}.outbox z WHERE z.lane = 0 AND z.published_at < o.published_at) AS before
-         FROM ${s}.outbox o WHERE o.lane <> 0 ORDER BY o.lane`,
+      `SELECT o.lane,
+              (SELECT count(*)::int FROM ${s}.outbox z JOIN ${s}.outbox_published zd ON zd.seq = z.seq
+                WHERE z.lane = 0 AND zd.published_at < d.published_at) AS before
+         FROM ${s}.outbox o JOIN ${s}.outbox_published d ON d.seq = o.seq WHERE o.lane <> 0 ORDER BY o.lane`,
     );
     assert.equal(rows.length, 3);
     for (const r of rows) assert.ok(r.before < 150, `lane ${r.lane}'s row waited for ${r.before} of lane 0's 300 rows`);

@@ -127,9 +127,7 @@ export function describeCopies(events: StreamEvent[], id: string): string {
 }
 
 export async function countPending(pool: pg.Pool, schema: string): Promise<number> {
-  const { rows } = await pool.query<{ n: string }>(
-    `SELECT count(*)::text AS n FROM ${quoteIdentifier(schema)}.outbox WHERE published_at IS NULL`,
-  );
+  const { rows } = await pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${quoteIdentifier(schema)}.outbox_pending`);
   return Number(rows[0]?.n ?? 0);
 }
 
@@ -199,7 +197,7 @@ export async function waitsDuring(
   const { rows } = await pool.query<{ n: string; max_ms: number | null; p99_ms: number | null }>(
     `SELECT count(*)::text AS n, max(extract(epoch FROM published_at - created_at) * 1000)::float8 AS max_ms,
             percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM published_at - created_at) * 1000)::float8 AS p99_ms
-       FROM ${quoteIdentifier(schema)}.outbox WHERE created_at BETWEEN to_timestamp($1 / 1000.0) AND to_timestamp($2 / 1000.0)`,
+       FROM ${quoteIdentifier(schema)}.outbox_events WHERE created_at BETWEEN to_timestamp($1 / 1000.0) AND to_timestamp($2 / 1000.0)`,
     [from, to],
   );
   return { n: Number(rows[0]?.n ?? 0), maxMs: rows[0]?.max_ms ?? Number.POSITIVE_INFINITY, p99Ms: rows[0]?.p99_ms ?? 0 };

@@ -9,6 +9,7 @@ import { createPublisher } from '@ferry/publisher';
 import { claimBatchSql, createRelay, type Relay, type RelayOptions } from '@ferry/relay';
 import { laneCursors } from '@ferry/relay/testing';
 import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { markPublished, setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { publishEvents, readStream } from './relay-helpers.js';
 
@@ -77,7 +78,7 @@ describe('relay per-key order in the stream under poison', () => {
     return waitFor(
       async () => {
         const { rows } = await db.pool.query<{ attempts: number; last_error: string }>(
-          `SELECT attempts, last_error FROM ${s}.outbox WHERE id = $1 AND dead_at IS NOT NULL`,
+          `SELECT attempts, last_error FROM ${s}.outbox_events WHERE id = $1 AND dead_at IS NOT NULL`,
           [id],
         );
         return rows[0];
@@ -90,7 +91,9 @@ describe('relay per-key order in the stream under poison', () => {
     const s = quoteIdentifier(db.schema);
     await waitFor(
       async () => {
-        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = ANY ($1::uuid[]) AND published_at IS NULL`, [ids]);
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox_events WHERE id = ANY ($1::uuid[]) AND published_at IS NULL`, [
+          ids,
+        ]);
         return rows.length === 0;
       },
       { timeoutMs: 20_000, what },
@@ -176,9 +179,10 @@ describe('relay per-key order in the stream under poison', () => {
       await sleep(1000);
     }
     await waitPublished(db, healthy, 'every healthy event');
-    const { rows } = await db.pool.query<{ attempts: number }>(`SELECT attempts FROM ${quoteIdentifier(db.schema)}.outbox WHERE id = $1`, [
-      unroutable.id,
-    ]);
+    const { rows } = await db.pool.query<{ attempts: number }>(
+      `SELECT attempts FROM ${quoteIdentifier(db.schema)}.outbox_events WHERE id = $1`,
+      [unroutable.id],
+    );
     assert.ok((rows[0]?.attempts ?? 0) >= 5, `the unroutable row kept retrying on its own (${rows[0]?.attempts} attempts)`);
     assert.deepEqual(circuit, [], 'the circuit never left closed');
     assert.match(await (entry.relay as Relay).metrics(), /ferry_circuit_state 0/);
@@ -187,10 +191,11 @@ describe('relay per-key order in the stream under poison', () => {
 
   test('relay order - a claim skips a blocked key with one probe however many rows wait behind it', async (t) => {
     const { db, s } = await setup('order_claimcost');
-    // Rows the claim reads from the outbox (every scan node's rows times its loops, and the rows its
-    // filters dropped: a count, not a time, and unlike buffers not moved by the index's depth): 200
-    // other keys, without and with 50,000 rows of one key waiting behind its dead head, all in the one
-    // lane and ahead of the others in seq order.
+    // Rows the claim reads from the outbox and its pending table (outbox migration 000015: the walk is
+    // on outbox_pending, the event row read for the rows claimed; every scan node's rows times its
+    // loops, and the rows its filters dropped: a count, not a time, and unlike buffers not moved by the
+    // index's depth): 200 other keys, without and with 50,000 rows of one key waiting behind its dead
+    // head, all in the one lane and ahead of the others in seq order.
     const rowsRead = async () => {
       interface PlanNode {
         'Relation Name'?: string;
@@ -202,12 +207,20 @@ describe('relay per-key order in the stream under poison', () => {
       const { rows } = await db.pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
         `EXPLAIN (ANALYZE, FORMAT JSON) ${claimBatchSql(s).replaceAll('$1', "'{0}'").replaceAll('$2', '\'{""}\'').replaceAll('$3', "'{}'").replaceAll('$4', '500').replaceAll('$5', '5000').replaceAll('$6', '1048576').replaceAll('$7', '67108864').replaceAll('$8', "'t'")}`,
       );
-      const sum = (n: PlanNode | undefined): number =>
-        n === undefined
-          ? 0
-          : (n['Relation Name'] === 'outbox' ? (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops'] : 0) +
-            (n.Plans ?? []).reduce((a, c) => a + sum(c), 0);
-      return sum(rows[0]?.['QUERY PLAN'][0]?.Plan);
+      const byRelation = new Map<string, number>();
+      const sum = (n: PlanNode | undefined): number => {
+        if (n === undefined) return 0;
+        const relation = n['Relation Name'];
+        const read =
+          relation === 'outbox' || relation === 'outbox_pending'
+            ? (n['Actual Rows'] + (n['Rows Removed by Filter'] ?? 0)) * n['Actual Loops']
+            : 0;
+        if (relation !== undefined) byRelation.set(relation, (byRelation.get(relation) ?? 0) + read);
+        return read + (n.Plans ?? []).reduce((a, c) => a + sum(c), 0);
+      };
+      const total = sum(rows[0]?.['QUERY PLAN'][0]?.Plan);
+      t.diagnostic(`rows read by relation: ${JSON.stringify(Object.fromEntries(byRelation))}`);
+      return total;
     };
     // The claim walks only lanes its caller ('t' here) holds with an unexpired lease.
     // An owner with a heartbeat the relay floor admits (outbox migration 000013), expired: not a live instance.
@@ -220,25 +233,29 @@ describe('relay per-key order in the stream under poison', () => {
       SELECT gen_random_uuid(), 'other-' || g, 1, 'x.y', 'T', 'test', 'application/json', '\\x7b7d', now() FROM generate_series(1, 200) g`;
     // Without: the same 50,000 rows already published (a table of the same size, so the planner
     // takes the same paths), with: pending behind the dead head.
-    const hot = (published: boolean) =>
-      db.pool.query(`INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at, attempts, dead_at, published_at)
-        SELECT gen_random_uuid(), 'hot', g, 'x.y', 'T', 'test', 'application/json', '\\x7b7d', now(),
-               CASE WHEN g = 1 THEN 1 ELSE 0 END, CASE WHEN g = 1 THEN now() END, ${published ? 'now()' : 'NULL'}
+    const hot = async (published: boolean) => {
+      await db.pool.query(`INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at)
+        SELECT gen_random_uuid(), 'hot', g, 'x.y', 'T', 'test', 'application/json', '\\x7b7d', now()
           FROM generate_series(1, 50000) g`);
+      // The head dead at its first attempt; then, without, every row of the key published.
+      await setFailed(db.pool, db.schema, `o.key = 'hot' AND o.version = 1`, [], { attempts: 1, dead: true });
+      if (published) await markPublished(db.pool, db.schema, `o.key = 'hot'`);
+    };
+    const vacuum = () => db.pool.query(`VACUUM ANALYZE ${s}.outbox, ${s}.outbox_pending, ${s}.outbox_published`);
     await hot(true);
     await db.pool.query(others);
-    await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+    await vacuum();
     const unblocked = await rowsRead();
     await db.pool.query(`DELETE FROM ${s}.outbox`);
     await hot(false);
     await db.pool.query(others);
-    await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+    await vacuum();
     const blocked = await rowsRead();
     assert.ok(
       unblocked >= 400 && unblocked <= 1000,
       `the claim read ${unblocked} rows for 200 keys of one row each (a probe, a head, a row)`,
     );
-    t.diagnostic(`the claim read ${unblocked} outbox rows for 200 keys, ${blocked} with 50,000 rows behind a dead head`);
+    t.diagnostic(`the claim read ${unblocked} outbox and outbox_pending rows for 200 keys, ${blocked} with 50,000 rows behind a dead head`);
     assert.ok(blocked <= unblocked + 50, `the claim read ${blocked} rows with the blocked key, ${unblocked} without`);
     const claimed = await db.pool.query<{ key: string }>(claimBatchSql(s), [[0], [''], [], 500, 5000, 1_048_576, 67_108_864, 't']);
     assert.equal(claimed.rows.length, 200, 'every other key is claimed');

@@ -52,7 +52,9 @@ describe('relay poison events and the dead-letter commands', () => {
     const s = quoteIdentifier(db.schema);
     await waitFor(
       async () => {
-        const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at IS NOT NULL`);
+        const { rows } = await db.pool.query<{ n: string }>(
+          `SELECT count(*)::text AS n FROM ${s}.outbox_events WHERE published_at IS NOT NULL`,
+        );
         return Number(rows[0]?.n) === 2000;
       },
       { timeoutMs: 30_000, what: 'the 2,000 healthy events to be published' },
@@ -64,7 +66,7 @@ describe('relay poison events and the dead-letter commands', () => {
     assert.ok(!ids.has(poison.id) && !ids.has(behind.id));
 
     const { rows } = await db.pool.query<{ id: string; dead_at: Date | null; attempts: number; last_error: string | null }>(
-      `SELECT id::text, dead_at, attempts, last_error FROM ${s}.outbox WHERE key = 'poison' ORDER BY seq`,
+      `SELECT id::text, dead_at, attempts, last_error FROM ${s}.outbox_events WHERE key = 'poison' ORDER BY seq`,
     );
     assert.ok(rows[0]?.dead_at, 'the poison event is dead');
     assert.equal(rows[0]?.attempts, 1, 'dead at the first attempt: retrying cannot help');
@@ -89,13 +91,13 @@ describe('relay poison events and the dead-letter commands', () => {
     const s = quoteIdentifier(db.schema);
     await waitFor(
       async () => {
-        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE key = 'poison' AND published_at IS NULL`);
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox_events WHERE key = 'poison' AND published_at IS NULL`);
         return rows.length === 0;
       },
       { timeoutMs: 10_000, what: 'the event behind the discarded one to be published' },
     );
     const { rows } = await db.pool.query<{ dead_at: Date | null; last_error: string }>(
-      `SELECT dead_at, last_error FROM ${s}.outbox WHERE key = 'poison' ORDER BY seq LIMIT 1`,
+      `SELECT dead_at, last_error FROM ${s}.outbox_events WHERE key = 'poison' ORDER BY seq LIMIT 1`,
     );
     assert.ok(rows[0]?.dead_at, 'the discarded row is kept, still marked dead');
     assert.match(rows[0]?.last_error ?? '', /^discarded by ferry dlq discard/);
@@ -129,12 +131,12 @@ describe('relay poison events and the dead-letter commands', () => {
     const s = quoteIdentifier(db.schema);
     await waitFor(
       async () => {
-        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = $1 AND dead_at IS NOT NULL`, [orphan.id]);
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox_events WHERE id = $1 AND dead_at IS NOT NULL`, [orphan.id]);
         return rows.length === 1;
       },
       { timeoutMs: 15_000, what: 'the orphan event to be dead' },
     );
-    const { rows } = await db.pool.query<{ last_error: string }>(`SELECT last_error FROM ${s}.outbox WHERE id = $1`, [orphan.id]);
+    const { rows } = await db.pool.query<{ last_error: string }>(`SELECT last_error FROM ${s}.outbox_events WHERE id = $1`, [orphan.id]);
     assert.match(rows[0]?.last_error ?? '', /^(no_responders|timeout):/);
     await stream.jsm.streams.add({ name: 'NOSTREAM', subjects: ['nostream.>'] });
     const r = await ferry('dlq', 'retry', orphan.id, '--yes', '--database-url', db.url, '--schema', db.schema);
@@ -142,7 +144,7 @@ describe('relay poison events and the dead-letter commands', () => {
     assert.deepEqual(r.out, [`retried ${orphan.id}`]);
     await waitFor(
       async () => {
-        const res = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = $1 AND published_at IS NOT NULL AND dead_at IS NULL`, [
+        const res = await db.pool.query(`SELECT 1 FROM ${s}.outbox_events WHERE id = $1 AND published_at IS NOT NULL AND dead_at IS NULL`, [
           orphan.id,
         ]);
         return res.rows.length === 1;
@@ -174,7 +176,7 @@ describe('relay poison events and the dead-letter commands', () => {
     const first = await withTransaction(db.pool, (tx) => publisher.publish(tx, { subject: 'later.a', key: 'held', type: 'T', data: 1 }));
     await waitFor(
       async () => {
-        const { rows } = await db.pool.query<{ attempts: number }>(`SELECT attempts FROM ${s}.outbox WHERE id = $1`, [first.id]);
+        const { rows } = await db.pool.query<{ attempts: number }>(`SELECT attempts FROM ${s}.outbox_events WHERE id = $1`, [first.id]);
         return (rows[0]?.attempts ?? 0) > 0;
       },
       { timeoutMs: 10_000, what: 'the first attempt to fail (no stream for later.a yet)' },
@@ -185,18 +187,22 @@ describe('relay poison events and the dead-letter commands', () => {
     const others = await publishEvents(db.pool, db.schema, stream.prefix, 200, { keys: 200, keyPrefix: 'free' });
     await waitFor(
       async () => {
-        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = ANY ($1::uuid[]) AND published_at IS NULL`, [others]);
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox_events WHERE id = ANY ($1::uuid[]) AND published_at IS NULL`, [
+          others,
+        ]);
         return rows.length === 0;
       },
       { timeoutMs: 15_000, what: 'the other keys to flow' },
     );
-    const held = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE id = $1 AND published_at IS NULL AND attempts = 0`, [second.id]);
+    const held = await db.pool.query(`SELECT 1 FROM ${s}.outbox_events WHERE id = $1 AND published_at IS NULL AND attempts = 0`, [
+      second.id,
+    ]);
     assert.equal(held.rows.length, 1, 'the later row of the key waits, untried, while the earlier one backs off');
 
     await stream.jsm.streams.add({ name: 'LATER', subjects: ['later.>'] });
     await waitFor(
       async () => {
-        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox WHERE key = 'held' AND published_at IS NULL`);
+        const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.outbox_events WHERE key = 'held' AND published_at IS NULL`);
         return rows.length === 0;
       },
       { timeoutMs: 20_000, what: 'both rows of the key to be published once the stream exists' },

@@ -46,7 +46,7 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
 
   async function published(): Promise<number> {
     const { rows } = await db.pool.query<{ n: string }>(
-      `SELECT count(*)::text AS n FROM ${quoteIdentifier(db.schema)}.outbox WHERE published_at IS NOT NULL`,
+      `SELECT count(*)::text AS n FROM ${quoteIdentifier(db.schema)}.outbox_events WHERE published_at IS NOT NULL`,
     );
     return Number(rows[0]?.n);
   }
@@ -106,7 +106,7 @@ describe('relay as a process: kill, drain, logs, HTTP', () => {
     assert.match(p.output(), /"event":"stopped"/);
     const inStream = new Set((await readStream(stream.nc, stream.name)).map((e) => e.id));
     const { rows } = await db.pool.query<{ id: string }>(
-      `SELECT id::text FROM ${quoteIdentifier(db.schema)}.outbox WHERE published_at IS NULL`,
+      `SELECT id::text FROM ${quoteIdentifier(db.schema)}.outbox_events WHERE published_at IS NULL`,
     );
     assert.ok(rows.length > 0, 'the drain stopped before the backlog was empty (the test shows a mid-run stop)');
     const acknowledgedButUnmarked = rows.filter((r) => inStream.has(r.id));

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { quoteIdentifier, relayBossSchemaFor } from '@ferry/core';
+import { quoteIdentifier, relayBossSchemaFor, withTransaction } from '@ferry/core';
 import { createRelay, type Relay, type RelayEvents } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { markPending, setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { countPending, publishEvents } from './relay-helpers.js';
 
@@ -97,9 +98,13 @@ describe('relay maintenance through pg-boss', () => {
     await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, { timeoutMs: 15_000, what: 'the events to be published' });
     const s = quoteIdentifier(db.schema);
     // A dead row is unpublished however old it is: the relay leaves it alone and prune must too.
-    const dead = await db.pool.query<{ id: string }>(
-      `UPDATE ${s}.outbox SET published_at = NULL, dead_at = now(), attempts = 1 WHERE seq = (SELECT max(seq) FROM ${s}.outbox) RETURNING id::text`,
-    );
+    const dead = await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.outbox WHERE seq = (SELECT max(seq) FROM ${s}.outbox)`);
+    const lastSeq = `o.seq = (SELECT max(seq) FROM ${s}.outbox)`;
+    // Pending again and dead in one transaction, as the one update did: no relay can take it in between.
+    await withTransaction(db.pool, async (tx) => {
+      assert.equal(await markPending(tx, db.schema, lastSeq, []), 1);
+      assert.equal(await setFailed(tx, db.schema, lastSeq, [], { attempts: 1, dead: true }), 1);
+    });
     assert.equal(await relay.prune(), 0, 'just published rows are inside the 1 s window');
     await sleep(1200);
     assert.equal(await relay.prune(), 49);

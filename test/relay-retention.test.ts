@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import { isConfigError, isValidationError, quoteIdentifier } from '@ferry/core';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream } from '@ferry/testkit';
+import { markPublished } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { publishEvents } from './relay-helpers.js';
 
@@ -18,7 +19,7 @@ before(async () => {
   stream = await createTestStream({ prefix: 'relayret' });
   s = quoteIdentifier(db.schema);
   await publishEvents(db.pool, db.schema, stream.prefix, 20, { keys: 4 });
-  await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() - interval '1 hour'`);
+  assert.equal(await markPublished(db.pool, db.schema, 'true', [], `now() - interval '1 hour'`), 20);
 });
 after(async () => {
   await stream.close();

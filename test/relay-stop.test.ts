@@ -43,7 +43,7 @@ test('relay - stop() mid-drain returns only after every row it sent is acked and
     } finally {
       await relay.stop();
     }
-    const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox WHERE published_at IS NOT NULL`);
+    const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox_events WHERE published_at IS NOT NULL`);
     const info = await stream.jsm.streams.info(stream.name);
     stops.push({ published: rows[0]?.n ?? -1, inStream: info.state.messages });
   }

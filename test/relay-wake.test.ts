@@ -82,7 +82,7 @@ describe('relay wake-up', () => {
     await publishEvents(db.pool, db.schema, stream.prefix, 20, { keys: 5, perTx: 5 });
     const relay = await start(false);
     await waitFor(
-      async () => Number((await db.pool.query(`SELECT count(*) FROM ${s}.outbox WHERE published_at IS NULL`)).rows[0].count) === 0,
+      async () => Number((await db.pool.query(`SELECT count(*) FROM ${s}.outbox_events WHERE published_at IS NULL`)).rows[0].count) === 0,
       {
         timeoutMs: 10_000,
         what: 'the first claim to drain the backlog',

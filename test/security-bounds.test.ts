@@ -152,7 +152,9 @@ describe('relay memory is bounded with large payloads', () => {
         async () => {
           const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'));
           peakKb = Math.max(peakKb, Number(m?.[1] ?? 0));
-          const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox WHERE published_at IS NULL`);
+          const { rows } = await db.pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM ${s}.outbox_events WHERE published_at IS NULL`,
+          );
           return rows[0]?.n === 0;
         },
         { timeoutMs: 120_000, what: 'the 1 MB backlog drained' }, // a bound on memory, not on speed: the suite's heaviest tests may run beside it,

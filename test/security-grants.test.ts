@@ -135,8 +135,15 @@ describe('least privilege: --print-grants roles run the whole path', () => {
       `SELECT ${s}.publish_event_ok('k', 'a.b', 't', 's', 'application/json', '{}')`,
       `SELECT * FROM ${s}.publish_event_full(gen_random_uuid(), 'k', NULL, 'a.b', 't', 's', 'application/json', '\\x00', '{}', now(), NULL, false)`,
       `SELECT * FROM ${s}.outbox`,
-      `UPDATE ${s}.outbox SET attempts = 0`,
+      `UPDATE ${s}.outbox SET version = 0`,
       `DELETE FROM ${s}.outbox`,
+      `SELECT * FROM ${s}.outbox_pending`,
+      `UPDATE ${s}.outbox_pending SET attempts = 0`,
+      `DELETE FROM ${s}.outbox_pending`,
+      `INSERT INTO ${s}.outbox_pending (seq, lane, key) VALUES (999999, 0, 'k')`,
+      `SELECT * FROM ${s}.outbox_published`,
+      `INSERT INTO ${s}.outbox_published (seq) VALUES (999999)`,
+      `SELECT * FROM ${s}.outbox_events`,
       `SELECT * FROM ${s}.key_versions`,
       `UPDATE ${s}.key_versions SET version = 0`,
       `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, headers, occurred_at) VALUES (gen_random_uuid(), 'k', 99, 'a.b', 't', 's', 'application/json', '\\x00', '{}', now())`,
@@ -209,8 +216,14 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     }
     assert.deepEqual(errors, []);
     const pool = poolAs(roles.relay);
-    const deleted = await pool.query(`DELETE FROM ${quoteIdentifier(db.schema)}.outbox WHERE published_at IS NOT NULL`);
+    const s = quoteIdentifier(db.schema);
+    const deleted = await pool.query(`DELETE FROM ${s}.outbox o WHERE o.seq IN (SELECT d.seq FROM ${s}.outbox_published d)`);
     assert.equal(deleted.rowCount, 22);
+    // Their delivery state goes with them (by trigger, with the relay role's own grants).
+    const { rows: left } = await db.pool.query<{ n: number }>(
+      `SELECT (SELECT count(*) FROM ${s}.outbox_published)::int + (SELECT count(*) FROM ${s}.outbox_pending)::int AS n`,
+    );
+    assert.equal(left[0]?.n, 0);
   });
 
   test('security - the inbox role consumes and applies with its own handler table granted', async () => {

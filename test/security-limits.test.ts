@@ -11,6 +11,7 @@ import { createPublisher } from '@ferry/publisher';
 import { main } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl, type TestDatabase, type TestStream, uniqueName, waitFor } from '@ferry/testkit';
 import pg from 'pg';
+import { markPublished } from './delivery-state.js';
 import { readStream, spawnRelay } from './relay-helpers.js';
 
 const MAX_EVENT_BYTES = 64 * 1024 * 1024;
@@ -198,9 +199,10 @@ describe('a stored row too large to hold stops no relay and no command', () => {
       await waitFor(
         async () => {
           peakKb = Math.max(peakKb, Number(/^VmHWM:\s+(\d+) kB/m.exec(await readStatus(relay.proc.pid))?.[1] ?? 0));
-          const { rows } = await db.pool.query<{ dead: boolean }>(`SELECT dead_at IS NOT NULL AS dead FROM ${s}.outbox WHERE id = $1`, [
-            hugeId,
-          ]);
+          const { rows } = await db.pool.query<{ dead: boolean }>(
+            `SELECT dead_at IS NOT NULL AS dead FROM ${s}.outbox_events WHERE id = $1`,
+            [hugeId],
+          );
           return rows[0]?.dead === true;
         },
         { timeoutMs: 30_000, what: 'the huge row dead' },
@@ -218,8 +220,8 @@ describe('a stored row too large to hold stops no relay and no command', () => {
       );
       assert.equal(relay.proc.exitCode, null, `the relay is still running:\n${relay.output()}`);
       const { rows } = await db.pool.query<{ last_error: string; behind: string }>(
-        `SELECT o.last_error, (SELECT count(*) FROM ${s}.outbox b WHERE b.key = 'huge' AND b.published_at IS NULL AND b.dead_at IS NULL)::text AS behind
-           FROM ${s}.outbox o WHERE o.id = $1`,
+        `SELECT o.last_error, (SELECT count(*) FROM ${s}.outbox_events b WHERE b.key = 'huge' AND b.published_at IS NULL AND b.dead_at IS NULL)::text AS behind
+           FROM ${s}.outbox_events o WHERE o.id = $1`,
         [hugeId],
       );
       assert.match(
@@ -256,7 +258,7 @@ describe('a stored row too large to hold stops no relay and no command', () => {
     const carried = Buffer.from(row.data, 'base64').length;
     assert.ok(carried > 0 && carried <= 1024 * 1024, `dlq show carries at most 1 MiB of data, got ${carried} bytes`);
     // `ferry replay` selects published rows only: as if the row had gone out under a larger max_payload.
-    await db.pool.query(`UPDATE ${s}.outbox SET published_at = now(), dead_at = NULL WHERE id = $1`, [hugeId]);
+    assert.equal(await markPublished(db.pool, db.schema, 'o.id = $1', [hugeId]), 1);
     const replay = await cli([
       'replay',
       '--database-url',
@@ -323,7 +325,7 @@ describe('rows of large headers stop no relay either', () => {
         async () => {
           peakKb = Math.max(peakKb, Number(/^VmHWM:\s+(\d+) kB/m.exec(await readStatus(relay.proc.pid))?.[1] ?? 0));
           assert.equal(relay.proc.exitCode, null, `the relay died:\n${relay.output().slice(-2000)}`);
-          const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox WHERE dead_at IS NULL`);
+          const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox_events WHERE dead_at IS NULL`);
           return rows[0]?.n === 0;
         },
         { timeoutMs: 120_000, what: 'every header-heavy row dead (each is over max_payload)' },
@@ -332,7 +334,7 @@ describe('rows of large headers stop no relay either', () => {
       t.diagnostic(`relay peak RSS ${Math.round(peakKb / 1024)} MB over ${ROWS} rows of 1 MiB of headers`);
       assert.equal(relay.proc.exitCode, null, `the relay is still running:\n${relay.output().slice(-2000)}`);
       const { rows } = await db.pool.query<{ reason: string; n: number }>(
-        `SELECT split_part(last_error, ':', 1) AS reason, count(*)::int AS n FROM ${s}.outbox GROUP BY 1`,
+        `SELECT split_part(last_error, ':', 1) AS reason, count(*)::int AS n FROM ${s}.outbox_events GROUP BY 1`,
       );
       assert.deepEqual(rows, [{ reason: 'max_payload', n: ROWS }], 'each is over max_payload, and dead for that reason');
     } finally {

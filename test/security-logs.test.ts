@@ -168,7 +168,7 @@ describe('secrets are redacted and payloads stay at debug in every process', () 
       await waitFor(
         async () => {
           const { rows } = await db.pool.query<{ n: number }>(
-            `SELECT count(*)::int AS n FROM "${db.schema}".outbox WHERE published_at IS NULL AND dead_at IS NULL`,
+            `SELECT count(*)::int AS n FROM "${db.schema}".outbox_events WHERE published_at IS NULL AND dead_at IS NULL`,
           );
           return rows[0]?.n === 0;
         },

@@ -16,6 +16,7 @@ import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, NatsServer, type TestDatabase, uniqueName, waitFor } from '@ferry/testkit';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { type ConnectionOptions, connect, credsAuthenticator, headers, nkeys } from '@nats-io/transport-node';
+import { markPublished } from './delivery-state.js';
 import { FERRY_BIN, spawnRelay } from './relay-helpers.js';
 
 type KeyPair = ReturnType<typeof nkeys.createUser>;
@@ -148,7 +149,7 @@ describe('NATS credentials: every auth mode works for the CLI and the inbox; wro
     await withTransaction(db.pool, (tx) =>
       createPublisher({ schema: db.schema, source: 'sec' }).publish(tx, { subject: 'secnats.x', key: 'k', type: 'T', data: {} }),
     );
-    await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.outbox SET published_at = now()`);
+    assert.equal(await markPublished(db.pool, db.schema, 'true', []), 1);
     // One after the other: parallel starts pick free ports concurrently and can collide.
     users = await NatsServer.start({
       config: `authorization { users: [ { user: "ferry", password: "${SECRETS.password}" }, { nkey: "${nkeyUser.getPublicKey()}" } ] }`,

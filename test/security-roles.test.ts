@@ -12,6 +12,7 @@ import { main } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
+import { setFailed } from './delivery-state.js';
 import { publishEvents } from './relay-helpers.js';
 
 async function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
@@ -156,16 +157,63 @@ describe('least privilege: no role can hurt another role’s work', () => {
     );
   });
 
-  test('roles - the relay updates only the delivery columns of the outbox', async () => {
+  test('roles - the relay never changes an event: it updates only the delivery state, in outbox_pending and outbox_published', async () => {
     const relay = as(roles.relay);
-    for (const column of ['subject', 'data', 'key', 'version', 'type', 'source', 'headers', 'id', 'occurred_at', 'created_at']) {
+    // Since outbox migration 000015 no column of the event row is the relay's to update.
+    // (seq, an identity column, and lane, a generated one, are refused by PostgreSQL whoever asks: the
+    // privilege check after the loop covers them.)
+    for (const column of [
+      'subject',
+      'data',
+      'key',
+      'version',
+      'type',
+      'source',
+      'content_type',
+      'headers',
+      'id',
+      'occurred_at',
+      'created_at',
+    ]) {
       assert.equal(await outcome(relay, `UPDATE ${s}.outbox SET ${column} = ${column}`), DENIED, column);
     }
+    const privileges = await db.pool.query<{ table_update: boolean; any_column_update: boolean; pending_insert: boolean }>(
+      `SELECT has_table_privilege($1, $2, 'UPDATE') AS table_update, has_any_column_privilege($1, $2, 'UPDATE') AS any_column_update,
+              has_table_privilege($1, $3, 'INSERT') AS pending_insert`,
+      [roles.relay, `${s}.outbox`, `${s}.outbox_pending`],
+    );
+    assert.deepEqual(
+      privileges.rows,
+      [{ table_update: false, any_column_update: false, pending_insert: false }],
+      'no UPDATE of any outbox column',
+    );
     const insert = `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
       VALUES (gen_random_uuid(), 'k', 99, 'a.b', 't', 's', 'application/json', '\\x00', '{}', now())`;
     assert.equal(await outcome(relay, insert), DENIED);
-    for (const column of ['published_at', 'attempts', 'next_attempt_at', 'last_error', 'dead_at']) {
-      assert.equal(await outcome(relay, `UPDATE ${s}.outbox SET ${column} = ${column}`), 'ok (4 rows)', column);
+    // Nor can it make an event pending (only a committed event is, by the outbox's trigger), or rewrite a delivered one.
+    assert.equal(await outcome(relay, `INSERT INTO ${s}.outbox_pending (seq, lane, key) VALUES (999999, 0, 'k')`), DENIED);
+    assert.equal(await outcome(relay, `UPDATE ${s}.outbox_published SET attempts = attempts`), DENIED);
+    // A failure record: the delivery state of the pending rows.
+    for (const column of ['attempts', 'next_attempt_at', 'last_error', 'dead_at']) {
+      assert.equal(await outcome(relay, `UPDATE ${s}.outbox_pending SET ${column} = ${column}`), 'ok (4 rows)', column);
+    }
+    // The mark (delete the pending row, record it published) and reading every state, rolled back.
+    const client = await relay.connect();
+    try {
+      await client.query('BEGIN');
+      const marked = await client.query(
+        `WITH done AS (DELETE FROM ${s}.outbox_pending p WHERE p.seq = (SELECT min(seq) FROM ${s}.outbox) RETURNING p.seq, p.attempts, p.last_error)
+         INSERT INTO ${s}.outbox_published (seq, attempts, last_error) SELECT d.seq, d.attempts, d.last_error FROM done d`,
+      );
+      assert.equal(marked.rowCount, 1);
+      const seen = await client.query<{ published: number; pending: number }>(
+        `SELECT count(*) FILTER (WHERE published_at IS NOT NULL)::int AS published, count(*) FILTER (WHERE published_at IS NULL)::int AS pending
+           FROM ${s}.outbox_events`,
+      );
+      assert.deepEqual(seen.rows, [{ published: 1, pending: 3 }]);
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
     }
     for (const sql of [
       `SELECT * FROM ${s}.key_versions`,
@@ -204,8 +252,14 @@ describe('least privilege: no role can hurt another role’s work', () => {
         `UPDATE ${relayBoss}.schedule SET cron = '0 0 1 1 *'`,
         `SELECT * FROM ${relayBoss}.job`,
         `SELECT * FROM ${s}.outbox`,
-        `UPDATE ${s}.outbox SET published_at = now()`,
+        `UPDATE ${s}.outbox SET version = version`,
         `DELETE FROM ${s}.outbox`,
+        `SELECT * FROM ${s}.outbox_pending`,
+        `UPDATE ${s}.outbox_pending SET attempts = 0`,
+        `DELETE FROM ${s}.outbox_pending`,
+        `SELECT * FROM ${s}.outbox_published`,
+        `INSERT INTO ${s}.outbox_published (seq) VALUES (999999)`,
+        `SELECT * FROM ${s}.outbox_events`,
         `SELECT * FROM ${s}.key_versions`,
         `SELECT * FROM ${s}.idempotency_keys`,
         `SELECT * FROM ${idemBoss}.schedule`,
@@ -263,6 +317,9 @@ describe('least privilege: no role can hurt another role’s work', () => {
         roles.publisher,
         [
           `SELECT * FROM ${s}.outbox`,
+          `SELECT * FROM ${s}.outbox_pending`,
+          `SELECT * FROM ${s}.outbox_published`,
+          `SELECT * FROM ${s}.outbox_events`,
           `SELECT * FROM ${s}.migrations`,
           `SELECT * FROM ${s}.inbox_versions`,
           `SELECT * FROM ${s}.idempotency_keys`,
@@ -274,6 +331,8 @@ describe('least privilege: no role can hurt another role’s work', () => {
         roles.idempotency,
         [
           `SELECT * FROM ${s}.outbox`,
+          `SELECT * FROM ${s}.outbox_pending`,
+          `SELECT * FROM ${s}.outbox_events`,
           `SELECT * FROM ${s}.key_versions`,
           `SELECT * FROM ${s}.inbox_versions`,
           `DELETE FROM ${s}.inbox_messages`,
@@ -311,8 +370,12 @@ describe('least privilege: no role can hurt another role’s work', () => {
   test('roles - the reader only reads: status, doctor, dlq list and migrate --dry-run work, writes are refused', async () => {
     const reader = as(roles.reader);
     for (const sql of [
-      `UPDATE ${s}.outbox SET attempts = 0`,
+      `UPDATE ${s}.outbox SET version = 0`,
       `DELETE FROM ${s}.outbox`,
+      `UPDATE ${s}.outbox_pending SET attempts = 0`,
+      `DELETE FROM ${s}.outbox_pending`,
+      `INSERT INTO ${s}.outbox_published (seq) VALUES (999999)`,
+      `DELETE FROM ${s}.outbox_published`,
       `INSERT INTO ${s}.settings (name, value) VALUES ('x', '1')`,
       `SELECT * FROM ${s}.published_ids`,
       `SELECT * FROM ${s}.inbox_versions`,
@@ -335,14 +398,14 @@ describe('least privilege: no role can hurt another role’s work', () => {
 
   test('roles - as the relay role, ferry dlq retry and discard, doctor and migrate --dry-run work', async () => {
     const ids = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.outbox ORDER BY seq LIMIT 2`)).rows.map((r) => r.id);
-    await db.pool.query(`UPDATE ${s}.outbox SET dead_at = now(), attempts = 5, last_error = 'boom' WHERE id = ANY ($1::uuid[])`, [ids]);
+    assert.equal(await setFailed(db.pool, db.schema, 'o.id = ANY ($1::uuid[])', [ids], { attempts: 5, lastError: 'boom', dead: true }), 2);
     const base = ['--database-url', roleUrl(db.url, roles.relay), '--schema', db.schema];
     const retried = await cli(['dlq', 'retry', ids[0] as string, '--yes', ...base]);
     assert.equal(retried.code, 0, retried.err);
     const discarded = await cli(['dlq', 'discard', ids[1] as string, '--yes', ...base]);
     assert.equal(discarded.code, 0, discarded.err);
     const { rows } = await db.pool.query<{ dead: boolean; published: boolean }>(
-      `SELECT dead_at IS NOT NULL AS dead, published_at IS NOT NULL AS published FROM ${s}.outbox WHERE id = ANY ($1::uuid[]) ORDER BY seq`,
+      `SELECT dead_at IS NOT NULL AS dead, published_at IS NOT NULL AS published FROM ${s}.outbox_events WHERE id = ANY ($1::uuid[]) ORDER BY seq`,
       [ids],
     );
     assert.deepEqual(rows, [

@@ -1,7 +1,8 @@
 // An upgrade in the middle of a backlog (issue 30: data-model changes must keep pending rows in
 // order): an outbox migrated and filled by the earlier release (scripts/build-old-release.sh), its
-// relay killed mid-drain with dead rows on record, then this release's migrate (000013, 000014:
-// the relay floor and the failed-rows index) and relay drain the rest.
+// relay killed mid-drain with dead rows on record, then this release's migrate (000013, 000014,
+// 000015: the relay floor, the failed-rows index, and the delivery state moved off the event rows
+// into outbox_pending and outbox_published) and relay drain the rest.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
@@ -51,14 +52,27 @@ describe('upgrade mid-backlog: an outbox filled and partly drained by the earlie
 
   const relayArgs = (extra: string[]) => testRelayArgs(schema, 2000, extra);
 
+  // The earlier release's rows carry their delivery state; this release's view shows it in the same columns.
+  let rowsWithState = 'outbox';
+
   async function counts(): Promise<{ published: number; dead: number; pending: number }> {
     const { rows } = await admin.query<{ published: number; dead: number; pending: number }>(
       `SELECT count(*) FILTER (WHERE published_at IS NOT NULL)::int AS published,
               count(*) FILTER (WHERE dead_at IS NOT NULL)::int AS dead,
               count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL)::int AS pending
-         FROM ${s}.outbox`,
+         FROM ${s}.${rowsWithState}`,
     );
     return rows[0] as { published: number; dead: number; pending: number };
+  }
+
+  /** Every row's delivery state, in seq order, as one text per row (a published row's next attempt means nothing, and 000015 does not keep it). */
+  async function deliveryStates(): Promise<string[]> {
+    const { rows } = await admin.query<{ r: string }>(
+      `SELECT format('%s|%s|%s|%s|%s|%s|%s|%s', seq, key, version, published_at, attempts,
+                     CASE WHEN published_at IS NULL THEN next_attempt_at END, last_error, dead_at) AS r
+         FROM ${s}.${rowsWithState} ORDER BY seq`,
+    );
+    return rows.map((x) => x.r);
   }
 
   test('upgrade - the earlier release migrates, publishes and half drains; this release migrates and drains the rest, every key in order, the dead rows kept', async () => {
@@ -109,18 +123,38 @@ describe('upgrade mid-backlog: an outbox filled and partly drained by the earlie
     await old.exited;
     const mid = await counts();
     assert.ok(mid.pending > EVENTS / 2, `the upgrade starts mid-backlog (${mid.pending} of ${EVENTS} rows pending)`);
+    const before = await deliveryStates();
 
     // 3. This release's migrate, on the rows the earlier one wrote.
     const upgraded = await ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]);
     assert.equal(upgraded.code, 0, upgraded.err);
     const status = await migrationStatus(admin, { schema, set: 'outbox' });
     assert.equal(status.current, status.latest, 'migrated to this release');
-    const { rows: idx } = await admin.query<{ valid: boolean }>(
-      `SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-        WHERE c.relname = 'outbox_failed_idx' AND c.relnamespace = $1::regnamespace`,
+    // Every row kept its delivery state (published when, attempts, next attempt, reason, dead), each
+    // pending one now a row of outbox_pending with its seq, so the keys' order is as it was.
+    rowsWithState = 'outbox_events';
+    assert.deepEqual(await deliveryStates(), before, 'each row has the delivery state the earlier release left it');
+    assert.deepEqual(await counts(), mid);
+    const { rows: moved } = await admin.query<{ pending: number; published: number; columns: string[] }>(
+      `SELECT (SELECT count(*)::int FROM ${s}.outbox_pending) AS pending, (SELECT count(*)::int FROM ${s}.outbox_published) AS published,
+              (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
+                WHERE a.attrelid = '${s}.outbox'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+                  AND a.attname IN ('published_at', 'attempts', 'next_attempt_at', 'last_error', 'dead_at')) AS columns`,
+    );
+    assert.deepEqual(moved, [{ pending: mid.pending + mid.dead, published: mid.published, columns: null }]);
+    const { rows: idx } = await admin.query<{ relname: string; valid: boolean }>(
+      `SELECT c.relname, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE c.relname IN ('outbox_pending_walk_idx', 'outbox_pending_failed_idx') AND c.relnamespace = $1::regnamespace ORDER BY 1`,
       [schema],
     );
-    assert.deepEqual(idx, [{ valid: true }], 'the failed-rows index of 000014 was built over the old rows');
+    assert.deepEqual(
+      idx,
+      [
+        { relname: 'outbox_pending_failed_idx', valid: true },
+        { relname: 'outbox_pending_walk_idx', valid: true },
+      ],
+      "the pending rows' indexes were built over the old rows",
+    );
 
     // 4. This release's relay drains the rest.
     const relay = spawnRelay(relayArgs([]));

@@ -32,6 +32,7 @@ import {
   spawnRelay,
   steadyLoad,
 } from './relay-helpers.js';
+import { undoPendingTable } from './schema-before.js';
 
 const TERM_MS = 2_000;
 
@@ -132,7 +133,7 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
         `SELECT count(*)::int AS n FROM ${quoteIdentifier(db.schema)}.relay_leases WHERE owner IS NOT NULL`,
       );
       assert.equal(owned[0]?.n, 0, 'no lane was ever leased to it');
-      assert.match(old.output(), /relay protocol unknown \(older than 2\).*admits relay protocol 2 or later/);
+      assert.match(old.output(), new RegExp(`relay protocol unknown \\(older than 2\\).*admits relay protocol ${RELAY_PROTOCOL} or later`));
 
       const alone = await statusInstances(db.schema);
       assert.equal(alone.instances.length, 1);
@@ -227,7 +228,11 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
     try {
       const old = startOld(schema);
       const first = await publishEvents(pool, schema, own.prefix, 20, { keys: 5, perTx: 5, keyPrefix: 'r' });
-      await waitFor(async () => (await countPending(pool, schema)) === 0, {
+      // Before outbox migration 000015 a row's delivery state is on the row.
+      const pendingAt12 = async () =>
+        (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${quoteIdentifier(schema)}.outbox WHERE published_at IS NULL`))
+          .rows[0]?.n;
+      await waitFor(async () => (await pendingAt12()) === 0, {
         timeoutMs: 60_000,
         what: 'the earlier relay to work before the upgrade',
       });
@@ -244,8 +249,8 @@ describe('version skew: an earlier relay on a schema migrated by this release', 
       const atCommit = await count();
       assert.deepEqual(
         result.applied.map((m) => m.version),
-        [13, 14],
-        'the relay floor (and the failed rows index after it) are new to a schema at 12',
+        [13, 14, 15],
+        'the relay floor (and the failed rows index and the pending table after it) are new to a schema at 12',
       );
       // It waited for the earlier relay's leases to run out: at most one term (and a statement's slack).
       assert.ok(migrateMs <= TERM_MS + 1_500, `the migration took ${Math.round(migrateMs)} ms with a ${TERM_MS} ms term`);
@@ -324,7 +329,9 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
       assert.equal(cli.code, 3, `exit 3 as for a newer schema: ${cli.err}`);
       assert.match(cli.err, /admits relay protocol 99 or later/);
     } finally {
-      await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.settings SET value = '2' WHERE name = 'relay_protocol_floor'`);
+      await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.settings SET value = $1 WHERE name = 'relay_protocol_floor'`, [
+        String(RELAY_PROTOCOL),
+      ]);
     }
   });
 
@@ -337,7 +344,9 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
         return true;
       });
     } finally {
-      await db.pool.query(`INSERT INTO ${quoteIdentifier(db.schema)}.settings (name, value) VALUES ('relay_protocol_floor', '2')`);
+      await db.pool.query(`INSERT INTO ${quoteIdentifier(db.schema)}.settings (name, value) VALUES ('relay_protocol_floor', $1)`, [
+        String(RELAY_PROTOCOL),
+      ]);
     }
   });
 
@@ -348,6 +357,7 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
     const holder = await db.pool.connect();
     try {
       // The schema at 12, as the release before the floor left it.
+      await undoPendingTable(db.pool, schema);
       await db.pool.query(`DROP TRIGGER relay_lease_floor ON ${s}.relay_leases; DROP FUNCTION ${s}.relay_lease_floor()`);
       await db.pool.query(`ALTER TABLE ${s}.relay_instances DROP COLUMN release, DROP COLUMN protocol`);
       await db.pool.query(`DELETE FROM ${s}.settings WHERE name = 'relay_protocol_floor'`);
@@ -371,7 +381,7 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
       const r = await migrate({ pool: db.pool, schema });
       assert.deepEqual(
         r.applied.map((m) => m.version),
-        [13, 14],
+        [13, 14, 15],
         'once that relay is gone, the migrations run',
       );
     } finally {

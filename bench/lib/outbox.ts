@@ -28,17 +28,56 @@ export interface GenerateOptions {
   publishedAgoMs?: number;
 }
 
-/** One INSERT … SELECT generate_series statement: rows as the publisher would have written them. */
-export function generateRowsSql(schema: string, o: GenerateOptions, from = 0): { text: string; values: unknown[] } {
+/**
+ * The statements that write the rows as the publisher would have: one INSERT …
+ * SELECT generate_series (the outbox's trigger makes each row pending, outbox
+ * migration 000015), and with `publishedAgoMs` a second one that moves them
+ * to published: deletes the pending rows this transaction inserted and
+ * records each in outbox_published. Two statements: the trigger fires at the
+ * end of the INSERT's statement, so inside it (a data-modifying CTE) there is
+ * no pending row to move yet. Run them in one transaction (`generateRows`,
+ * `commitBacklog`): the move finds the rows by the transaction that wrote them.
+ */
+export function generateRowsSql(schema: string, o: GenerateOptions, from = 0): Array<{ text: string; values: unknown[] }> {
   const s = quoteIdentifier(schema);
-  // NULL ago: pending (NULL arithmetic stays NULL).
-  const published = 'now() - make_interval(secs => $5::double precision / 1000)';
-  return {
-    text: `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at, published_at)
-      SELECT gen_random_uuid(), $1 || (g % $2), g / $2 + 1, $3, 'OrderPlaced', 'bench', 'application/json', ${PAYLOAD_SQL}, now(), ${published}
-        FROM generate_series($4::bigint, $4::bigint + $6 - 1) AS g`,
-    values: [o.keyPrefix, o.keys, o.subject, from, o.publishedAgoMs ?? null, o.count],
+  const insert = {
+    text: `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, occurred_at)
+      SELECT gen_random_uuid(), $1 || (g % $2), g / $2 + 1, $3, 'OrderPlaced', 'bench', 'application/json', ${PAYLOAD_SQL}, now()
+        FROM generate_series($4::bigint, $4::bigint + $5 - 1) AS g`,
+    values: [o.keyPrefix, o.keys, o.subject, from, o.count],
   };
+  if (o.publishedAgoMs === undefined) return [insert];
+  return [
+    insert,
+    {
+      text: publishPendingSql(s, 'p.xmin = pg_current_xact_id()::xid', 'now() - make_interval(secs => $1::double precision / 1000)'),
+      values: [o.publishedAgoMs],
+    },
+  ];
+}
+
+/**
+ * Marks pending rows published as the relay's mark does (outbox migration
+ * 000015): deletes the pending rows (alias `p`) that `where` selects and
+ * records each in outbox_published at `at` (an expression that may use the
+ * row's `seq`). The row count is the rows marked.
+ */
+export function publishPendingSql(schemaSql: string, where = 'true', at = 'now()'): string {
+  return `WITH gone AS (DELETE FROM ${schemaSql}.outbox_pending p WHERE ${where} RETURNING p.seq)
+INSERT INTO ${schemaSql}.outbox_published (seq, published_at) SELECT seq, ${at} FROM gone`;
+}
+
+/** The outbox and its delivery-state tables (outbox migration 000015), for VACUUM and ANALYZE. */
+export function outboxTables(schemaSql: string): string {
+  return `${schemaSql}.outbox, ${schemaSql}.outbox_pending, ${schemaSql}.outbox_published`;
+}
+
+/** Runs `generateRowsSql`'s statements on `c` (in its transaction); throws unless each wrote every row. */
+async function runGenerated(c: pg.PoolClient, schema: string, o: GenerateOptions, from: number): Promise<void> {
+  for (const q of generateRowsSql(schema, o, from)) {
+    const r = await c.query(q.text, q.values);
+    if (r.rowCount !== o.count) throw new Error(`generateRows: a statement wrote ${r.rowCount} rows, expected ${o.count}`);
+  }
 }
 
 /**
@@ -58,8 +97,18 @@ export async function generateRows(
   const worker = async () => {
     for (let from = next; from < o.count; from = next) {
       next += chunk;
-      const q = generateRowsSql(schema, { ...o, count: Math.min(chunk, o.count - from) }, startAt + from);
-      await pool.query(q.text, q.values);
+      const part = { ...o, count: Math.min(chunk, o.count - from) };
+      const c = await pool.connect();
+      try {
+        await c.query('BEGIN');
+        await runGenerated(c, schema, part, startAt + from);
+        await c.query('COMMIT');
+      } catch (err) {
+        await c.query('ROLLBACK').catch(() => {});
+        throw err;
+      } finally {
+        c.release();
+      }
     }
   };
   await Promise.all(Array.from({ length: parallel }, worker));
@@ -74,8 +123,7 @@ export async function commitBacklog(pool: pg.Pool, schema: string, o: GenerateOp
   const c = await pool.connect();
   try {
     await c.query('BEGIN');
-    const q = generateRowsSql(schema, o);
-    await c.query(q.text, q.values);
+    await runGenerated(c, schema, o, 0);
     await c.query('SELECT pg_notify($1, $2)', [notifyChannel(schema), 'bench']);
     await c.query('COMMIT');
     return performance.now();

@@ -15,7 +15,7 @@ import { LIMITS, quoteIdentifier, RELAY_PROTOCOL } from '@ferry/core';
 import { claimBatchSql, RELAY_DEFAULTS } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { declareFlags, hasFlag, numArg } from '../lib/args.js';
-import { generateRows, relayDrain } from '../lib/outbox.js';
+import { generateRows, outboxTables, relayDrain } from '../lib/outbox.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
 declareFlags(
@@ -47,7 +47,7 @@ let run = 0;
 async function claimMs(): Promise<number> {
   const prefix = `c${run++}-`;
   await generateRows(db.pool, db.schema, { count: BACKLOG, keys: KEYS, keyPrefix: prefix, subject: 'bench.blocked' });
-  await db.pool.query(`ANALYZE ${s}.outbox`);
+  await db.pool.query(`ANALYZE ${outboxTables(s)}`);
   // The claim walks only lanes its caller holds with an unexpired lease (outbox migration 000010); a drain's relay released it.
   // Its owner needs a heartbeat the schema's relay floor admits (outbox migration 000013).
   await db.pool.query(
@@ -98,17 +98,19 @@ for (let t = 0; t < TRIALS; t++) {
 
 // The hot key: its rows first in seq order (what a seq-order claim had to wade through), its head dead.
 await generateRows(db.pool, db.schema, { count: BLOCKED, keys: 1, keyPrefix: 'HOT', subject: 'bench.blocked' });
-await db.pool.query(`UPDATE ${s}.outbox SET dead_at = now(), attempts = 1, last_error = 'bench: dead' WHERE key = 'HOT0' AND version = 1`);
-await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+// The head's delivery state is on its pending row (outbox migration 000015).
+await db.pool.query(
+  `UPDATE ${s}.outbox_pending p SET dead_at = now(), attempts = 1, last_error = 'bench: dead'
+     FROM ${s}.outbox o WHERE o.seq = p.seq AND p.key = 'HOT0' AND o.version = 1`,
+);
+await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
 
 const blocked = { claimMs: [] as number[], drain: [] as number[] };
 for (let t = 0; t < TRIALS; t++) {
   blocked.claimMs.push(await claimMs());
   blocked.drain.push(await drain());
 }
-const { rows } = await db.pool.query<{ n: string }>(
-  `SELECT count(*)::text AS n FROM ${s}.outbox WHERE key = 'HOT0' AND published_at IS NULL`,
-);
+const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox_pending WHERE key = 'HOT0'`);
 if (Number(rows[0]?.n) !== BLOCKED) throw new Error(`the blocked key lost rows: ${rows[0]?.n} of ${BLOCKED} still pending`);
 await db.close();
 

@@ -12,7 +12,7 @@ import { blockedKeys, previewFailed } from '@ferry/relay/testing';
 import { createTestDatabase } from '@ferry/testkit';
 import pg from 'pg';
 import { declareFlags, hasFlag, numArg } from '../lib/args.js';
-import { generateRows } from '../lib/outbox.js';
+import { generateRows, outboxTables } from '../lib/outbox.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
 declareFlags('node bench/dist/scenarios/console-hot-key.js', 'the dlq preview and blocked keys with a million rows behind one dead head', {
@@ -31,8 +31,12 @@ const results: Record<string, { medianMs: number; maxMs: number; behind: number 
 try {
   const s = quoteIdentifier(db.schema);
   await generateRows(db.pool, db.schema, { count: ROWS + 1, keys: 1, keyPrefix: 'hot-', subject: 'bench.hot' });
-  await db.pool.query(`UPDATE ${s}.outbox SET dead_at = now(), attempts = 25, last_error = 'no_responders: bench' WHERE version = 1`);
-  await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+  // The head's delivery state is on its pending row (outbox migration 000015).
+  await db.pool.query(
+    `UPDATE ${s}.outbox_pending p SET dead_at = now(), attempts = 25, last_error = 'no_responders: bench'
+       FROM ${s}.outbox o WHERE o.seq = p.seq AND o.version = 1`,
+  );
+  await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
   const cases: Array<[string, () => Promise<number>]> = [
     ['preview: discard the hot key', async () => (await previewFailed(pool, db.schema, { key: 'hot-0' })).behind],
     ['preview: discard every failed row', async () => (await previewFailed(pool, db.schema, {})).behind],

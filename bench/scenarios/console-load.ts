@@ -26,7 +26,7 @@ import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { declareFlags, hasFlag, numArg, until } from '../lib/args.js';
 import { BENCH_CONSOLE_TOKEN, serveBenchConsole } from '../lib/bench-console.js';
-import { generateRows, relayDrain } from '../lib/outbox.js';
+import { generateRows, outboxTables, publishPendingSql, relayDrain } from '../lib/outbox.js';
 import { cpuMeter } from '../lib/relay-process.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
@@ -56,11 +56,13 @@ const AUTH = { authorization: `Bearer ${BENCH_CONSOLE_TOKEN}` };
 // The dead rows first (the oldest, as after an outage), each key with one more row waiting behind it; then the pending backlog.
 const t0 = performance.now();
 await generateRows(db.pool, db.schema, { count: DEAD * 2, keys: DEAD, keyPrefix: 'dead-', subject: 'bench.console' });
+// Delivery state is on the pending rows (outbox migration 000015).
 await db.pool.query(
-  `UPDATE ${s}.outbox SET dead_at = now(), attempts = 25, last_error = 'no_responders: bench' WHERE key LIKE 'dead-%' AND version = 1`,
+  `UPDATE ${s}.outbox_pending p SET dead_at = now(), attempts = 25, last_error = 'no_responders: bench'
+     FROM ${s}.outbox o WHERE o.seq = p.seq AND p.key LIKE 'dead-%' AND o.version = 1`,
 );
 await generateRows(db.pool, db.schema, { count: PENDING, keys: 10_000, keyPrefix: 'p-', subject: 'bench.console' });
-await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
 console.log(`seeded ${PENDING} pending + ${DEAD} dead (+${DEAD} behind them) in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
 
 const { rows: sample } = await db.pool.query<{ id: string }>(`SELECT id::text AS id FROM ${s}.outbox WHERE key = 'p-42' AND version = 2`);
@@ -121,10 +123,8 @@ printTable(
 // The drain: the timed pending rows become history (published two to three hours ago, as history is:
 // marked all at once "now", they made every count of the last minute, and the charts' current minute,
 // read a million rows during the first trials); the dead ones stay.
-await db.pool.query(
-  `UPDATE ${s}.outbox SET published_at = now() - interval '2 hours' - (seq % 3600) * interval '1 second' WHERE key LIKE 'p-%'`,
-);
-await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+await db.pool.query(publishPendingSql(s, `p.key LIKE 'p-%'`, `now() - interval '2 hours' - (seq % 3600) * interval '1 second'`));
+await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
 
 type Mode = 'none' | 'beside' | 'inRelay';
 
@@ -215,7 +215,7 @@ try {
     // mode alike.
     const modes: Mode[] = t % 2 === 0 ? ['none', 'beside', 'inRelay'] : ['inRelay', 'beside', 'none'];
     for (const mode of modes) {
-      await db.pool.query(`VACUUM ${s}.outbox`);
+      await db.pool.query(`VACUUM ${outboxTables(s)}`);
       const stream = await createTestStream({ prefix: 'benchconsole', storage: 'file' });
       let load: { stop: () => Promise<number> } | undefined;
       try {

@@ -5,7 +5,9 @@
  * The retained rows are generated with INSERT … SELECT generate_series,
  * published 8 days ago, then VACUUM ANALYZE (what autovacuum would do). At
  * the top level the relay's own prune (7-day retention, batches of 5,000)
- * deletes them; table and index sizes before and after (after VACUUM).
+ * deletes them; table and index sizes before and after (after VACUUM): the
+ * outbox with its delivery-state tables, outbox_pending and outbox_published
+ * (outbox migration 000015), summed.
  *
  *   node bench/dist/scenarios/growth.js [--quick] [--levels 0,1000000,5000000] [--backlog 20000] [--publishes 1000]
  */
@@ -15,7 +17,7 @@ import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { declareFlags, hasFlag, listArg, numArg } from '../lib/args.js';
-import { generateRows, relayDrain } from '../lib/outbox.js';
+import { generateRows, outboxTables, publishPendingSql, relayDrain } from '../lib/outbox.js';
 import { percentile, printTable, summarize, writeResult } from '../lib/stats.js';
 
 declareFlags(
@@ -43,11 +45,13 @@ const s = quoteIdentifier(db.schema);
 const publisher = createPublisher({ schema: db.schema, source: 'bench' });
 let run = 0;
 
+/** The outbox's rows, and the table and index sizes of the outbox, outbox_pending and outbox_published together. */
 async function sizes() {
   const { rows } = await db.pool.query<{ table: string; indexes: string; rows: string }>(
-    `SELECT pg_relation_size($1::regclass)::text AS table, pg_indexes_size($1::regclass)::text AS indexes,
-            (SELECT count(*) FROM ${s}.outbox)::text AS rows`,
-    [`${s}.outbox`],
+    `SELECT sum(pg_relation_size(t))::text AS table, sum(pg_indexes_size(t))::text AS indexes,
+            (SELECT count(*) FROM ${s}.outbox)::text AS rows
+       FROM unnest($1::regclass[]) AS t`,
+    [[`${s}.outbox`, `${s}.outbox_pending`, `${s}.outbox_published`]],
   );
   const r = rows[0];
   return { rows: Number(r?.rows), tableMiB: Number(r?.table) / 2 ** 20, indexesMiB: Number(r?.indexes) / 2 ** 20 };
@@ -90,7 +94,7 @@ async function publishLatency(): Promise<{ p50Ms: number; p99Ms: number }> {
     c.release();
   }
   // Not relayed (no stream covers bench.growth): mark them published like the rest of the history.
-  await db.pool.query(`UPDATE ${s}.outbox SET published_at = now() WHERE published_at IS NULL`);
+  await db.pool.query(publishPendingSql(s));
   ms.sort((a, b) => a - b);
   return { p50Ms: percentile(ms, 50), p99Ms: percentile(ms, 99) };
 }
@@ -112,7 +116,7 @@ try {
       );
       retained = level;
     }
-    await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+    await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
     const generateSeconds = (performance.now() - started) / 1000;
     const drains: number[] = [];
     const p50s: number[] = [];
@@ -144,7 +148,7 @@ try {
   }
   const pruneSeconds = (performance.now() - pruneStarted) / 1000;
   await relay.stop();
-  await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+  await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
   const after = await sizes();
   const afterDrain = summarize([await drain()]);
 

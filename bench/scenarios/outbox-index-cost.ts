@@ -1,7 +1,9 @@
 /**
  * What each part of an outbox row costs PostgreSQL, measured inside one
  * server-side loop (no client, no round trips): 100-row inserts into a copy of
- * the outbox with all its indexes, then with them dropped one at a time, and
+ * the outbox with all its indexes and, as the outbox's trigger does since
+ * outbox migration 000015, each row's pending row inserted into a copy of
+ * outbox_pending (with its indexes), then with them dropped one at a time, and
  * beside them the pieces of `publish_events` (the checks, the key_versions
  * upsert, the whole function) and the benchmark's baseline, a 100-row insert
  * into a three-column table with one index. µs per row, median of the rounds;
@@ -30,7 +32,7 @@ const BATCHES = numArg('batches', 200);
 const STEPS = [
   ['all indexes', ''],
   ['UNIQUE (key, version)', 'ALTER TABLE %T DROP CONSTRAINT ob_copy_key_version_key'],
-  ['pending (lane, key, seq) partial', 'DROP INDEX %S.ob_copy_lane_key_seq_idx'],
+  ['pending row (trigger, outbox_pending copy)', 'DROP TRIGGER ob_copy_enqueue ON %T'],
   ['UNIQUE (id)', 'ALTER TABLE %T DROP CONSTRAINT ob_copy_id_key'],
   ['PRIMARY KEY (seq)', 'ALTER TABLE %T DROP CONSTRAINT ob_copy_pkey'],
   ['generated lane column', 'ALTER TABLE %T DROP COLUMN lane'],
@@ -67,6 +69,7 @@ async function main() {
   const db = await createTestDatabase({ prefix: 'bench_ixcost', max: 2 });
   const s = quoteIdentifier(db.schema);
   const copy = `${s}.ob_copy`;
+  const copyPending = `${s}.ob_copy_pending`;
   const samples: Record<string, number[]> = {};
   try {
     await db.pool.query(`CREATE TABLE ${s}.bench_timings (label text NOT NULL, us_per_row double precision NOT NULL)`);
@@ -100,18 +103,21 @@ async function main() {
           `PERFORM * FROM ${s}.publish_events(ids, keys, vers, subs, types, srcs, cts, datas, hdrs, ats, NULL, false);`,
         ),
       );
-      await db.pool.query(`DROP TABLE IF EXISTS ${copy}; CREATE TABLE ${copy} (LIKE ${s}.outbox INCLUDING ALL)`);
-      // LIKE … INCLUDING ALL names the copies after the table; find the pending index's name to drop it by.
-      const pending = await db.pool.query<{ name: string }>(
-        `SELECT indexname AS name FROM pg_indexes WHERE schemaname = $1 AND tablename = 'ob_copy' AND indexdef LIKE '%lane%'`,
-        [db.schema],
+      await db.pool.query(`DROP TABLE IF EXISTS ${copy}, ${copyPending}; CREATE TABLE ${copy} (LIKE ${s}.outbox INCLUDING ALL)`);
+      // The pending rows (outbox migration 000015): a copy of outbox_pending, filled by a trigger like the outbox's.
+      await db.pool.query(`CREATE TABLE ${copyPending} (LIKE ${s}.outbox_pending INCLUDING ALL)`);
+      await db.pool.query(`CREATE OR REPLACE FUNCTION ${s}.ob_copy_enqueue() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  INSERT INTO ${copyPending} (seq, lane, key) SELECT n.seq, n.lane, n.key FROM ob_new n;
+  RETURN NULL;
+END
+$fn$`);
+      await db.pool.query(
+        `CREATE TRIGGER ob_copy_enqueue AFTER INSERT ON ${copy} REFERENCING NEW TABLE AS ob_new FOR EACH STATEMENT EXECUTE FUNCTION ${s}.ob_copy_enqueue()`,
       );
-      if (pending.rows[0] && pending.rows[0].name !== 'ob_copy_lane_key_seq_idx') {
-        await db.pool.query(`ALTER INDEX ${s}.${quoteIdentifier(pending.rows[0].name)} RENAME TO ob_copy_lane_key_seq_idx`);
-      }
       for (const [label, drop] of STEPS) {
         if (drop) await db.pool.query(drop.replaceAll('%T', copy).replaceAll('%S', s));
-        await db.pool.query(`TRUNCATE ${copy}`);
+        await db.pool.query(`TRUNCATE ${copy}, ${copyPending}`);
         await db.pool.query(loopSql(s, `outbox row, ${drop ? `without ${label} and those above` : label}`, `${insertCopy}`));
       }
       const { rows } = await db.pool.query<{ label: string; us: number }>(`SELECT label, us_per_row AS us FROM ${s}.bench_timings`);

@@ -114,7 +114,7 @@ async function relayOnce(instances: number, storage: Storage, keys: number, coun
     // Cheap first (NATS), then the database: this process's queries compete for the same cores.
     while ((await streamCount(stream)) < before + n) await sleep(10);
     for (;;) {
-      const { rows } = await db.pool.query(`SELECT EXISTS (SELECT 1 FROM ${s}.outbox WHERE published_at IS NULL) AS pending`);
+      const { rows } = await db.pool.query(`SELECT EXISTS (SELECT 1 FROM ${s}.outbox_pending) AS pending`);
       if (!rows[0]?.pending) break;
       await sleep(5);
     }

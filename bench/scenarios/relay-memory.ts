@@ -80,7 +80,7 @@ async function measure(scenario: string, events: number, payloadBytes: number, f
         [start, start + n - 1, payloadBytes],
       );
     }
-    await db.pool.query(`VACUUM ANALYZE ${s}.outbox`);
+    await db.pool.query(`VACUUM ANALYZE ${s}.outbox, ${s}.outbox_pending, ${s}.outbox_published`);
     const started = performance.now();
     const child = spawn(
       process.execPath,
@@ -116,7 +116,7 @@ async function measure(scenario: string, events: number, payloadBytes: number, f
       await new Promise((r) => setTimeout(r, 500));
       peak = Math.max(peak, procKb(pid, 'VmHWM'));
       endRss = procKb(pid, 'VmRSS');
-      const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox WHERE published_at IS NULL`);
+      const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox_pending`);
       pending = rows[0]?.n ?? 0;
     }
     const drainSeconds = (performance.now() - started) / 1000;

@@ -52,7 +52,7 @@ for (const keys of SPREADS) {
     });
     const s = quoteIdentifier(db.schema);
     await until(async () => {
-      const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox WHERE published_at IS NULL`);
+      const { rows } = await db.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.outbox_pending`);
       return rows[0]?.n === 0;
     }, 'the relay to drain the backlog');
     const seconds = (performance.now() - started) / 1000;

@@ -273,7 +273,7 @@ async function run(o: ChaosOptions): Promise<number> {
     const notPoison = `key <> ALL ('{${POISON_KEYS.join(',')}}'::text[])`;
     await waitUntil(
       async () =>
-        (await count(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE published_at IS NULL AND ${notPoison}`)) === 0 &&
+        (await count(`SELECT count(*)::text AS n FROM ${s}.outbox_pending WHERE ${notPoison}`)) === 0 &&
         (await count(`SELECT count(*)::text AS n FROM ${s}.effects`)) >= committed + LATE_KEYS * LATE_FIRST,
       o.drainTimeoutMs,
       'the drain',
@@ -287,7 +287,7 @@ async function run(o: ChaosOptions): Promise<number> {
     const poisonInStream = stream.filter((m) => (POISON_KEYS as readonly string[]).includes(m.key)).length;
     const poison = await pool.query<{ key: string; version: string; attempts: number; dead: boolean; published: boolean }>(
       `SELECT key, version::text, attempts, dead_at IS NOT NULL AS dead, published_at IS NOT NULL AS published
-         FROM ${s}.outbox WHERE NOT (${notPoison}) ORDER BY key, version`,
+         FROM ${s}.outbox_events WHERE NOT (${notPoison}) ORDER BY key, version`,
     );
     const poisonHeld = POISON_KEYS.every((key) => {
       const rows = poison.rows.filter((r) => r.key === key);

@@ -222,7 +222,7 @@ async function main(): Promise<number> {
     const summary = {
       orders: await count(`SELECT count(*) AS n FROM ${s}.orders`),
       events: await count(`SELECT count(*) AS n FROM ${s}.outbox`),
-      published: await count(`SELECT count(*) AS n FROM ${s}.outbox WHERE published_at IS NOT NULL`),
+      published: await count(`SELECT count(*) AS n FROM ${s}.outbox_published WHERE dead_at IS NULL`),
       inStream: info.state.messages - rows.length,
       charges: await count(`SELECT count(*) AS n FROM ${s}.charges`),
       emails: await count(`SELECT count(*) AS n FROM ${s}.emails`),

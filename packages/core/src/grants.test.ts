@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ValidationError } from './errors.js';
-import { type GrantTarget, grantsSql, inboxPolicyName, RELAY_UPDATE_COLUMNS } from './grants.js';
+import { type GrantTarget, grantsSql, inboxPolicyName } from './grants.js';
 import { bossSchemaFor, idempotencyBossSchemaFor, relayBossSchemaFor } from './identifiers.js';
 
 test('grants - a hostile role, schema or boss schema is refused before any SQL text is built', () => {
@@ -26,16 +26,18 @@ test('grants - the publisher gets EXECUTE on the two publish functions and no ta
   assert.doesNotMatch(sql, /SELECT|INSERT|UPDATE|DELETE|CREATE|ALL TABLES/);
 });
 
-test('grants - the relay updates only the delivery columns, reads the migrations, and runs its own pg-boss', () => {
+test('grants - the relay changes only delivery state, never an event row, reads the migrations, and runs its own pg-boss', () => {
   const relay = grantsSql({ role: 'ferry_relay', for: 'relay' });
   assert.match(relay, /GRANT SELECT, DELETE ON "ferry"\.outbox TO "ferry_relay";/);
-  // An earlier Ferry's whole-table UPDATE is revoked before the column grant, so re-applying tightens an old role.
-  assert.ok(relay.indexOf('REVOKE UPDATE ON "ferry".outbox FROM "ferry_relay";') < relay.indexOf('GRANT UPDATE ('));
-  assert.match(relay, /GRANT UPDATE \(published_at, attempts, next_attempt_at, last_error, dead_at\) ON "ferry"\.outbox TO "ferry_relay";/);
-  assert.deepEqual([...RELAY_UPDATE_COLUMNS].sort(), ['attempts', 'dead_at', 'last_error', 'next_attempt_at', 'published_at']);
+  // An earlier Ferry's UPDATE on the outbox is revoked, so re-applying tightens an old role.
+  assert.match(relay, /REVOKE UPDATE ON "ferry"\.outbox FROM "ferry_relay";/);
+  assert.match(relay, /GRANT SELECT, UPDATE, DELETE ON "ferry"\.outbox_pending TO "ferry_relay";/);
+  assert.match(relay, /GRANT SELECT, INSERT, DELETE ON "ferry"\.outbox_published TO "ferry_relay";/);
+  // No pending row is the relay's to add: what is pending is what publishers committed.
+  assert.doesNotMatch(relay, /INSERT[^;]*outbox_pending/);
   assert.match(relay, /GRANT SELECT ON "ferry"\.migrations TO "ferry_relay";/);
   assert.match(relay, /ON ALL TABLES IN SCHEMA "ferry_relay_boss" TO "ferry_relay";/);
-  assert.doesNotMatch(relay, /"ferry_boss"|key_versions|INSERT[^;]*outbox|GRANT [^(;]*UPDATE[^(;]* ON "ferry"\.outbox/);
+  assert.doesNotMatch(relay, /"ferry_boss"|key_versions|INSERT[^;]*outbox |GRANT [^;]*UPDATE[^;]* ON "ferry"\.outbox /);
   // The relay's pg-boss is not an option: the daemon has none.
   assert.equal(grantsSql({ role: 'ferry_relay', for: 'relay', bossSchema: 'elsewhere' }), relay);
 });
@@ -69,7 +71,10 @@ test('grants - idempotency and reader get only their tables', () => {
   assert.doesNotMatch(idem, /outbox|inbox|"api_boss"/);
   const reader = grantsSql({ role: 'ops', for: 'reader' });
   assert.match(reader, /GRANT SELECT ON "ferry"\.migrations TO "ops";/);
-  assert.match(reader, /GRANT SELECT ON "ferry"\.settings, "ferry"\.outbox TO "ops";/);
+  assert.match(
+    reader,
+    /GRANT SELECT ON "ferry"\.settings, "ferry"\.outbox, "ferry"\.outbox_pending, "ferry"\.outbox_published, "ferry"\.outbox_events TO "ops";/,
+  );
   assert.doesNotMatch(reader, /INSERT|UPDATE|DELETE|boss/);
 });
 

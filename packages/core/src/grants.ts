@@ -46,14 +46,6 @@ export interface GrantOptions {
 const PUBLISH_EVENT_ARGS = 'uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean';
 const PUBLISH_EVENTS_ARGS = 'uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text, boolean';
 
-/**
- * The outbox columns the relay's statements change (apps/relay/src/sql:
- * mark-published, mark-failed, and `ferry dlq retry|discard`'s settle-dead).
- * The rest of a row (key, version, subject, type, data, headers…) is what the
- * publisher committed; the relay reads it and never rewrites it.
- */
-export const RELAY_UPDATE_COLUMNS = ['published_at', 'attempts', 'next_attempt_at', 'last_error', 'dead_at'] as const;
-
 /** The consumer tables, each with a `consumer` column the row-level security policies test. */
 const INBOX_TABLES = ['inbox_versions', 'inbox_messages', 'inbox_early'] as const;
 
@@ -126,8 +118,9 @@ function inboxPolicies(s: string, roleName: string, role: string, consumers: rea
  *
  * - publisher: EXECUTE on the two SECURITY DEFINER publish functions; no table privilege,
  *   so it can append events but neither read nor change outbox rows or key_versions.
- * - relay: read the settings, the migrations and the outbox; UPDATE only the
- *   delivery columns (`RELAY_UPDATE_COLUMNS`); delete (prune) rows; keep and forget
+ * - relay: read the settings, the migrations and the outbox; never change an event
+ *   row, only its delivery state (update and delete pending rows, record published
+ *   ones: outbox migration 000015); delete (prune) rows; keep and forget
  *   pruned ids; DML on its own pg-boss, `<schema>_relay_boss`. `ferry dlq retry|discard`
  *   and `ferry verify` run with these grants too.
  * - inbox: read/write the rows of its consumers (`consumers`; row-level security)
@@ -168,10 +161,14 @@ export function grantsSql(options: GrantOptions): string {
       migrations,
       `GRANT SELECT ON ${s}.settings TO ${role};`,
       `GRANT SELECT, DELETE ON ${s}.outbox TO ${role};`,
-      // Earlier Ferry versions granted UPDATE on every column; revoking it first makes
-      // re-applying these grants tighten such a role (a no-op for a new one).
+      // Earlier Ferry versions granted UPDATE on the outbox; since outbox migration 000015 the
+      // relay never updates an event row: revoking it makes re-applying these grants tighten such a role.
       `REVOKE UPDATE ON ${s}.outbox FROM ${role};`,
-      `GRANT UPDATE (${RELAY_UPDATE_COLUMNS.join(', ')}) ON ${s}.outbox TO ${role};`,
+      // An event's delivery state (000015): the relay updates a pending row's attempts (a failure),
+      // deletes it (the mark, a dlq discard) and records the event as published; it adds no pending row.
+      `GRANT SELECT, UPDATE, DELETE ON ${s}.outbox_pending TO ${role};`,
+      `GRANT SELECT, INSERT, DELETE ON ${s}.outbox_published TO ${role};`,
+      `GRANT SELECT ON ${s}.outbox_events TO ${role};`,
       // The relay records that it waits for a NOTIFY (outbox migration 000007).
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_waiting TO ${role};`,
       // The prune job keeps each pruned id here for another retention (outbox migration 000006).
@@ -196,7 +193,10 @@ export function grantsSql(options: GrantOptions): string {
     const boss = quoteIdentifier(validateIdentifier(options.bossSchema ?? idempotencyBossSchemaFor(schemaName), 'bossSchema'));
     lines.push(migrations, `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.idempotency_keys TO ${role};`, ...bossGrants(boss, role));
   } else {
-    lines.push(migrations, `GRANT SELECT ON ${s}.settings, ${s}.outbox TO ${role};`);
+    lines.push(
+      migrations,
+      `GRANT SELECT ON ${s}.settings, ${s}.outbox, ${s}.outbox_pending, ${s}.outbox_published, ${s}.outbox_events TO ${role};`,
+    );
     // ferry status and doctor show the lane leases and the live relays (outbox migration 000010).
     lines.push(`GRANT SELECT ON ${s}.relay_leases, ${s}.relay_instances TO ${role};`);
     if (target === 'console') {

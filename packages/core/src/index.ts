@@ -38,7 +38,7 @@ export {
   ValidationError,
   VersionOrderError,
 } from './errors.js';
-export { GRANT_TARGETS, type GrantOptions, type GrantTarget, grantsSql, inboxPolicyName, RELAY_UPDATE_COLUMNS } from './grants.js';
+export { GRANT_TARGETS, type GrantOptions, type GrantTarget, grantsSql, inboxPolicyName } from './grants.js';
 export {
   bossSchemaFor,
   IDENTIFIER_PATTERN,

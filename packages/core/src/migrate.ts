@@ -307,7 +307,7 @@ async function applyMigrations(
 /** Columns that tell Ferry's own tables from same-named ones something else created. */
 const FERRY_COLUMNS: ReadonlyMap<string, readonly string[]> = new Map([
   ['migrations', ['migration_set', 'version', 'name']],
-  ['outbox', ['seq', 'id', 'key', 'version', 'lane', 'subject', 'published_at', 'dead_at']],
+  ['outbox', ['seq', 'id', 'key', 'version', 'lane', 'subject', 'occurred_at', 'created_at']],
 ]);
 
 /**

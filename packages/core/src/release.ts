@@ -15,9 +15,10 @@ export const FERRY_RELEASE: string = (JSON.parse(readFileSync(new URL('../packag
  * relays whose protocol is at least its floor (settings
  * `relay_protocol_floor`, outbox migration 000013), and the database refuses
  * a lease to any other. 1: leases with a term (migration 000010), reports
- * nothing. 2: reports its release and protocol, honours the floor.
+ * nothing. 2: reports its release and protocol, honours the floor. 3: marks
+ * delete pending rows instead of updating the event row (migration 000015).
  */
-export const RELAY_PROTOCOL = 2;
+export const RELAY_PROTOCOL = 3;
 
 /** The settings row that holds a schema's relay floor. */
 export const RELAY_FLOOR_SETTING = 'relay_protocol_floor';

@@ -27,35 +27,38 @@ export interface EventFilter {
 /** How much of last_error names a failure group. */
 export const REASON_CHARS = 200;
 
-/** The SQL condition of each state, on the outbox aliased `o`. */
+/**
+ * The SQL condition of each state, on the outbox aliased `o` with its delivery state `p` (pending)
+ * and `d` (published or discarded) joined (`outboxWithState`, outbox migration 000015).
+ */
 export function stateCondition(state: EventState): string {
   switch (state) {
     case 'pending':
-      return 'o.published_at IS NULL AND o.dead_at IS NULL AND o.attempts = 0';
+      return 'p.attempts = 0 AND p.dead_at IS NULL';
     case 'backing-off':
-      return 'o.published_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0';
+      return 'p.attempts > 0 AND p.dead_at IS NULL';
     case 'dead':
       // attempts > 0 holds for every dead row (the relay counts the failure that killed it) and lets the
-      // planner use outbox_failed_idx, the small index of failed rows, instead of the whole table.
-      return 'o.published_at IS NULL AND o.attempts > 0 AND o.dead_at IS NOT NULL';
+      // planner use outbox_pending_failed_idx, the small index of failed rows, instead of the whole table.
+      return 'p.attempts > 0 AND p.dead_at IS NOT NULL';
     case 'published':
-      return 'o.published_at IS NOT NULL AND o.dead_at IS NULL';
+      return 'd.seq IS NOT NULL AND d.dead_at IS NULL';
     case 'discarded':
-      return 'o.published_at IS NOT NULL AND o.dead_at IS NOT NULL';
+      return 'd.dead_at IS NOT NULL';
   }
 }
 
 /**
  * The rows a dlq action may change: failed and not given up on, dead or
- * backing off (`published_at IS NULL AND attempts > 0`). A relay counts every
- * failed attempt, so `attempts > 0` is exactly "failed at least once", and it
- * lets the planner use outbox_failed_idx, the small index of failed rows.
+ * backing off. A relay counts every failed attempt, so `attempts > 0` is
+ * exactly "failed at least once", and it lets the planner use
+ * outbox_pending_failed_idx, the small index of failed rows.
  */
-export const FAILED_CONDITION = 'o.published_at IS NULL AND o.attempts > 0';
+export const FAILED_CONDITION = 'p.attempts > 0';
 
 /** The SQL expression naming a row's state. */
-export const STATE_SQL = `CASE WHEN o.published_at IS NOT NULL THEN CASE WHEN o.dead_at IS NULL THEN 'published' ELSE 'discarded' END
-  WHEN o.dead_at IS NOT NULL THEN 'dead' WHEN o.attempts > 0 THEN 'backing-off' ELSE 'pending' END`;
+export const STATE_SQL = `CASE WHEN d.seq IS NOT NULL THEN CASE WHEN d.dead_at IS NULL THEN 'published' ELSE 'discarded' END
+  WHEN p.dead_at IS NOT NULL THEN 'dead' WHEN p.attempts > 0 THEN 'backing-off' ELSE 'pending' END`;
 
 const LIKE_SPECIAL = /[\\%_]/g;
 
@@ -83,7 +86,7 @@ export function filterCondition(f: EventFilter, first = 1): { sql: string; param
   if (f.since !== undefined) parts.push(`o.created_at >= ${p(f.since)}`);
   if (f.until !== undefined) parts.push(`o.created_at < ${p(f.until)}`);
   if (f.state !== undefined) parts.push(stateCondition(f.state));
-  if (f.reason !== undefined) parts.push(`left(o.last_error, ${REASON_CHARS}) = ${p(f.reason)}`);
+  if (f.reason !== undefined) parts.push(`left(coalesce(p.last_error, d.last_error), ${REASON_CHARS}) = ${p(f.reason)}`);
   return { sql: parts.length ? parts.join(' AND ') : 'true', params };
 }
 

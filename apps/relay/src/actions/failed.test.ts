@@ -5,6 +5,7 @@ import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import { markFailedSql } from '../sql/mark-failed.js';
 import { markPublishedSql } from '../sql/mark-published.js';
+import { outboxWithState } from '../sql/outbox-state.js';
 import { FAILED_CONDITION } from './event-filter.js';
 import { previewFailed, SelectionChangedError, selectFailed, settleFailed } from './failed.js';
 
@@ -34,11 +35,19 @@ before(async () => {
     );
   }
   // dead: failed for good; backoff, inflight and gone: failed 3 times, next attempt in an hour; fresh: never tried.
-  await db.pool.query(`UPDATE ${s}.outbox SET attempts = 25, dead_at = now(), last_error = 'no_responders' WHERE id = $1`, [head('dead')]);
-  await db.pool.query(
-    `UPDATE ${s}.outbox SET attempts = 3, next_attempt_at = now() + interval '1 hour', last_error = 'no_responders' WHERE id = ANY ($1::uuid[])`,
+  // Their delivery state is their pending row's (outbox migration 000015).
+  const dead = await db.pool.query(
+    `UPDATE ${s}.outbox_pending p SET attempts = 25, dead_at = now(), last_error = 'no_responders' FROM ${s}.outbox o
+      WHERE o.seq = p.seq AND o.id = $1`,
+    [head('dead')],
+  );
+  assert.equal(dead.rowCount, 1);
+  const backingOff = await db.pool.query(
+    `UPDATE ${s}.outbox_pending p SET attempts = 3, next_attempt_at = now() + interval '1 hour', last_error = 'no_responders' FROM ${s}.outbox o
+      WHERE o.seq = p.seq AND o.id = ANY ($1::uuid[])`,
     [[head('backoff'), head('inflight'), head('gone')]],
   );
+  assert.equal(backingOff.rowCount, 3);
 });
 
 after(async () => {
@@ -59,7 +68,7 @@ async function row(id: string) {
     last_error: string | null;
   }>(
     `SELECT attempts, dead_at IS NOT NULL AS dead, published_at IS NOT NULL AS published, next_attempt_at <= now() AS due,
-            next_attempt_at = '-infinity' AS infinite, last_error FROM ${s}.outbox WHERE id = $1`,
+            next_attempt_at = '-infinity' AS infinite, last_error FROM ${s}.outbox_events WHERE id = $1`,
     [id],
   );
   return rows[0];
@@ -68,7 +77,7 @@ async function row(id: string) {
 /** Takes the lane of `id` for `owner` as a relay's lease would, and returns what a relay's claim would carry. */
 async function claim(id: string, owner: string): Promise<{ seq: string; lane: number; epoch: string; attempts: number }> {
   const { rows } = await db.pool.query<{ seq: string; lane: number; attempts: number }>(
-    `SELECT seq::text, lane, attempts FROM ${s}.outbox WHERE id = $1`,
+    `SELECT o.seq::text, o.lane, p.attempts FROM ${s}.outbox o JOIN ${s}.outbox_pending p ON p.seq = o.seq WHERE o.id = $1`,
     [id],
   );
   const r = rows[0];
@@ -169,7 +178,11 @@ test('dlq actions - a relay that had the head on the wire cannot undo a retry or
   assert.deepEqual(await row(id), { attempts: 0, dead: false, published: false, due: true, infinite: true, last_error: 'no_responders' });
 
   // It fails again (attempts 1 now) and is claimed again; the operator discards it while it is on the wire.
-  await db.pool.query(`UPDATE ${s}.outbox SET attempts = 1, next_attempt_at = now() WHERE id = $1`, [id]);
+  const failedAgain = await db.pool.query(
+    `UPDATE ${s}.outbox_pending p SET attempts = 1, next_attempt_at = now() FROM ${s}.outbox o WHERE o.seq = p.seq AND o.id = $1`,
+    [id],
+  );
+  assert.equal(failedAgain.rowCount, 1);
   const again = await claim(id, 'relay-a');
   await settleFailed(db.pool, db.schema, 'discard', { ids: [id] }, operator);
   const lateFailure = await db.pool.query(markFailedSql(s), [
@@ -216,8 +229,8 @@ test('dlq actions - the failed-row condition lets the planner use the small inde
     await client.query('BEGIN');
     await client.query('SET LOCAL enable_seqscan = off');
     for (const where of [FAILED_CONDITION, `o.key = 'dead' AND ${FAILED_CONDITION}`]) {
-      const { rows } = await client.query(`EXPLAIN (FORMAT JSON) SELECT o.id FROM ${s}.outbox o WHERE ${where}`);
-      assert.match(JSON.stringify(rows[0]), /outbox_failed_idx/, where);
+      const { rows } = await client.query(`EXPLAIN (FORMAT JSON) SELECT o.id FROM ${outboxWithState(s)} WHERE ${where}`);
+      assert.match(JSON.stringify(rows[0]), /outbox_pending_failed_idx/, where);
     }
   } finally {
     await client.query('ROLLBACK');

@@ -2,6 +2,7 @@ import { notifyChannel, type Queryable, quoteIdentifier, withTransaction } from 
 import type pg from 'pg';
 import { CommandFailedError } from '../errors.js';
 import { NOTIFY_RELAYS_SQL } from '../sql/notify-relays.js';
+import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
 import { type AuditEntry, auditTableMissing, isUndefinedTable, type Operator, recordAction } from './audit.js';
 import { describeFilter, type EventFilter, FAILED_CONDITION, filterCondition } from './event-filter.js';
 
@@ -39,7 +40,7 @@ function failedSelection(filter: EventFilter): { sql: string; params: unknown[] 
   return { sql: `${sql} AND ${FAILED_CONDITION}`, params };
 }
 
-const STATE = `CASE WHEN o.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END`;
+const STATE = `CASE WHEN p.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END`;
 
 /**
  * Past this many keys, the rows behind them are counted behind the first this
@@ -61,27 +62,25 @@ export async function previewFailed(
   // The rows behind a head: its key's pending rows after it (the pending index alone), less the dead
   // ones among them (the failed index alone, which carries dead_at): a dead_at filter on the pending
   // rows read each one's tuple, 0.65-0.94 s for a key with a million rows behind its dead head.
-  // One pass over outbox_failed_idx in (key, seq) order, which carries lane and dead_at (000014): each
+  // One pass over outbox_pending_failed_idx in (key, seq) order, which carries lane and dead_at (000015): each
   // selected key's head, rows and dead rows, without reading the table unless the filter needs a column
   // the index lacks. A key always has one lane (a generated column of the key).
   const { rows } = await q.query<{ n: string; dead: string; keys: string; maxseq: string | null; behind: string; counted: string }>(
     `WITH k AS MATERIALIZED (
-       SELECT o.key, min(o.lane) AS lane, min(o.seq) AS seq, max(o.seq) AS maxseq, count(*) AS n,
-              count(*) FILTER (WHERE o.dead_at IS NOT NULL) AS dead
-         FROM ${s}.outbox o WHERE ${sql} GROUP BY o.key),
+       SELECT p.key, min(p.lane) AS lane, min(p.seq) AS seq, max(p.seq) AS maxseq, count(*) AS n,
+              count(*) FILTER (WHERE p.dead_at IS NOT NULL) AS dead
+         FROM ${outboxWithState(s)} WHERE ${sql} GROUP BY p.key),
           counted AS (SELECT lane, key, seq FROM k ORDER BY seq LIMIT ${Math.max(0, Math.trunc(countBehindKeys))})
      SELECT coalesce(sum(n), 0)::text AS n, coalesce(sum(dead), 0)::text AS dead, count(*)::text AS keys, max(maxseq)::text AS maxseq,
-            (SELECT coalesce(sum((SELECT count(*) FROM ${s}.outbox b
-                                   WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL AND b.seq > h.seq)
-                                 - (SELECT count(*) FROM ${s}.outbox d
-                                   WHERE d.key = h.key AND d.published_at IS NULL AND d.attempts > 0 AND d.dead_at IS NOT NULL
-                                     AND d.seq > h.seq)), 0) FROM counted h)::text AS behind,
+            (SELECT coalesce(sum(${waitingBehind(s, 'h')}
+                                 - (SELECT count(*) FROM ${s}.outbox_pending f
+                                   WHERE f.key = h.key AND f.attempts > 0 AND f.dead_at IS NOT NULL AND f.seq > h.seq)), 0) FROM counted h)::text AS behind,
             (SELECT count(*) FROM counted)::text AS counted
        FROM k`,
     params,
   );
   const first = await q.query<FailedPreview['sample'][number]>(
-    `SELECT o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, ${STATE} AS state, o.last_error FROM ${s}.outbox o
+    `SELECT o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, ${STATE} AS state, p.last_error FROM ${outboxWithState(s)}
       WHERE ${sql} ORDER BY o.seq LIMIT ${Math.max(0, Math.trunc(sample))}`,
     params,
   );
@@ -112,7 +111,7 @@ export interface FailedRow {
 export async function selectFailed(q: Queryable, schema: string, filter: EventFilter): Promise<FailedRow[]> {
   const { sql, params } = failedSelection(filter);
   const { rows } = await q.query<FailedRow>(
-    `SELECT o.id::text AS id, o.key, o.subject, ${STATE} AS state FROM ${quoteIdentifier(schema)}.outbox o WHERE ${sql} ORDER BY o.seq`,
+    `SELECT o.id::text AS id, o.key, o.subject, ${STATE} AS state FROM ${outboxWithState(quoteIdentifier(schema))} WHERE ${sql} ORDER BY o.seq`,
     params,
   );
   return rows;
@@ -134,16 +133,16 @@ export class SelectionChangedError extends CommandFailedError {
 /**
  * `retry` clears dead_at and attempts and sets next_attempt_at to
  * '-infinity', so the row is due at once, dead or backing off. `discard`
- * keeps the row for audit but marks it published and dead (published_at =
- * now(), dead_at kept or set now, last_error prefixed with "discarded by
- * …"), so its key's later rows flow. The relays are woken by a NOTIFY; the
+ * keeps the row for audit but ends its pending state: it is recorded as
+ * published and dead (outbox_published: dead_at kept or set now,
+ * last_error prefixed with "discarded by …"), so its key's later rows flow. The relays are woken by a NOTIFY; the
  * action is recorded in operator_actions in the same transaction. Returns
  * the ids changed, in seq order.
  *
  * A backing-off row may be in a relay's hands right now (claimed when it
  * came due). The relay's marks keep the operator's word: its failure record
  * is fenced on the attempts it claimed the row with (mark-failed.ts), so a
- * retry is not undone, and on published_at IS NULL, so a discard is not; a
+ * retry is not undone, and on its pending row, so a discard is not; a
  * discarded row is never claimed again. The relay sends a key's next row
  * only after the previous one's PubAck, so a row discarded while on the
  * wire either lands before the key's later rows or not at all (its state
@@ -165,12 +164,24 @@ export async function settleFailed(
     values.push(options.expect.maxSeq);
     where += ` AND o.seq <= $${values.length}::bigint`;
   }
-  let set: string;
-  if (action === 'retry') set = `SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'`;
-  else {
+  // The selection, then the change on the pending rows: a retry makes them due at once; a discard
+  // deletes them and records each as published and dead (outbox migration 000015).
+  const selected = `SELECT o.seq, o.id FROM ${outboxWithState(s)} WHERE ${where}`;
+  let change: string;
+  if (action === 'retry') {
+    change = `WITH sel AS (${selected}),
+         done AS (UPDATE ${s}.outbox_pending p SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'
+                    FROM sel WHERE p.seq = sel.seq RETURNING p.seq, sel.id)
+    SELECT id::text AS id FROM done ORDER BY seq`;
+  } else {
     values.push(`discarded by ${by} at `);
-    set = `SET published_at = now(), dead_at = coalesce(o.dead_at, now()),
-               last_error = $${values.length}::text || now()::text || coalesce(': ' || o.last_error, '')`;
+    change = `WITH sel AS (${selected}),
+         gone AS (DELETE FROM ${s}.outbox_pending p USING sel WHERE p.seq = sel.seq
+                  RETURNING p.seq, sel.id, p.attempts, p.last_error, p.dead_at),
+         done AS (INSERT INTO ${s}.outbox_published (seq, attempts, last_error, dead_at)
+                  SELECT g.seq, g.attempts, $${values.length}::text || now()::text || coalesce(': ' || g.last_error, ''), coalesce(g.dead_at, now())
+                    FROM gone g RETURNING seq)
+    SELECT g.id::text AS id FROM gone g JOIN done USING (seq) ORDER BY g.seq`;
   }
   const entry = (rows: number, outcome: string): AuditEntry => ({
     actor: options.actor,
@@ -187,10 +198,7 @@ export async function settleFailed(
   });
   try {
     return await withTransaction(pool, async (tx) => {
-      const { rows } = await tx.query<{ id: string }>(
-        `WITH done AS (UPDATE ${s}.outbox o ${set} WHERE ${where} RETURNING o.seq, o.id) SELECT id::text AS id FROM done ORDER BY seq`,
-        values,
-      );
+      const { rows } = await tx.query<{ id: string }>(change, values);
       if (options.expect && rows.length !== options.expect.rows) throw new SelectionChangedError(options.expect.rows, rows.length);
       await recordAction(tx, s, entry(rows.length, 'ok'));
       if (rows.length > 0) await tx.query(NOTIFY_RELAYS_SQL, [notifyChannel(schema), 'dlq']);

@@ -85,8 +85,9 @@ export function checkReplaySelection(sel: ReplaySelection): void {
   }
 }
 
-function replayCondition(sel: ReplaySelection): { where: string; values: unknown[] } {
-  const conditions = ['published_at IS NOT NULL', 'dead_at IS NULL'];
+function replayCondition(schemaSql: string, sel: ReplaySelection): { where: string; values: unknown[] } {
+  // Published and not discarded (outbox migration 000015: the delivery record beside the row).
+  const conditions = [`EXISTS (SELECT 1 FROM ${schemaSql}.outbox_published d WHERE d.seq = o.seq AND d.dead_at IS NULL)`];
   const values: unknown[] = [];
   const add = (sql: string, value: unknown) => {
     values.push(value);
@@ -116,7 +117,7 @@ function describeSelection(sel: ReplaySelection): Record<string, unknown> {
 /** Counts the rows a replay of `sel` would send now, with their seq range. */
 export async function previewReplay(q: Queryable, schema: string, sel: ReplaySelection): Promise<ReplayPreview> {
   checkReplaySelection(sel);
-  const { where, values } = replayCondition(sel);
+  const { where, values } = replayCondition(quoteIdentifier(schema), sel);
   const { rows } = await q.query<{ n: string; first: string | null; last: string | null }>(
     countReplaySql(quoteIdentifier(schema), where),
     values,
@@ -220,7 +221,7 @@ async function publishAll(
   report: ReplayReport,
   o: ReplayOptions,
 ): Promise<void> {
-  const { where, values } = replayCondition(sel);
+  const { where, values } = replayCondition(schemaSql, sel);
   const acks = new PubAcks(nc, o.publishTimeoutMs);
   const inFlight = new Set<Promise<void>>();
   /** Each key's latest send, settled once its outcome is recorded. */

@@ -32,9 +32,14 @@ async function publishedAgo(n: number, agoMs: number, latencyMs: number): Promis
       )
     ).map((r) => r.id),
   );
+  // One statement (one now()): the insert time on the event row, the mark as the relay's (outbox migration 000015).
   await db.pool.query(
-    `UPDATE ${s}.outbox SET published_at = now() - make_interval(secs => $2::float8 / 1000),
-            created_at = now() - make_interval(secs => ($2::float8 + $3::float8) / 1000) WHERE id = ANY ($1::uuid[])`,
+    `WITH inserted AS (
+       UPDATE ${s}.outbox SET created_at = now() - make_interval(secs => ($2::float8 + $3::float8) / 1000) WHERE id = ANY ($1::uuid[])
+       RETURNING seq),
+     gone AS (DELETE FROM ${s}.outbox_pending p WHERE p.seq IN (SELECT i.seq FROM inserted i) RETURNING p.seq, p.attempts, p.last_error)
+     INSERT INTO ${s}.outbox_published (seq, published_at, attempts, last_error)
+     SELECT g.seq, now() - make_interval(secs => $2::float8 / 1000), g.attempts, g.last_error FROM gone g`,
     [ids, agoMs, latencyMs],
   );
 }
@@ -49,7 +54,7 @@ test('console charts - per-minute counts and latency percentiles of the last hou
   await publishedAgo(4, 2 * 3600_000, 10);
   // A discarded row (dead_at kept, published_at set) is not a publish.
   await publishedAgo(1, now - (current - 3 * MINUTE + 30_000), 40);
-  await db.pool.query(`UPDATE ${s}.outbox SET dead_at = published_at WHERE seq = (SELECT max(seq) FROM ${s}.outbox)`);
+  await db.pool.query(`UPDATE ${s}.outbox_published SET dead_at = published_at WHERE seq = (SELECT max(seq) FROM ${s}.outbox)`);
 
   const history = new MinuteHistory(db.pool, db.schema);
   const newest = () => history.newestFinal;

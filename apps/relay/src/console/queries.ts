@@ -2,6 +2,7 @@ import { quoteIdentifier } from '@ferry/core';
 import type { ParkedJobData } from '@ferry/inbox';
 import type pg from 'pg';
 import { type EventFilter, filterCondition, REASON_CHARS, STATE_SQL } from '../actions/event-filter.js';
+import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
 
 // The console's own reads. Each is bounded: a LIMIT, an index (id, (key, version), the failed-row
 // and pending-key indexes, pg-boss's queue name), and the pool's statement_timeout.
@@ -21,7 +22,7 @@ export interface EventRow {
 }
 
 const EVENT_COLUMNS = `o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, ${STATE_SQL} AS state,
-  o.attempts, o.created_at, o.published_at, o.last_error`;
+  coalesce(p.attempts, d.attempts, 0) AS attempts, o.created_at, d.published_at, coalesce(p.last_error, d.last_error) AS last_error`;
 
 /** A dead or backing-off search looks at the newest `limit × FAILED_SCAN` failed rows (the page says so when it fills). */
 export const FAILED_SCAN = 10;
@@ -31,17 +32,17 @@ export async function searchEvents(pool: pg.Pool, schema: string, f: EventFilter
   const s = quoteIdentifier(schema);
   const { sql, params } = filterCondition(f);
   if (f.state === 'dead' || f.state === 'backing-off') {
-    // Failed rows are few and have an index of their own (outbox_failed_idx): the newest of them
+    // Failed rows are few and have an index of their own (outbox_pending_failed_idx): the newest of them
     // from the index alone, then the filter on those rows, instead of a walk back through every newer row.
     const { rows } = await pool.query<EventRow>(
-      `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 DESC LIMIT ${Math.trunc(limit) * FAILED_SCAN})
-       SELECT ${EVENT_COLUMNS} FROM f JOIN ${s}.outbox o ON o.seq = f.seq WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
+      `WITH f AS (SELECT p.seq FROM ${s}.outbox_pending p WHERE p.attempts > 0 ORDER BY p.seq + 0 DESC LIMIT ${Math.trunc(limit) * FAILED_SCAN})
+       SELECT ${EVENT_COLUMNS} FROM f JOIN ${outboxWithState(s)} ON o.seq = f.seq WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
       params,
     );
     return rows;
   }
   const { rows } = await pool.query<EventRow>(
-    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
+    `SELECT ${EVENT_COLUMNS} FROM ${outboxWithState(s)} WHERE ${sql} ORDER BY o.seq DESC LIMIT ${Math.trunc(limit)}`,
     params,
   );
   return rows;
@@ -51,7 +52,7 @@ export async function searchEvents(pool: pg.Pool, schema: string, f: EventFilter
 export async function keyHistory(pool: pg.Pool, schema: string, key: string, version: string, around = 10): Promise<EventRow[]> {
   const s = quoteIdentifier(schema);
   const { rows } = await pool.query<EventRow>(
-    `SELECT ${EVENT_COLUMNS} FROM ${s}.outbox o WHERE o.key = $1 AND o.version BETWEEN $2::bigint - $3 AND $2::bigint + $3 ORDER BY o.version`,
+    `SELECT ${EVENT_COLUMNS} FROM ${outboxWithState(s)} WHERE o.key = $1 AND o.version BETWEEN $2::bigint - $3 AND $2::bigint + $3 ORDER BY o.version`,
     [key, version, around],
   );
   return rows;
@@ -73,17 +74,16 @@ export interface BlockedRow {
 /**
  * Keys held behind a failed head, oldest first, with the rows waiting behind each. Only a key's head is
  * ever sent, so every failed row heads its key: the oldest failed rows are the oldest blocked keys, read
- * from outbox_failed_idx (`seq + 0` keeps the planner off a primary-key walk through the history).
+ * from outbox_pending_failed_idx (`seq + 0` keeps the planner off a primary-key walk of the pending rows).
  */
 export async function blockedKeys(pool: pg.Pool, schema: string, limit: number): Promise<BlockedRow[]> {
   const s = quoteIdentifier(schema);
   // Two steps: the oldest failed seqs from the index alone (no heap), then those rows' details.
   const { rows } = await pool.query<BlockedRow>(
-    `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 LIMIT $1)
-     SELECT h.key, h.id::text AS id, h.version::text AS version, h.subject, h.type, h.attempts, h.last_error, h.dead_at, h.next_attempt_at,
-            (SELECT count(*) FROM ${s}.outbox b
-              WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL AND b.seq > h.seq)::int AS waiting
-       FROM f JOIN ${s}.outbox h ON h.seq = f.seq
+    `WITH f AS (SELECT p.seq FROM ${s}.outbox_pending p WHERE p.attempts > 0 ORDER BY p.seq + 0 LIMIT $1)
+     SELECT h.key, o.id::text AS id, o.version::text AS version, o.subject, o.type, h.attempts, h.last_error, h.dead_at, h.next_attempt_at,
+            ${waitingBehind(s, 'h')}::int AS waiting
+       FROM f JOIN ${s}.outbox_pending h ON h.seq = f.seq JOIN ${s}.outbox o ON o.seq = f.seq
       ORDER BY h.seq`,
     [limit],
   );
@@ -222,16 +222,16 @@ export interface MinuteStat {
 /**
  * Events published per minute in [from, to), with the median and 99th
  * percentile of their insert → published time: a range of the
- * published_at index, read for each minute once (the console keeps the
+ * published rows' BRIN index, read for each minute once (the console keeps the
  * finished minutes).
  */
 export async function publishedPerMinute(pool: pg.Pool, schema: string, from: Date, to: Date): Promise<MinuteStat[]> {
   const s = quoteIdentifier(schema);
   const { rows } = await pool.query<{ minute: Date; published: number; p: Array<number | string> | null }>(
-    `SELECT date_trunc('minute', o.published_at) AS minute, count(*)::int AS published,
-            percentile_disc(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM o.published_at - o.created_at) * 1000) AS p
-       FROM ${s}.outbox o
-      WHERE o.published_at >= $1 AND o.published_at < $2 AND o.dead_at IS NULL
+    `SELECT date_trunc('minute', d.published_at) AS minute, count(*)::int AS published,
+            percentile_disc(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM d.published_at - o.created_at) * 1000) AS p
+       FROM ${s}.outbox_published d JOIN ${s}.outbox o ON o.seq = d.seq
+      WHERE d.published_at >= $1 AND d.published_at < $2 AND d.dead_at IS NULL
       GROUP BY 1 ORDER BY 1`,
     [from, to],
   );
@@ -264,10 +264,10 @@ export const GROUPED_ROWS = 10_000;
 export async function failureGroups(pool: pg.Pool, schema: string, limit: number): Promise<{ groups: FailureGroup[]; grouped: number }> {
   const s = quoteIdentifier(schema);
   const { rows } = await pool.query<FailureGroup & { grouped: number }>(
-    `WITH f AS (SELECT o.seq FROM ${s}.outbox o WHERE o.published_at IS NULL AND o.attempts > 0 ORDER BY o.seq + 0 LIMIT ${GROUPED_ROWS}),
-          g AS (SELECT CASE WHEN o.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END AS state,
-                       coalesce(left(o.last_error, ${REASON_CHARS}), '') AS reason, count(*)::int AS keys, min(o.created_at) AS oldest
-                  FROM f JOIN ${s}.outbox o ON o.seq = f.seq GROUP BY 1, 2)
+    `WITH f AS (SELECT p.seq FROM ${s}.outbox_pending p WHERE p.attempts > 0 ORDER BY p.seq + 0 LIMIT ${GROUPED_ROWS}),
+          g AS (SELECT CASE WHEN p.dead_at IS NULL THEN 'backing-off' ELSE 'dead' END AS state,
+                       coalesce(left(p.last_error, ${REASON_CHARS}), '') AS reason, count(*)::int AS keys, min(o.created_at) AS oldest
+                  FROM f JOIN ${s}.outbox_pending p ON p.seq = f.seq JOIN ${s}.outbox o ON o.seq = f.seq GROUP BY 1, 2)
      SELECT g.*, (SELECT sum(keys) FROM g)::int AS grouped FROM g ORDER BY keys DESC, oldest LIMIT ${Math.trunc(limit)}`,
   );
   return { groups: rows.map(({ grouped: _, ...g }) => g), grouped: rows[0]?.grouped ?? 0 };

@@ -46,8 +46,17 @@ async function rowsOf(key: string): Promise<number[]> {
   return rows.map((r) => r.v);
 }
 
-/** Marks every row published an hour ago, so a one-minute retention prunes them. */
-const publishedLongAgo = () => db.pool.query(`UPDATE ${s}.outbox SET published_at = now() - interval '1 hour'`);
+/**
+ * Marks every row published an hour ago, so a one-minute retention prunes them: each pending row is
+ * marked as the relay's mark does (outbox migration 000015), and each published one dated back.
+ */
+const publishedLongAgo = async () => {
+  await db.pool.query(
+    `WITH gone AS (DELETE FROM ${s}.outbox_pending p RETURNING p.seq, p.attempts, p.last_error)
+     INSERT INTO ${s}.outbox_published (seq, attempts, last_error) SELECT g.seq, g.attempts, g.last_error FROM gone g`,
+  );
+  await db.pool.query(`UPDATE ${s}.outbox_published SET published_at = now() - interval '1 hour'`);
+};
 
 describe('janitor', () => {
   test('janitor - an id published again after its row was pruned is existing, with its version and seq; other content is a conflict', async () => {

@@ -1,19 +1,19 @@
+import { waitingBehind } from './outbox-state.js';
 /**
  * The keys held behind a failed row, oldest first, at most `$1`: the failed
  * row (only a key's head is ever sent, so a failed row heads its key), its
  * state and reason, and how many later rows of the key wait behind it. The
- * failed rows come from `outbox_failed_idx` (failed rows only); the
- * waiting count walks the key's pending rows in `outbox_pending_key_idx`.
+ * failed rows come from `outbox_pending_failed_idx` (failed rows only); the
+ * waiting count walks the key's pending rows in `outbox_pending_walk_idx`.
  */
 export function blockedKeysSql(schemaSql: string): string {
   return `SELECT h.key, h.id::text AS id, h.seq::text AS seq, h.version::text AS version, h.attempts, h.last_error,
        h.dead_at, h.next_attempt_at,
-       (SELECT count(*) FROM ${schemaSql}.outbox b
-         WHERE b.lane = h.lane AND b.key COLLATE "C" = h.key AND b.published_at IS NULL AND b.seq > h.seq)::int AS waiting
-  FROM (SELECT DISTINCT ON (o.key) o.key, o.lane, o.id, o.seq, o.version, o.attempts, o.last_error, o.dead_at, o.next_attempt_at
-          FROM ${schemaSql}.outbox o
-         WHERE o.published_at IS NULL AND o.attempts > 0
-         ORDER BY o.key, o.seq) h
+       ${waitingBehind(schemaSql, 'h')}::int AS waiting
+  FROM (SELECT DISTINCT ON (p.key) p.key, p.lane, o.id, p.seq, o.version, p.attempts, p.last_error, p.dead_at, p.next_attempt_at
+          FROM ${schemaSql}.outbox_pending p JOIN ${schemaSql}.outbox o ON o.seq = p.seq
+         WHERE p.attempts > 0
+         ORDER BY p.key, p.seq) h
  ORDER BY h.seq
  LIMIT $1`;
 }

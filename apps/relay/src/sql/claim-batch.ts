@@ -10,7 +10,8 @@
  * claimed while an earlier one is unpublished.
  *
  * Each lane's distinct keys are walked with a recursive skip scan over
- * `outbox_pending_key_idx (lane, key, seq)`, one index descent per key,
+ * `outbox_pending_walk_idx (lane, key, seq)` of the narrow pending table
+ * (outbox migration 000015; the event row is read only for the rows claimed), one index descent per key,
  * starting after the lane's cursor `$2` (the last key claimed there) and
  * wrapping around to the lane's first key, so every key gets its turn. The
  * descent lands on the key's first entry, its head (its lowest seq), so the
@@ -53,23 +54,23 @@ export function claimBatchSql(schemaSql: string): string {
     FROM unnest($1::smallint[], $2::text[]) AS l(lane, after)
     JOIN ${schemaSql}.relay_leases ll ON ll.lane = l.lane AND ll.owner = $8 AND ll.expires_at > now()
    CROSS JOIN LATERAL (
-     (SELECT o.key, false AS wrapped, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox o
-       WHERE o.lane = l.lane AND o.published_at IS NULL AND o.key COLLATE "C" > l.after ORDER BY o.key COLLATE "C", o.seq LIMIT 1)
+     (SELECT o.key, false AS wrapped, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox_pending o
+       WHERE o.lane = l.lane AND o.key > l.after ORDER BY o.key, o.seq LIMIT 1)
      UNION ALL
-     (SELECT o.key, true, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox o
-       WHERE o.lane = l.lane AND o.published_at IS NULL AND o.key COLLATE "C" <= l.after ORDER BY o.key COLLATE "C", o.seq LIMIT 1)
+     (SELECT o.key, true, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox_pending o
+       WHERE o.lane = l.lane AND o.key <= l.after ORDER BY o.key, o.seq LIMIT 1)
      LIMIT 1) s
   UNION ALL
   SELECT w.lane, s.key, w.after, s.wrapped, w.step + 1, s.seq, s.dead_at, s.next_attempt_at
     FROM walk w
    CROSS JOIN LATERAL (
-     (SELECT o.key, w.wrapped, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox o
-       WHERE o.lane = w.lane AND o.published_at IS NULL AND o.key COLLATE "C" > w.key ORDER BY o.key COLLATE "C", o.seq LIMIT 1)
+     (SELECT o.key, w.wrapped, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox_pending o
+       WHERE o.lane = w.lane AND o.key > w.key ORDER BY o.key, o.seq LIMIT 1)
      UNION ALL
-     (SELECT o.key, true, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox o
-       WHERE NOT w.wrapped AND o.lane = w.lane AND o.published_at IS NULL ORDER BY o.key COLLATE "C", o.seq LIMIT 1)
+     (SELECT o.key, true, o.seq, o.dead_at, o.next_attempt_at FROM ${schemaSql}.outbox_pending o
+       WHERE NOT w.wrapped AND o.lane = w.lane ORDER BY o.key, o.seq LIMIT 1)
      LIMIT 1) s
-   WHERE NOT (s.wrapped AND s.key COLLATE "C" > w.after)
+   WHERE NOT (s.wrapped AND s.key > w.after)
 ),
 heads AS MATERIALIZED (
   SELECT w.lane, w.key, w.step, w.seq
@@ -84,16 +85,18 @@ SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, 
   FROM (
     SELECT y.*, sum(y.row_bytes) OVER (ORDER BY y.seq ROWS UNBOUNDED PRECEDING) AS loaded
       FROM (
-    SELECT r.*, h.step, octet_length(r.data) AS data_bytes,
+    SELECT r.seq, o.id, o.key, o.version, o.lane, o.subject, o.type, o.source, o.content_type, o.data, o.headers,
+           o.occurred_at, o.created_at, r.attempts, h.step, octet_length(o.data) AS data_bytes,
            (r.dead_at IS NULL AND r.next_attempt_at <= now()) AS due,
-           CASE WHEN octet_length(r.data) <= $6 THEN octet_length(r.data) ELSE 0 END
-             + coalesce(octet_length(r.headers::text), 0) AS row_bytes
+           CASE WHEN octet_length(o.data) <= $6 THEN octet_length(o.data) ELSE 0 END
+             + coalesce(octet_length(o.headers::text), 0) AS row_bytes
       FROM heads h
      CROSS JOIN LATERAL (
-       SELECT * FROM ${schemaSql}.outbox o
-        WHERE o.lane = h.lane AND o.key COLLATE "C" = h.key AND o.published_at IS NULL AND o.seq >= h.seq
-        ORDER BY o.seq
+       SELECT p.seq, p.attempts, p.dead_at, p.next_attempt_at FROM ${schemaSql}.outbox_pending p
+        WHERE p.lane = h.lane AND p.key = h.key AND p.seq >= h.seq
+        ORDER BY p.seq
         LIMIT greatest(1, $5::bigint / (SELECT count(*) FROM heads))) r
+      JOIN ${schemaSql}.outbox o ON o.seq = r.seq
       ) y
   ) x
  WHERE x.loaded <= $7 OR x.loaded = x.row_bytes

@@ -14,14 +14,16 @@ export function claimKeyRowsSql(schemaSql: string): string {
   FROM (
     SELECT y.*, sum(y.row_bytes) OVER (ORDER BY y.seq ROWS UNBOUNDED PRECEDING) AS loaded
       FROM (
-    SELECT o.*, octet_length(o.data) AS data_bytes,
+    SELECT p.seq, o.id, o.key, o.version, o.lane, o.subject, o.type, o.source, o.content_type, o.data, o.headers,
+           o.occurred_at, o.created_at, p.attempts, p.dead_at, p.next_attempt_at, octet_length(o.data) AS data_bytes,
            CASE WHEN octet_length(o.data) <= $5 THEN octet_length(o.data) ELSE 0 END
              + coalesce(octet_length(o.headers::text), 0) AS row_bytes
-      FROM ${schemaSql}.outbox o
-     WHERE o.lane = $1 AND o.key COLLATE "C" = $2 AND o.published_at IS NULL AND o.seq > $3
-       AND EXISTS (SELECT 1 FROM ${schemaSql}.relay_leases ll WHERE ll.lane = $1 AND ll.owner = $7 AND ll.expires_at > now())
-     ORDER BY o.seq
-     LIMIT $4
+      FROM (SELECT p.* FROM ${schemaSql}.outbox_pending p
+             WHERE p.lane = $1 AND p.key = $2 AND p.seq > $3
+               AND EXISTS (SELECT 1 FROM ${schemaSql}.relay_leases ll WHERE ll.lane = $1 AND ll.owner = $7 AND ll.expires_at > now())
+             ORDER BY p.seq
+             LIMIT $4) p
+      JOIN ${schemaSql}.outbox o ON o.seq = p.seq
       ) y
   ) x
  WHERE x.loaded <= $6

@@ -1,4 +1,5 @@
 import { deadCondition } from './dead-events.js';
+import { waitingBehind } from './outbox-state.js';
 
 /**
  * Dead rows, oldest first, at most `$1` (`ferry dlq list`), each with how many
@@ -6,10 +7,8 @@ import { deadCondition } from './dead-events.js';
  * backing off from too (`attempts > 0`: outbox_failed_idx).
  */
 export function listDeadSql(schemaSql: string, failed = false): string {
-  const where = failed ? 'o.published_at IS NULL AND o.attempts > 0' : deadCondition('all');
-  return `SELECT o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, o.attempts, o.dead_at, o.last_error,
-                    o.next_attempt_at,
-                    (SELECT count(*) FROM ${schemaSql}.outbox b
-                      WHERE b.lane = o.lane AND b.key COLLATE "C" = o.key AND b.published_at IS NULL AND b.seq > o.seq)::int AS waiting
-               FROM ${schemaSql}.outbox o WHERE ${where} ORDER BY o.seq LIMIT $1`;
+  const where = failed ? 'p.attempts > 0' : deadCondition('all');
+  return `SELECT o.seq::text AS seq, o.id::text AS id, o.key, o.version::text AS version, o.subject, o.type, p.attempts, p.dead_at, p.last_error,
+                    p.next_attempt_at, ${waitingBehind(schemaSql, 'p')}::int AS waiting
+               FROM ${schemaSql}.outbox_pending p JOIN ${schemaSql}.outbox o ON o.seq = p.seq WHERE ${where} ORDER BY p.seq LIMIT $1`;
 }

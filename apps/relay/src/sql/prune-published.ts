@@ -3,12 +3,13 @@
  * bounded batch. What recognises each pruned event (id, seq, version, content
  * digest; not its payload) moves to `published_ids` in the same statement, so
  * a publish of the same id afterwards is still `existing` (outbox migration
- * 000006). The row count is the number of rows pruned.
+ * 000006). The row count is the number of rows pruned. The outbox's delete
+ * trigger removes their `outbox_published` rows (outbox migration 000015).
  */
 export function prunePublishedSql(schemaSql: string): string {
   return `WITH doomed AS (
-  SELECT seq FROM ${schemaSql}.outbox
-   WHERE published_at IS NOT NULL AND published_at < now() - $1::bigint * interval '1 millisecond'
+  SELECT seq FROM ${schemaSql}.outbox_published
+   WHERE published_at < now() - $1::bigint * interval '1 millisecond'
    ORDER BY published_at
    LIMIT $2
 ),

@@ -1,0 +1,30 @@
+import { quoteIdentifier } from '@ferry/core';
+import type pg from 'pg';
+
+/**
+ * Turns a schema this release migrated back into the outbox of version 14: the event rows carry
+ * their delivery state again (pending ones as pending, published ones as published, with their
+ * indexes), the tables, view and triggers of outbox migration 000015 are gone, the relay floor is
+ * 2 and version 15 is unrecorded. For the tests that take a database back further, to a version
+ * an earlier release left, without that release's code.
+ */
+export async function undoPendingTable(pool: pg.Pool, schema: string): Promise<void> {
+  const s = quoteIdentifier(schema);
+  await pool.query(`BEGIN;
+    ALTER TABLE ${s}.outbox ADD COLUMN attempts integer NOT NULL DEFAULT 0, ADD COLUMN next_attempt_at timestamptz NOT NULL DEFAULT '-infinity',
+      ADD COLUMN last_error text, ADD COLUMN published_at timestamptz, ADD COLUMN dead_at timestamptz;
+    UPDATE ${s}.outbox o SET attempts = p.attempts, next_attempt_at = p.next_attempt_at, last_error = p.last_error, dead_at = p.dead_at
+      FROM ${s}.outbox_pending p WHERE p.seq = o.seq;
+    UPDATE ${s}.outbox o SET attempts = d.attempts, last_error = d.last_error, dead_at = d.dead_at, published_at = d.published_at
+      FROM ${s}.outbox_published d WHERE d.seq = o.seq;
+    DROP VIEW ${s}.outbox_events;
+    DROP TRIGGER outbox_enqueue ON ${s}.outbox; DROP TRIGGER outbox_forget ON ${s}.outbox; DROP TRIGGER outbox_forget_all ON ${s}.outbox;
+    DROP FUNCTION ${s}.outbox_enqueue(), ${s}.outbox_forget(), ${s}.outbox_forget_all();
+    DROP TABLE ${s}.outbox_pending, ${s}.outbox_published;
+    CREATE INDEX outbox_pending_key_idx ON ${s}.outbox (lane, key COLLATE "C", seq) WHERE published_at IS NULL;
+    CREATE INDEX outbox_failed_idx ON ${s}.outbox (key, seq) INCLUDE (lane, dead_at) WHERE published_at IS NULL AND attempts > 0;
+    CREATE INDEX outbox_published_at_idx ON ${s}.outbox (published_at) WHERE published_at IS NOT NULL;
+    UPDATE ${s}.settings SET value = '2' WHERE name = 'relay_protocol_floor';
+    DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 15;
+    COMMIT`);
+}
