@@ -2,7 +2,10 @@
  * Publisher overhead: transactions per second of (business UPDATE + publish)
  * against (business UPDATE + INSERT of the same JSON into a plain table),
  * same run, interleaved trials, N concurrent writers. Also publishMany of 100
- * events against one 100-row plain INSERT.
+ * events against one 100-row plain INSERT. Beside each rate, the CPU per
+ * transaction of this process and of the writers' PostgreSQL backends (/proc),
+ * and its ratio to the baseline's (issue 30's budgets are CPU ratios: publish
+ * <= 1.25x, publishMany(100) <= 2x).
  *
  *   node bench/dist/publish-overhead.js [--quick] [--writers 8,32] [--seconds 5] [--trials 3]
  *
@@ -15,7 +18,7 @@ import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import { arg, declareFlags, hasFlag } from './lib/args.js';
 import { printTable, summarize, writeResult } from './lib/stats.js';
-import { loopNodePostgresWriters } from './lib/writers.js';
+import { type MeteredWriters, meteredNodePostgresWriters } from './lib/writers.js';
 
 declareFlags(
   'node bench/dist/publish-overhead.js',
@@ -38,8 +41,8 @@ const ACCOUNTS = 10_000;
 
 type Step = (client: pg.PoolClient, i: number) => Promise<void>;
 
-function run(pool: pg.Pool, writers: number, step: Step): Promise<number> {
-  return loopNodePostgresWriters(pool, writers, seconds, step);
+function run(pool: pg.Pool, writers: number, step: Step): Promise<MeteredWriters> {
+  return meteredNodePostgresWriters(pool, writers, seconds, step);
 }
 
 async function main() {
@@ -101,8 +104,10 @@ async function main() {
       publishMany100: publishMany,
     };
     const results: Record<string, Record<string, ReturnType<typeof summarize>>> = {};
+    // CPU per transaction, this process's and the backends' together, µs.
+    const cpu: Record<string, Record<string, ReturnType<typeof summarize>>> = {};
     for (const writers of writerCounts) {
-      const samples: Record<string, number[]> = Object.fromEntries(Object.keys(scenarios).map((k) => [k, []]));
+      const samples: Record<string, MeteredWriters[]> = Object.fromEntries(Object.keys(scenarios).map((k) => [k, []]));
       await run(db.pool, writers, plain); // warm-up
       for (let t = 0; t < trials; t++) {
         for (const [name, step] of Object.entries(scenarios)) {
@@ -111,30 +116,42 @@ async function main() {
           if (name === 'publishNotify') await relayWaits(false);
         }
       }
-      results[writers] = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+      results[writers] = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.perSecond))]));
+      cpu[writers] = Object.fromEntries(
+        Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.clientMicros + m.backendMicros))]),
+      );
     }
 
     const rows: Array<Array<string | number>> = [];
     const ratios: Record<string, number> = {};
+    const cpuRatios: Record<string, number> = {};
     for (const [writers, r] of Object.entries(results)) {
       const base = r.plain?.median ?? Number.NaN;
       const baseMany = r.plainMany100?.median ?? Number.NaN;
+      const c = cpu[writers] ?? {};
       for (const [name, sum] of Object.entries(r)) {
-        const baseline = name.endsWith('100') ? baseMany : base;
-        const overhead = baseline / sum.median;
+        const many = name.endsWith('100');
+        const overhead = (many ? baseMany : base) / sum.median;
+        const cpuMedian = c[name]?.median ?? Number.NaN;
+        const cpuOverhead = cpuMedian / ((many ? c.plainMany100 : c.plain)?.median ?? Number.NaN);
         rows.push([
           writers,
           name,
           sum.median,
           `±${(sum.spread * 100).toFixed(0)}%`,
           name.startsWith('plain') ? '(baseline)' : `${overhead.toFixed(2)}x`,
+          Math.round(cpuMedian),
+          name.startsWith('plain') ? '(baseline)' : `${cpuOverhead.toFixed(2)}x`,
         ]);
-        if (!name.startsWith('plain')) ratios[`${name}@${writers}`] = Number(overhead.toFixed(3));
+        if (!name.startsWith('plain')) {
+          ratios[`${name}@${writers}`] = Number(overhead.toFixed(3));
+          cpuRatios[`${name}@${writers}`] = Number(cpuOverhead.toFixed(3));
+        }
       }
     }
     printTable(
-      `Publisher overhead (${seconds}s x ${trials} interleaved trials; overhead = baseline tx/s / publisher tx/s; targets: publish <= 1.2x, notify <= 1.4x, publishMany100 <= 1.5x)`,
-      ['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead'],
+      `Publisher overhead (${seconds}s x ${trials} interleaved trials; overhead = baseline tx/s / publisher tx/s; CPU = this process + the writers' PostgreSQL backends per transaction; CPU budgets: publish <= 1.25x, publishMany100 <= 2x)`,
+      ['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead', 'CPU µs/tx', 'CPU ratio'],
       rows,
     );
     const file = writeResult('publisher', {
@@ -143,6 +160,8 @@ async function main() {
       trials,
       results,
       ratios,
+      cpuMicrosPerTx: cpu,
+      cpuRatios,
       publishOverhead: ratios[`publish@${writerCounts[0]}`],
       txPerSec: results[writerCounts[0] as number]?.publish?.median,
     });

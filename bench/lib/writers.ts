@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { sleep } from './args.js';
+import { cpuSecondsOf } from './proc.js';
 
 /**
  * Runs `writers` concurrent loops for `seconds`; each loop calls
@@ -7,6 +8,16 @@ import { sleep } from './args.js';
  * calls share an i). Returns completed calls per second.
  */
 export async function loopWriters(writers: number, seconds: number, once: (writer: number, i: number) => Promise<void>): Promise<number> {
+  const { count, elapsed } = await countWriters(writers, seconds, once);
+  return count / elapsed;
+}
+
+/** `loopWriters`, returning the calls completed and the seconds they took. */
+async function countWriters(
+  writers: number,
+  seconds: number,
+  once: (writer: number, i: number) => Promise<void>,
+): Promise<{ count: number; elapsed: number }> {
   const deadline = performance.now() + seconds * 1000;
   let count = 0;
   const started = performance.now();
@@ -20,7 +31,7 @@ export async function loopWriters(writers: number, seconds: number, once: (write
       }
     }),
   );
-  return count / ((performance.now() - started) / 1000);
+  return { count, elapsed: (performance.now() - started) / 1000 };
 }
 
 /**
@@ -33,14 +44,51 @@ export async function loopNodePostgresWriters(
   seconds: number,
   step: (client: pg.PoolClient, i: number) => Promise<void>,
 ): Promise<number> {
+  return (await meteredNodePostgresWriters(pool, writers, seconds, step)).perSecond;
+}
+
+/** What `meteredNodePostgresWriters` measured. */
+export interface MeteredWriters {
+  /** Transactions per second. */
+  perSecond: number;
+  /** This process's CPU (user + system) per transaction, µs: the writers' Node work, node-postgres included. */
+  clientMicros: number;
+  /** The writers' PostgreSQL backends' CPU per transaction, µs (/proc: PostgreSQL must run on this host). */
+  backendMicros: number;
+}
+
+/**
+ * `loopNodePostgresWriters`, also metering CPU per transaction: this
+ * process's (`process.cpuUsage`) and the writers' backends' (their pids asked
+ * once the clients are checked out, /proc read before and after).
+ */
+export async function meteredNodePostgresWriters(
+  pool: pg.Pool,
+  writers: number,
+  seconds: number,
+  step: (client: pg.PoolClient, i: number) => Promise<void>,
+): Promise<MeteredWriters> {
   const clients = await Promise.all(Array.from({ length: writers }, () => pool.connect()));
   try {
-    return await loopWriters(writers, seconds, async (w, i) => {
+    const pids = await Promise.all(
+      clients.map(async (c) => (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid ?? 0),
+    );
+    const backends = () => pids.reduce((sum, pid) => sum + (cpuSecondsOf(pid) ?? Number.NaN), 0);
+    const backendBefore = backends();
+    const clientBefore = process.cpuUsage();
+    const { count, elapsed } = await countWriters(writers, seconds, async (w, i) => {
       const c = clients[w] as pg.PoolClient;
       await c.query('BEGIN');
       await step(c, i);
       await c.query('COMMIT');
     });
+    const client = process.cpuUsage(clientBefore);
+    const backend = backends() - backendBefore;
+    return {
+      perSecond: count / elapsed,
+      clientMicros: (client.user + client.system) / count,
+      backendMicros: (backend * 1e6) / count,
+    };
   } finally {
     for (const c of clients) c.release();
   }
