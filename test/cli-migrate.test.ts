@@ -108,6 +108,15 @@ describe('ferry migrate', () => {
     // A database at outbox version 2: the migrations after 2 are undone and unrecorded.
     assert.equal(ferry(['migrate', '--database-url', databaseUrl(), '--schema', schema]).code, 0);
     await undoPendingTable(pool, schema);
+    // A dry run before the upgrade counts what the prune would take where the rows still keep published_at.
+    await pool.query(
+      `INSERT INTO ${s}.outbox (id, key, version, subject, type, source, content_type, data, headers, occurred_at, published_at)
+       VALUES (gen_random_uuid(), 'k', 1, 'a.b', 't', 's', 'application/json', '\\x00', '{}', now(), now() - interval '2 hours')`,
+    );
+    const dry = ferry(['migrate', '--dry-run', '--json', '--retention', '1h', '--database-url', databaseUrl(), '--schema', schema]);
+    assert.equal(dry.code, 0, dry.err);
+    assert.equal((JSON.parse(dry.out) as { wouldPrune: number }).wouldPrune, 1, 'the row published two hours ago, at version 14');
+    await pool.query(`DELETE FROM ${s}.outbox`);
     await pool.query(`DROP FUNCTION ${s}.publish_event, ${s}.publish_events, ${s}.event_digest CASCADE`);
     await pool.query(
       `DROP FUNCTION ${s}.publish_event_full, ${s}.publish_events_full, ${s}.publish_events_ok, ${s}.publish_check_event, ${s}.publish_check_text`,

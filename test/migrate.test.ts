@@ -192,6 +192,69 @@ describe('migrate', () => {
     assert.deepEqual(again.applied, []);
   });
 
+  test('migrate - 000015 gives the roles granted on the outbox what they need on the new tables: a relay its delivery state, a reader SELECT', async () => {
+    const schema = fresh();
+    const s = quoteIdentifier(schema);
+    await migrate({ pool, schema });
+    await undoPendingTable(pool, schema);
+    const relay = uniqueName('mig_relay');
+    const reader = uniqueName('mig_reader');
+    const stranger = uniqueName('mig_none');
+    try {
+      for (const role of [relay, reader, stranger]) await pool.query(`CREATE ROLE ${quoteIdentifier(role)} NOLOGIN`);
+      // As ferry migrate --print-grants granted them before this release.
+      await pool.query(
+        `GRANT SELECT, DELETE, UPDATE (published_at, attempts, next_attempt_at, last_error, dead_at) ON ${s}.outbox TO ${quoteIdentifier(relay)}`,
+      );
+      await pool.query(`GRANT SELECT ON ${s}.outbox TO ${quoteIdentifier(reader)}`);
+      assert.deepEqual(
+        (await migrate({ pool, schema })).applied.map((m) => m.version),
+        [15],
+      );
+      const { rows } = await pool.query(
+        `SELECT r.role,
+                has_table_privilege(r.role, $1, 'SELECT') AS pending_select, has_table_privilege(r.role, $1, 'DELETE') AS pending_delete,
+                has_column_privilege(r.role, $1, 'attempts', 'UPDATE') AS pending_update_state,
+                has_column_privilege(r.role, $1, 'seq', 'UPDATE') OR has_column_privilege(r.role, $1, 'key', 'UPDATE') AS pending_update_which,
+                has_table_privilege(r.role, $1, 'INSERT') AS pending_insert,
+                has_table_privilege(r.role, $2, 'SELECT') AS published_select, has_table_privilege(r.role, $2, 'INSERT') AS published_insert,
+                has_table_privilege(r.role, $2, 'DELETE') AS published_delete, has_table_privilege(r.role, $3, 'SELECT') AS view_select
+           FROM unnest($4::text[]) WITH ORDINALITY AS r(role, n) ORDER BY r.n`,
+        [`${schema}.outbox_pending`, `${schema}.outbox_published`, `${schema}.outbox_events`, [relay, reader, stranger]],
+      );
+      const none = {
+        pending_select: false,
+        pending_delete: false,
+        pending_update_state: false,
+        pending_update_which: false,
+        pending_insert: false,
+        published_select: false,
+        published_insert: false,
+        published_delete: false,
+        view_select: false,
+      };
+      assert.deepEqual(rows, [
+        {
+          role: relay,
+          ...none,
+          pending_select: true,
+          pending_delete: true,
+          pending_update_state: true,
+          published_select: true,
+          published_insert: true,
+          view_select: true,
+        },
+        { role: reader, ...none, pending_select: true, published_select: true, view_select: true },
+        { role: stranger, ...none },
+      ]);
+    } finally {
+      for (const role of [relay, reader, stranger]) {
+        await pool.query(`DROP OWNED BY ${quoteIdentifier(role)}`).catch(() => {});
+        await pool.query(`DROP ROLE IF EXISTS ${quoteIdentifier(role)}`);
+      }
+    }
+  });
+
   test('migrate - 000004 builds its outbox index concurrently: a publish commits while the build waits on an open writer', async () => {
     const schema = fresh();
     const s = quoteIdentifier(schema);

@@ -219,7 +219,7 @@ describe('least privilege: --print-grants roles run the whole path', () => {
     const s = quoteIdentifier(db.schema);
     const deleted = await pool.query(`DELETE FROM ${s}.outbox o WHERE o.seq IN (SELECT d.seq FROM ${s}.outbox_published d)`);
     assert.equal(deleted.rowCount, 22);
-    // Their delivery state goes with them (by trigger, with the relay role's own grants).
+    // Their delivery state goes with them (by trigger, run as the schema's owner: the relay role may not delete a delivery record).
     const { rows: left } = await db.pool.query<{ n: number }>(
       `SELECT (SELECT count(*) FROM ${s}.outbox_published)::int + (SELECT count(*) FROM ${s}.outbox_pending)::int AS n`,
     );

@@ -193,6 +193,11 @@ describe('least privilege: no role can hurt another role’s work', () => {
     // Nor can it make an event pending (only a committed event is, by the outbox's trigger), or rewrite a delivered one.
     assert.equal(await outcome(relay, `INSERT INTO ${s}.outbox_pending (seq, lane, key) VALUES (999999, 0, 'k')`), DENIED);
     assert.equal(await outcome(relay, `UPDATE ${s}.outbox_published SET attempts = attempts`), DENIED);
+    // Nor point a pending row at another event, key or lane (a re-send out of turn), or erase a delivery record.
+    for (const column of ['seq', 'lane', 'key']) {
+      assert.equal(await outcome(relay, `UPDATE ${s}.outbox_pending SET ${column} = ${column}`), DENIED, `outbox_pending.${column}`);
+    }
+    assert.equal(await outcome(relay, `DELETE FROM ${s}.outbox_published`), DENIED);
     // A failure record: the delivery state of the pending rows.
     for (const column of ['attempts', 'next_attempt_at', 'last_error', 'dead_at']) {
       assert.equal(await outcome(relay, `UPDATE ${s}.outbox_pending SET ${column} = ${column}`), 'ok (4 rows)', column);

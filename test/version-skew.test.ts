@@ -335,6 +335,30 @@ describe('relay floor: this release refuses a schema that does not admit it', ()
     }
   });
 
+  test('relay floor - a relay refuses a schema whose floor is below its own schema floor (not migrated to 000015): run ferry migrate first', async () => {
+    await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.settings SET value = '2' WHERE name = 'relay_protocol_floor'`);
+    try {
+      await assert.rejects(relay().start(), (err: Error) => {
+        assert.equal(err.name, 'NotMigratedError');
+        assert.match(
+          err.message,
+          new RegExp(
+            `admits relay protocol 2 or later .*migrated by an earlier Ferry.*run ferry migrate --schema ${db.schema} with this release first`,
+          ),
+        );
+        return true;
+      });
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM ${quoteIdentifier(db.schema)}.relay_leases WHERE owner IS NOT NULL`,
+      );
+      assert.equal(rows[0].n, 0, 'it took no lane');
+    } finally {
+      await db.pool.query(`UPDATE ${quoteIdentifier(db.schema)}.settings SET value = $1 WHERE name = 'relay_protocol_floor'`, [
+        String(RELAY_PROTOCOL),
+      ]);
+    }
+  });
+
   test('relay floor - a relay refuses a schema without a floor (migrated by an earlier release): run ferry migrate first', async () => {
     await db.pool.query(`DELETE FROM ${quoteIdentifier(db.schema)}.settings WHERE name = 'relay_protocol_floor'`);
     try {

@@ -31,8 +31,10 @@ test('grants - the relay changes only delivery state, never an event row, reads 
   assert.match(relay, /GRANT SELECT, DELETE ON "ferry"\.outbox TO "ferry_relay";/);
   // An earlier Ferry's UPDATE on the outbox is revoked, so re-applying tightens an old role.
   assert.match(relay, /REVOKE UPDATE ON "ferry"\.outbox FROM "ferry_relay";/);
-  assert.match(relay, /GRANT SELECT, UPDATE, DELETE ON "ferry"\.outbox_pending TO "ferry_relay";/);
-  assert.match(relay, /GRANT SELECT, INSERT, DELETE ON "ferry"\.outbox_published TO "ferry_relay";/);
+  assert.match(relay, /GRANT SELECT, DELETE ON "ferry"\.outbox_pending TO "ferry_relay";/);
+  assert.match(relay, /GRANT UPDATE \(attempts, next_attempt_at, last_error, dead_at\) ON "ferry"\.outbox_pending TO "ferry_relay";/);
+  assert.match(relay, /GRANT SELECT, INSERT ON "ferry"\.outbox_published TO "ferry_relay";/);
+  assert.doesNotMatch(relay, /DELETE[^;]*outbox_published/);
   // No pending row is the relay's to add: what is pending is what publishers committed.
   assert.doesNotMatch(relay, /INSERT[^;]*outbox_pending/);
   assert.match(relay, /GRANT SELECT ON "ferry"\.migrations TO "ferry_relay";/);

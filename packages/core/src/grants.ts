@@ -48,6 +48,8 @@ const PUBLISH_EVENTS_ARGS = 'uuid[], text[], bigint[], text[], text[], text[], t
 
 /** The consumer tables, each with a `consumer` column the row-level security policies test. */
 const INBOX_TABLES = ['inbox_versions', 'inbox_messages', 'inbox_early'] as const;
+/** The columns of outbox_pending the relay may update (outbox migration 000015): the delivery state, not which event, key or lane. */
+const PENDING_UPDATE_COLUMNS = ['attempts', 'next_attempt_at', 'last_error', 'dead_at'] as const;
 
 /**
  * The name of a role's row-level security policy on the consumer tables:
@@ -164,10 +166,13 @@ export function grantsSql(options: GrantOptions): string {
       // Earlier Ferry versions granted UPDATE on the outbox; since outbox migration 000015 the
       // relay never updates an event row: revoking it makes re-applying these grants tighten such a role.
       `REVOKE UPDATE ON ${s}.outbox FROM ${role};`,
-      // An event's delivery state (000015): the relay updates a pending row's attempts (a failure),
-      // deletes it (the mark, a dlq discard) and records the event as published; it adds no pending row.
-      `GRANT SELECT, UPDATE, DELETE ON ${s}.outbox_pending TO ${role};`,
-      `GRANT SELECT, INSERT, DELETE ON ${s}.outbox_published TO ${role};`,
+      // An event's delivery state (000015): the relay updates a pending row's delivery columns (a
+      // failure, a dlq retry), deletes it (the mark, a dlq discard) and records the event as published.
+      // It adds no pending row, cannot point one at another event (seq), key or lane, and cannot erase
+      // a delivery record (the prune's delete trigger runs as the schema's owner).
+      `GRANT SELECT, DELETE ON ${s}.outbox_pending TO ${role};`,
+      `GRANT UPDATE (${PENDING_UPDATE_COLUMNS.join(', ')}) ON ${s}.outbox_pending TO ${role};`,
+      `GRANT SELECT, INSERT ON ${s}.outbox_published TO ${role};`,
       `GRANT SELECT ON ${s}.outbox_events TO ${role};`,
       // The relay records that it waits for a NOTIFY (outbox migration 000007).
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_waiting TO ${role};`,

@@ -20,6 +20,14 @@ export const FERRY_RELEASE: string = (JSON.parse(readFileSync(new URL('../packag
  */
 export const RELAY_PROTOCOL = 3;
 
+/**
+ * The lowest floor this release's relay works on: outbox migration 000015
+ * raised the floor to 3 when it moved the delivery state beside the event
+ * row, so a schema whose floor is lower has not been migrated to the tables
+ * this relay's statements read and write.
+ */
+export const RELAY_SCHEMA_FLOOR = 3;
+
 /** The settings row that holds a schema's relay floor. */
 export const RELAY_FLOOR_SETTING = 'relay_protocol_floor';
 

@@ -222,6 +222,40 @@ test('dlq actions - a relay that had the head on the wire cannot undo a retry or
   assert.equal((await row(head('dead')))?.attempts, 1);
 });
 
+test('dlq actions - a discard waiting on a row another operator retried meanwhile leaves the retry alone', async () => {
+  const publisher = createPublisher({ schema: db.schema, source: 'dlq-failed-test' });
+  const [race] = await withTransaction(db.pool, (tx) =>
+    publisher.publishMany(tx, [{ subject: 'nowhere.x', key: 'race', type: 'Head', data: {} }]),
+  );
+  const id = race?.id as string;
+  await db.pool.query(
+    `UPDATE ${s}.outbox_pending p SET attempts = 25, dead_at = now(), last_error = 'no_responders' FROM ${s}.outbox o WHERE o.seq = p.seq AND o.id = $1`,
+    [id],
+  );
+  // Operator A's retry holds the row, uncommitted, while operator B's discard of the same dead row starts.
+  const a = await db.pool.connect();
+  try {
+    await a.query('BEGIN');
+    const retried = await a.query(
+      `UPDATE ${s}.outbox_pending p SET attempts = 0, dead_at = NULL, next_attempt_at = '-infinity' FROM ${s}.outbox o WHERE o.seq = p.seq AND o.id = $1`,
+      [id],
+    );
+    assert.equal(retried.rowCount, 1);
+    let settled = false;
+    const discard = settleFailed(db.pool, db.schema, 'discard', { ids: [id] }, operator).finally(() => {
+      settled = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(settled, false, 'the discard waits for the row');
+    await a.query('COMMIT');
+    assert.deepEqual(await discard, [], 'the row is no longer failed: nothing discarded');
+  } finally {
+    await a.query('ROLLBACK').catch(() => {});
+    a.release();
+  }
+  assert.deepEqual(await row(id), { attempts: 0, dead: false, published: false, due: true, infinite: true, last_error: 'no_responders' });
+});
+
 test('dlq actions - the failed-row condition lets the planner use the small index of failed rows', async () => {
   const client = await db.pool.connect();
   try {

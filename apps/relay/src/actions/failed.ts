@@ -164,20 +164,21 @@ export async function settleFailed(
     values.push(options.expect.maxSeq);
     where += ` AND o.seq <= $${values.length}::bigint`;
   }
-  // The selection, then the change on the pending rows: a retry makes them due at once; a discard
-  // deletes them and records each as published and dead (outbox migration 000015).
-  const selected = `SELECT o.seq, o.id FROM ${outboxWithState(s)} WHERE ${where}`;
+  // The change on the pending rows the filter selects: a retry makes them due at once; a discard
+  // deletes them and records each as published and dead (outbox migration 000015). The filter is
+  // the UPDATE's or DELETE's own condition on the pending row `p`, so PostgreSQL checks it again on
+  // a row another transaction changed meanwhile: a row retried and delivered, or retried by another
+  // operator, while this waited for its lock no longer matches and is left as it is.
+  const state = `${s}.outbox o LEFT JOIN ${s}.outbox_published d ON d.seq = o.seq`;
   let change: string;
   if (action === 'retry') {
-    change = `WITH sel AS (${selected}),
-         done AS (UPDATE ${s}.outbox_pending p SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'
-                    FROM sel WHERE p.seq = sel.seq RETURNING p.seq, sel.id)
+    change = `WITH done AS (UPDATE ${s}.outbox_pending p SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'
+                    FROM ${state} WHERE o.seq = p.seq AND ${where} RETURNING p.seq, o.id)
     SELECT id::text AS id FROM done ORDER BY seq`;
   } else {
     values.push(`discarded by ${by} at `);
-    change = `WITH sel AS (${selected}),
-         gone AS (DELETE FROM ${s}.outbox_pending p USING sel WHERE p.seq = sel.seq
-                  RETURNING p.seq, sel.id, p.attempts, p.last_error, p.dead_at),
+    change = `WITH gone AS (DELETE FROM ${s}.outbox_pending p USING ${state} WHERE o.seq = p.seq AND ${where}
+                  RETURNING p.seq, o.id, p.attempts, p.last_error, p.dead_at),
          done AS (INSERT INTO ${s}.outbox_published (seq, attempts, last_error, dead_at)
                   SELECT g.seq, g.attempts, $${values.length}::text || now()::text || coalesce(': ' || g.last_error, ''), coalesce(g.dead_at, now())
                     FROM gone g RETURNING seq)

@@ -27,7 +27,7 @@ import { PRUNE_QUEUE } from '../daemon/janitor.js';
 import { formatDuration, parseDuration } from '../duration.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
 import { redactUrl } from '../redact.js';
-import { countPrunableSql } from '../sql/count-prunable.js';
+import { countPrunableBeforePendingTableSql, countPrunableSql, PENDING_TABLE_VERSION } from '../sql/count-prunable.js';
 import { OUTBOX_TABLE_SQL as TABLE_EXISTS_SQL } from '../sql/outbox-table.js';
 import { setRetentionSql } from '../sql/retention.js';
 
@@ -135,7 +135,8 @@ async function dryRun(pool: pg.Pool, flags: MigrateFlags, set: MigrationSet, ctx
   const pending = listMigrations(set).filter((m) => m.version > status.current);
   let wouldPrune: number | null = null;
   if (flags.retention !== undefined && status.current > 0) {
-    const { rows } = await pool.query<{ n: string }>(countPrunableSql(quoteIdentifier(flags.schema)), [flags.retention]);
+    const count = status.current >= PENDING_TABLE_VERSION ? countPrunableSql : countPrunableBeforePendingTableSql;
+    const { rows } = await pool.query<{ n: string }>(count(quoteIdentifier(flags.schema)), [flags.retention]);
     wouldPrune = Number(rows[0]?.n ?? 0);
   }
   const report = {

@@ -222,7 +222,7 @@ export interface MinuteStat {
 /**
  * Events published per minute in [from, to), with the median and 99th
  * percentile of their insert → published time: a range of the
- * published rows' BRIN index, read for each minute once (the console keeps the
+ * published rows' published_at index, read for each minute once (the console keeps the
  * finished minutes).
  */
 export async function publishedPerMinute(pool: pg.Pool, schema: string, from: Date, to: Date): Promise<MinuteStat[]> {

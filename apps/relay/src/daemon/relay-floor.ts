@@ -1,4 +1,4 @@
-import { FERRY_RELEASE, MigrationError, RELAY_FLOOR_SETTING, RELAY_PROTOCOL, relayFloorSql } from '@ferry/core';
+import { FERRY_RELEASE, MigrationError, RELAY_FLOOR_SETTING, RELAY_PROTOCOL, RELAY_SCHEMA_FLOOR, relayFloorSql } from '@ferry/core';
 import type pg from 'pg';
 import { NotMigratedError } from '../errors.js';
 
@@ -10,7 +10,10 @@ import { NotMigratedError } from '../errors.js';
  * the schema and older relays must not work on it; the database would refuse
  * every lease anyway (relay_leases' trigger), so the relay says why and stops
  * instead of polling with no lanes. Exit 3, as for a schema migrated by a
- * newer Ferry.
+ * newer Ferry. A floor below `RELAY_SCHEMA_FLOOR` means the schema lacks a
+ * migration this relay's statements need (000015's pending table): the relay
+ * would take lanes from the earlier release's relays and fail every claim,
+ * so it refuses to start.
  */
 export async function checkRelayFloor(pool: pg.Pool, schemaSql: string, schema: string): Promise<number> {
   const { rows } = await pool.query<{ value: string }>(relayFloorSql(schemaSql));
@@ -24,6 +27,11 @@ export async function checkRelayFloor(pool: pg.Pool, schemaSql: string, schema: 
   if (!Number.isInteger(floor) || floor > RELAY_PROTOCOL) {
     throw new MigrationError(
       `schema "${schema}" admits relay protocol ${value} or later (settings ${RELAY_FLOOR_SETTING}); this relay is release ${FERRY_RELEASE}, relay protocol ${RELAY_PROTOCOL}: run the Ferry release that migrated the schema`,
+    );
+  }
+  if (floor < RELAY_SCHEMA_FLOOR) {
+    throw new NotMigratedError(
+      `schema "${schema}" admits relay protocol ${floor} or later (settings ${RELAY_FLOOR_SETTING}): it was migrated by an earlier Ferry, without the tables this relay (release ${FERRY_RELEASE}, relay protocol ${RELAY_PROTOCOL}) reads; run ferry migrate --schema ${schema} with this release first`,
     );
   }
   return floor;

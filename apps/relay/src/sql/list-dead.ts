@@ -4,7 +4,7 @@ import { waitingBehind } from './outbox-state.js';
 /**
  * Dead rows, oldest first, at most `$1` (`ferry dlq list`), each with how many
  * later rows of its key wait behind it; with `failed`, the rows the relay is
- * backing off from too (`attempts > 0`: outbox_failed_idx).
+ * backing off from too (`attempts > 0`: outbox_pending_failed_idx).
  */
 export function listDeadSql(schemaSql: string, failed = false): string {
   const where = failed ? 'p.attempts > 0' : deadCondition('all');

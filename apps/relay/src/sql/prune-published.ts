@@ -5,11 +5,18 @@
  * a publish of the same id afterwards is still `existing` (outbox migration
  * 000006). The row count is the number of rows pruned. The outbox's delete
  * trigger removes their `outbox_published` rows (outbox migration 000015).
+ * A delivery record whose event still has a pending row is not a published
+ * event, and one whose event is gone has nothing to prune: neither is
+ * written so (the relay's grants and the outbox's triggers), but nothing in
+ * the schema forbids them, and a batch of them must not be picked again on
+ * every run while the rows behind them wait.
  */
 export function prunePublishedSql(schemaSql: string): string {
   return `WITH doomed AS (
   SELECT seq FROM ${schemaSql}.outbox_published
    WHERE published_at < now() - $1::bigint * interval '1 millisecond'
+     AND NOT EXISTS (SELECT 1 FROM ${schemaSql}.outbox_pending p WHERE p.seq = outbox_published.seq)
+     AND EXISTS (SELECT 1 FROM ${schemaSql}.outbox e WHERE e.seq = outbox_published.seq)
    ORDER BY published_at
    LIMIT $2
 ),

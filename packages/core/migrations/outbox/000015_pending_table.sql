@@ -19,11 +19,19 @@
 --   inserted by the mark in the statement that deletes its pending row (seq,
 --   when, and the attempts and last error it had; dead_at only for a row an
 --   operator discarded). Insert-only until the prune, which walks it by
---   published_at (a BRIN index: rows arrive in time order, and a BRIN index
---   costs an insert almost nothing).
+--   published_at (a B-tree: a BRIN index would cost an insert less, but once
+--   the prune has freed the oldest pages new rows land among them and every
+--   range would come to span the whole retention).
 -- Deleting an event row (the prune, or the owner by hand) deletes its rows
--- in both, by trigger, so no key can be left behind a pending row without an
--- event; TRUNCATE of the outbox empties both.
+-- in both, by trigger (run as the schema's owner: the relay role may delete
+-- pending rows, the mark, but not delivery records), so no key can be left
+-- behind a pending row without an event; TRUNCATE of the outbox empties both.
+--
+-- Roles: a role granted the relay's UPDATE on the outbox (ferry migrate
+-- --print-grants --role-for relay, before this release) gets the relay's
+-- privileges on the new tables here, and a role that could read the outbox
+-- may read them and the view, so least-privilege relays, readers and
+-- consoles go on working after the upgrade; the owner runs the migration.
 --
 -- The event row's columns for delivery state (published_at, attempts,
 -- next_attempt_at, last_error, dead_at) are dropped, with the indexes built
@@ -92,7 +100,51 @@ CREATE INDEX outbox_pending_walk_idx ON :SCHEMA.outbox_pending (lane, key, seq);
 -- Failed rows (backing off or dead), carrying lane and dead_at: the dlq
 -- questions and the blocked-key checks read this index alone (as 000014's).
 CREATE INDEX outbox_pending_failed_idx ON :SCHEMA.outbox_pending (key, seq) INCLUDE (lane, dead_at) WHERE attempts > 0;
-CREATE INDEX outbox_published_at_brin ON :SCHEMA.outbox_published USING brin (published_at) WITH (pages_per_range = 16, autosummarize = on);
+CREATE INDEX outbox_published_time_idx ON :SCHEMA.outbox_published (published_at);
+
+-- Each event with its delivery state, in the columns the outbox had before
+-- this migration, for your own queries and dashboards (published_at is null
+-- exactly while the event is pending). Read-only; Ferry's own statements
+-- read the tables.
+CREATE VIEW :SCHEMA.outbox_events AS
+SELECT o.seq, o.id, o.key, o.version, o.lane, o.subject, o.type, o.source, o.content_type, o.data, o.headers,
+       o.occurred_at, o.created_at,
+       coalesce(p.attempts, d.attempts, 0) AS attempts, p.next_attempt_at, coalesce(p.last_error, d.last_error) AS last_error,
+       coalesce(p.dead_at, d.dead_at) AS dead_at, d.published_at
+  FROM :SCHEMA.outbox o
+  LEFT JOIN :SCHEMA.outbox_pending p ON p.seq = o.seq
+  LEFT JOIN :SCHEMA.outbox_published d ON d.seq = o.seq;
+
+-- Grants follow the roles' grants on the outbox (see the header), read
+-- before the drop below takes the relay's column grants on published_at.
+DO $grants$
+DECLARE
+  r record;
+  v_to text;
+BEGIN
+  FOR r IN
+    SELECT a.grantee, bool_or(a.privilege_type = 'UPDATE') AS relay
+      FROM (SELECT x.grantee, x.privilege_type
+              FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) x
+             WHERE c.oid = ':SCHEMA.outbox'::regclass AND x.grantee <> c.relowner AND x.privilege_type IN ('SELECT', 'UPDATE')
+            UNION ALL
+            SELECT x.grantee, x.privilege_type
+              FROM pg_catalog.pg_attribute t
+              JOIN pg_catalog.pg_class c ON c.oid = t.attrelid
+              CROSS JOIN LATERAL pg_catalog.aclexplode(t.attacl) x
+             WHERE t.attrelid = ':SCHEMA.outbox'::regclass AND t.attname = 'published_at' AND x.grantee <> c.relowner
+               AND x.privilege_type = 'UPDATE') a
+     GROUP BY a.grantee
+  LOOP
+    v_to := CASE r.grantee WHEN 0 THEN 'PUBLIC' ELSE r.grantee::regrole::text END;
+    EXECUTE format('GRANT SELECT ON :SCHEMA.outbox_pending, :SCHEMA.outbox_published, :SCHEMA.outbox_events TO %s', v_to);
+    IF r.relay THEN
+      EXECUTE format('GRANT DELETE, UPDATE (attempts, next_attempt_at, last_error, dead_at) ON :SCHEMA.outbox_pending TO %s', v_to);
+      EXECUTE format('GRANT INSERT ON :SCHEMA.outbox_published TO %s', v_to);
+    END IF;
+  END LOOP;
+END
+$grants$;
 
 ALTER TABLE :SCHEMA.outbox
   DROP COLUMN published_at,
@@ -114,7 +166,7 @@ CREATE TRIGGER outbox_enqueue AFTER INSERT ON :SCHEMA.outbox
   REFERENCING NEW TABLE AS outbox_new FOR EACH STATEMENT EXECUTE FUNCTION :SCHEMA.outbox_enqueue();
 
 -- A deleted event leaves no delivery state behind.
-CREATE FUNCTION :SCHEMA.outbox_forget() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+CREATE FUNCTION :SCHEMA.outbox_forget() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
   DELETE FROM :SCHEMA.outbox_pending p WHERE p.seq IN (SELECT d.seq FROM outbox_old d);
   DELETE FROM :SCHEMA.outbox_published p WHERE p.seq IN (SELECT d.seq FROM outbox_old d);
@@ -132,19 +184,6 @@ END
 $fn$;
 CREATE TRIGGER outbox_forget_all AFTER TRUNCATE ON :SCHEMA.outbox
   FOR EACH STATEMENT EXECUTE FUNCTION :SCHEMA.outbox_forget_all();
-
--- Each event with its delivery state, in the columns the outbox had before
--- this migration, for your own queries and dashboards (published_at is null
--- exactly while the event is pending). Read-only; Ferry's own statements
--- read the tables.
-CREATE VIEW :SCHEMA.outbox_events AS
-SELECT o.seq, o.id, o.key, o.version, o.lane, o.subject, o.type, o.source, o.content_type, o.data, o.headers,
-       o.occurred_at, o.created_at,
-       coalesce(p.attempts, d.attempts, 0) AS attempts, p.next_attempt_at, coalesce(p.last_error, d.last_error) AS last_error,
-       coalesce(p.dead_at, d.dead_at) AS dead_at, d.published_at
-  FROM :SCHEMA.outbox o
-  LEFT JOIN :SCHEMA.outbox_pending p ON p.seq = o.seq
-  LEFT JOIN :SCHEMA.outbox_published d ON d.seq = o.seq;
 
 ANALYZE :SCHEMA.outbox_pending;
 ANALYZE :SCHEMA.outbox_published;
