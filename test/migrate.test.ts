@@ -200,13 +200,17 @@ describe('migrate', () => {
     const relay = uniqueName('mig_relay');
     const reader = uniqueName('mig_reader');
     const stranger = uniqueName('mig_none');
+    const states = uniqueName('mig_states');
+    const roles = [relay, reader, stranger, states];
     try {
-      for (const role of [relay, reader, stranger]) await pool.query(`CREATE ROLE ${quoteIdentifier(role)} NOLOGIN`);
+      for (const role of roles) await pool.query(`CREATE ROLE ${quoteIdentifier(role)} NOLOGIN`);
       // As ferry migrate --print-grants granted them before this release.
       await pool.query(
         `GRANT SELECT, DELETE, UPDATE (published_at, attempts, next_attempt_at, last_error, dead_at) ON ${s}.outbox TO ${quoteIdentifier(relay)}`,
       );
-      await pool.query(`GRANT SELECT ON ${s}.outbox TO ${quoteIdentifier(reader)}`);
+      await pool.query(`GRANT SELECT ON ${s}.outbox TO ${quoteIdentifier(reader)} WITH GRANT OPTION`);
+      // A dashboard's role that could read the delivery state and the key only: not the events' data.
+      await pool.query(`GRANT SELECT (key, published_at, attempts, last_error) ON ${s}.outbox TO ${quoteIdentifier(states)}`);
       assert.deepEqual(
         (await migrate({ pool, schema })).applied.map((m) => m.version),
         [15],
@@ -218,9 +222,10 @@ describe('migrate', () => {
                 has_column_privilege(r.role, $1, 'seq', 'UPDATE') OR has_column_privilege(r.role, $1, 'key', 'UPDATE') AS pending_update_which,
                 has_table_privilege(r.role, $1, 'INSERT') AS pending_insert,
                 has_table_privilege(r.role, $2, 'SELECT') AS published_select, has_table_privilege(r.role, $2, 'INSERT') AS published_insert,
-                has_table_privilege(r.role, $2, 'DELETE') AS published_delete, has_table_privilege(r.role, $3, 'SELECT') AS view_select
+                has_table_privilege(r.role, $2, 'DELETE') AS published_delete, has_table_privilege(r.role, $3, 'SELECT') AS view_select,
+                has_table_privilege(r.role, $3, 'SELECT WITH GRANT OPTION') AS view_grant
            FROM unnest($4::text[]) WITH ORDINALITY AS r(role, n) ORDER BY r.n`,
-        [`${schema}.outbox_pending`, `${schema}.outbox_published`, `${schema}.outbox_events`, [relay, reader, stranger]],
+        [`${schema}.outbox_pending`, `${schema}.outbox_published`, `${schema}.outbox_events`, roles],
       );
       const none = {
         pending_select: false,
@@ -232,6 +237,7 @@ describe('migrate', () => {
         published_insert: false,
         published_delete: false,
         view_select: false,
+        view_grant: false,
       };
       assert.deepEqual(rows, [
         {
@@ -244,11 +250,12 @@ describe('migrate', () => {
           published_insert: true,
           view_select: true,
         },
-        { role: reader, ...none, pending_select: true, published_select: true, view_select: true },
+        { role: reader, ...none, pending_select: true, published_select: true, view_select: true, view_grant: true },
         { role: stranger, ...none },
+        { role: states, ...none, pending_select: true, published_select: true },
       ]);
     } finally {
-      for (const role of [relay, reader, stranger]) {
+      for (const role of roles) {
         await pool.query(`DROP OWNED BY ${quoteIdentifier(role)}`).catch(() => {});
         await pool.query(`DROP ROLE IF EXISTS ${quoteIdentifier(role)}`);
       }

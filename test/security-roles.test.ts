@@ -388,6 +388,18 @@ describe('least privilege: no role can hurt another role’s work', () => {
     ]) {
       assert.equal(await outcome(reader, sql), DENIED, sql);
     }
+    // Nor can it borrow the outbox's delete trigger (which runs as the owner) for a table of its own, to
+    // delete the delivery state of seqs it chooses: an event whose pending row went would never be sent.
+    assert.equal(
+      await outcome(reader, 'CREATE TEMP TABLE borrowed (seq bigint); DROP TABLE borrowed'),
+      'ok (0 rows)',
+      'a temp table of its own it may have',
+    );
+    for (const fn of ['outbox_forget', 'outbox_enqueue', 'outbox_forget_all']) {
+      const borrow = `CREATE TEMP TABLE borrowed (seq bigint, lane smallint, key text);
+        CREATE TRIGGER borrow AFTER DELETE ON borrowed REFERENCING OLD TABLE AS outbox_old FOR EACH STATEMENT EXECUTE FUNCTION ${s}.${fn}()`;
+      assert.equal(await outcome(reader, borrow), DENIED, fn);
+    }
     const url = roleUrl(db.url, roles.reader);
     const base = ['--database-url', url, '--schema', db.schema];
     for (const args of [['status'], ['dlq', 'list'], ['migrate', '--dry-run'], ['migrate', '--dry-run', '--retention', '3d']]) {

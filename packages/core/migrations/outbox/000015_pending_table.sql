@@ -31,7 +31,8 @@
 -- --print-grants --role-for relay, before this release) gets the relay's
 -- privileges on the new tables here, and a role that could read the outbox
 -- may read them and the view, so least-privilege relays, readers and
--- consoles go on working after the upgrade; the owner runs the migration.
+-- consoles go on working after the upgrade (the grants block below says
+-- exactly how); the owner runs the migration.
 --
 -- The event row's columns for delivery state (published_at, attempts,
 -- next_attempt_at, last_error, dead_at) are dropped, with the indexes built
@@ -116,31 +117,49 @@ SELECT o.seq, o.id, o.key, o.version, o.lane, o.subject, o.type, o.source, o.con
   LEFT JOIN :SCHEMA.outbox_published d ON d.seq = o.seq;
 
 -- Grants follow the roles' grants on the outbox (see the header), read
--- before the drop below takes the relay's column grants on published_at.
+-- before the drop below takes the column grants on the dropped columns:
+-- - SELECT on the outbox: SELECT on both tables and the view (which shows
+--   the event rows, so only to roles that could read them);
+-- - SELECT on some of the dropped columns only: SELECT on both tables;
+-- - UPDATE on the outbox or its published_at (the relay's grants before
+--   this release): the relay's privileges on the two tables.
+-- A grant that carried GRANT OPTION carries it here too.
 DO $grants$
 DECLARE
   r record;
   v_to text;
+  v_opt text;
 BEGIN
   FOR r IN
-    SELECT a.grantee, bool_or(a.privilege_type = 'UPDATE') AS relay
-      FROM (SELECT x.grantee, x.privilege_type
+    SELECT a.grantee,
+           bool_or(a.kind = 'rows') AS rows, bool_or(a.kind = 'rows' AND a.grantable) AS rows_opt,
+           bool_or(a.kind = 'state') AS state, bool_or(a.kind = 'state' AND a.grantable) AS state_opt,
+           bool_or(a.kind = 'relay') AS relay, bool_or(a.kind = 'relay' AND a.grantable) AS relay_opt
+      FROM (SELECT x.grantee, CASE x.privilege_type WHEN 'SELECT' THEN 'rows' ELSE 'relay' END AS kind, x.is_grantable AS grantable
               FROM pg_catalog.pg_class c CROSS JOIN LATERAL pg_catalog.aclexplode(c.relacl) x
              WHERE c.oid = ':SCHEMA.outbox'::regclass AND x.grantee <> c.relowner AND x.privilege_type IN ('SELECT', 'UPDATE')
             UNION ALL
-            SELECT x.grantee, x.privilege_type
+            SELECT x.grantee, CASE x.privilege_type WHEN 'SELECT' THEN 'state' ELSE 'relay' END, x.is_grantable
               FROM pg_catalog.pg_attribute t
               JOIN pg_catalog.pg_class c ON c.oid = t.attrelid
               CROSS JOIN LATERAL pg_catalog.aclexplode(t.attacl) x
-             WHERE t.attrelid = ':SCHEMA.outbox'::regclass AND t.attname = 'published_at' AND x.grantee <> c.relowner
-               AND x.privilege_type = 'UPDATE') a
+             WHERE t.attrelid = ':SCHEMA.outbox'::regclass AND x.grantee <> c.relowner
+               AND ((x.privilege_type = 'SELECT' AND t.attname IN ('published_at', 'dead_at', 'attempts', 'next_attempt_at', 'last_error'))
+                 OR (x.privilege_type = 'UPDATE' AND t.attname = 'published_at'))) a
      GROUP BY a.grantee
   LOOP
     v_to := CASE r.grantee WHEN 0 THEN 'PUBLIC' ELSE r.grantee::regrole::text END;
-    EXECUTE format('GRANT SELECT ON :SCHEMA.outbox_pending, :SCHEMA.outbox_published, :SCHEMA.outbox_events TO %s', v_to);
+    IF r.rows THEN
+      v_opt := CASE WHEN r.rows_opt THEN ' WITH GRANT OPTION' ELSE '' END;
+      EXECUTE format('GRANT SELECT ON :SCHEMA.outbox_pending, :SCHEMA.outbox_published, :SCHEMA.outbox_events TO %s%s', v_to, v_opt);
+    ELSIF r.state THEN
+      v_opt := CASE WHEN r.state_opt THEN ' WITH GRANT OPTION' ELSE '' END;
+      EXECUTE format('GRANT SELECT ON :SCHEMA.outbox_pending, :SCHEMA.outbox_published TO %s%s', v_to, v_opt);
+    END IF;
     IF r.relay THEN
-      EXECUTE format('GRANT DELETE, UPDATE (attempts, next_attempt_at, last_error, dead_at) ON :SCHEMA.outbox_pending TO %s', v_to);
-      EXECUTE format('GRANT INSERT ON :SCHEMA.outbox_published TO %s', v_to);
+      v_opt := CASE WHEN r.relay_opt THEN ' WITH GRANT OPTION' ELSE '' END;
+      EXECUTE format('GRANT SELECT, DELETE, UPDATE (attempts, next_attempt_at, last_error, dead_at) ON :SCHEMA.outbox_pending TO %s%s', v_to, v_opt);
+      EXECUTE format('GRANT SELECT, INSERT ON :SCHEMA.outbox_published TO %s%s', v_to, v_opt);
     END IF;
   END LOOP;
 END
@@ -168,6 +187,10 @@ CREATE TRIGGER outbox_enqueue AFTER INSERT ON :SCHEMA.outbox
 -- A deleted event leaves no delivery state behind.
 CREATE FUNCTION :SCHEMA.outbox_forget() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
+  -- It runs as the owner: only as the outbox's own delete trigger.
+  IF TG_RELID <> ':SCHEMA.outbox'::regclass OR TG_OP <> 'DELETE' OR TG_LEVEL <> 'STATEMENT' THEN
+    RAISE EXCEPTION 'outbox_forget runs only as the delete trigger of :SCHEMA.outbox' USING ERRCODE = 'insufficient_privilege';
+  END IF;
   DELETE FROM :SCHEMA.outbox_pending p WHERE p.seq IN (SELECT d.seq FROM outbox_old d);
   DELETE FROM :SCHEMA.outbox_published p WHERE p.seq IN (SELECT d.seq FROM outbox_old d);
   RETURN NULL;
@@ -184,6 +207,10 @@ END
 $fn$;
 CREATE TRIGGER outbox_forget_all AFTER TRUNCATE ON :SCHEMA.outbox
   FOR EACH STATEMENT EXECUTE FUNCTION :SCHEMA.outbox_forget_all();
+
+-- Trigger functions are Ferry's own: nobody may attach them to a table of theirs (EXECUTE is checked
+-- when a trigger is created, and outbox_forget runs with the owner's rights).
+REVOKE ALL ON FUNCTION :SCHEMA.outbox_enqueue(), :SCHEMA.outbox_forget(), :SCHEMA.outbox_forget_all() FROM PUBLIC;
 
 ANALYZE :SCHEMA.outbox_pending;
 ANALYZE :SCHEMA.outbox_published;
