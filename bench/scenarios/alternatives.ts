@@ -454,7 +454,8 @@ try {
   };
   const results: Record<
     string,
-    Record<Approach, { drainPerSec: Summary; producerTxPerSec: Summary; lost: number; duplicated: number; ferryVsThis: number }>
+    // Only the approaches run (--approaches) have an entry.
+    Partial<Record<Approach, { drainPerSec: Summary; producerTxPerSec: Summary; lost: number; duplicated: number; ferryVsThis: number }>>
   > = {};
   const rows: Array<Array<string | number>> = [];
   for (const keys of KEY_SPREADS) {
@@ -484,7 +485,7 @@ try {
   }
   const naiveS = summarize(naive);
   const maxKeys = Math.max(...KEY_SPREADS);
-  const ferryAtMax = results[maxKeys]?.ferry.drainPerSec.median ?? Number.NaN;
+  const ferryAtMax = results[maxKeys]?.ferry?.drainPerSec.median ?? Number.NaN;
   rows.push([
     maxKeys.toLocaleString('en'),
     `naive relay (one row at a time; first ${NAIVE_EVENTS} rows)`,
@@ -513,13 +514,13 @@ try {
     },
     byKeys: results,
     naive: naiveS,
-    relayVsPgBossOutbox: results[maxKeys]?.pgboss.ferryVsThis,
-    relayVsPgBossOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pgboss.ferryVsThis])),
-    relayVsTransactionalOutbox: results[maxKeys]?.pto.ferryVsThis,
-    relayVsTransactionalOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pto.ferryVsThis])),
+    relayVsPgBossOutbox: results[maxKeys]?.pgboss?.ferryVsThis,
+    relayVsPgBossOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pgboss?.ferryVsThis])),
+    relayVsTransactionalOutbox: results[maxKeys]?.pto?.ferryVsThis,
+    relayVsTransactionalOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pto?.ferryVsThis])),
     relayVsNaiveRelay: ferryAtMax / naiveS.median,
     exactlyOnce: Object.fromEntries(
-      APPROACHES.map((a) => [a, KEY_SPREADS.every((k) => results[k]?.[a].lost === 0 && results[k]?.[a].duplicated === 0)]),
+      APPROACHES.map((a) => [a, KEY_SPREADS.every((k) => results[k]?.[a]?.lost === 0 && results[k]?.[a]?.duplicated === 0)]),
     ),
   });
   console.log(`wrote ${file}`);
