@@ -24,9 +24,9 @@
  * bench/results/migrate-under-load.json and docs/operations.md.
  */
 import { migrate, quoteIdentifier, withTransaction } from '@ferry/core';
-import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase } from '@ferry/testkit';
 import { declareFlags, numArg, sleep } from './lib/args.js';
+import { publishLoad } from './lib/publish-load.js';
 import { writeResult } from './lib/stats.js';
 
 declareFlags(
@@ -54,46 +54,11 @@ async function asVersion3(): Promise<void> {
   await db.pool.query(`VACUUM ANALYZE ${s}.outbox, ${s}.outbox_pending, ${s}.outbox_published`);
 }
 
-/** Publishes one event per transaction from `writers` loops until stopped; latencies (ms) of the transactions that overlap [from, to]. */
-function publishLoad() {
-  const publisher = createPublisher({ schema: db.schema, source: 'bench-migrate' });
-  const done: Array<{ start: number; end: number }> = [];
-  let running = true;
-  let n = 0;
-  const loops = Array.from({ length: writers }, async () => {
-    while (running) {
-      const start = performance.now();
-      await withTransaction(db.pool, (tx) =>
-        publisher.publish(tx, { subject: 'bench.orders', key: `load-${n % 1000}`, type: 'OrderPlaced', data: { n: n++ } }),
-      );
-      done.push({ start, end: performance.now() });
-    }
-  });
-  return {
-    async stop(from: number, to: number) {
-      running = false;
-      await Promise.all(loops);
-      const during = done.filter((t) => t.end >= from && t.start <= to).map((t) => t.end - t.start);
-      during.sort((a, b) => a - b);
-      const at = (q: number) => during[Math.min(during.length - 1, Math.floor(q * during.length))] ?? 0;
-      const before = done.filter((t) => t.end < from).map((t) => t.end - t.start);
-      return {
-        publishesDuring: during.length,
-        publishesPerSecondDuring: Math.round(during.length / ((to - from) / 1000)),
-        p50Ms: round(at(0.5)),
-        p99Ms: round(at(0.99)),
-        maxMs: round(during.at(-1) ?? 0),
-        p99BeforeMs: round(before.sort((a, b) => a - b)[Math.floor(0.99 * before.length)] ?? 0),
-      };
-    },
-  };
-}
-
 const round = (x: number) => Math.round(x * 10) / 10;
 
 async function measure(apply: () => Promise<void>) {
   await asVersion3();
-  const load = publishLoad();
+  const load = publishLoad(db.pool, db.schema, writers);
   await sleep(2_000);
   const from = performance.now();
   await apply();

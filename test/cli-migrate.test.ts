@@ -3,9 +3,8 @@ import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
-import { applyWithPsql, databaseUrl, uniqueName } from '@ferry/testkit';
+import { applyWithPsql, databaseUrl, undoPendingTable, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
-import { undoPendingTable } from './schema-before.js';
 
 const FERRY = fileURLToPath(new URL('../../apps/relay/bin/ferry.js', import.meta.url));
 let pool: pg.Pool;

@@ -11,9 +11,8 @@ import {
   withTransaction,
 } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
-import { applyWithPsql, databaseUrl, uniqueName } from '@ferry/testkit';
+import { applyWithPsql, databaseUrl, undoPendingTable, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
-import { undoPendingTable } from './schema-before.js';
 
 let pool: pg.Pool;
 const schemas: string[] = [];

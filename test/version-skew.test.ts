@@ -17,6 +17,7 @@ import {
   natsUrl,
   type TestDatabase,
   type TestStream,
+  undoPendingTable,
   uniqueName,
   waitFor,
 } from '@ferry/testkit';
@@ -32,7 +33,6 @@ import {
   spawnRelay,
   steadyLoad,
 } from './relay-helpers.js';
-import { undoPendingTable } from './schema-before.js';
 
 const TERM_MS = 2_000;
 

@@ -47,8 +47,9 @@
 -- new tables become visible.
 --
 -- Publishers: the copy runs with the outbox locked, so publishes wait for
--- the migration to commit: 7.6 s for 1,000,000 retained rows with 100,000
--- pending on a 2-core development machine (docs/operations.md).
+-- the migration to commit: 2.2-2.3 s for 1,000,000 retained rows with
+-- 100,000 pending on a 2-core development machine
+-- (bench/scenarios/migrate-000015.ts, docs/operations.md).
 -- test/upgrade-backlog.test.ts copies a backlog mid-drain. Pending rows keep
 -- their seq, so their order, their keys and their failure state.
 -- :SCHEMA is replaced by the quoted schema name.

@@ -5,7 +5,7 @@ import type pg from 'pg';
  * Turns a schema this release migrated back into the outbox of version 14: the event rows carry
  * their delivery state again (pending ones as pending, published ones as published, with their
  * indexes), the tables, view and triggers of outbox migration 000015 are gone, the relay floor is
- * 2 and version 15 is unrecorded. For the tests that take a database back further, to a version
+ * 2 and version 15 is unrecorded. For the tests (and bench/scenarios/migrate-000015.ts) that start from version 14 or take a database back further, to a version
  * an earlier release left, without that release's code.
  */
 export async function undoPendingTable(pool: pg.Pool, schema: string): Promise<void> {
