@@ -24,7 +24,7 @@ function chain(n: number): LeasedRow[] {
     row_bytes: 4,
     headers: {},
     occurred_at: new Date(0),
-    created_at: new Date(0),
+    created_ms: 0,
     attempts: 0,
     walk_step: 0,
     due: true,

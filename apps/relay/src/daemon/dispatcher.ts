@@ -347,7 +347,7 @@ export class Dispatcher {
         if (!x) break;
         if (x.ok) {
           acked.push({ seq: row.seq, epoch: row.epoch, lane: row.lane });
-          this.#d.metrics.commitToAck.observe(Math.max(0, x.ackAt - row.created_at.getTime()) / 1000);
+          this.#d.metrics.commitToAck.observe(Math.max(0, x.ackAt - row.created_ms) / 1000);
         } else failure = { row, outcome: x };
       }
       this.#budget.release(segment);

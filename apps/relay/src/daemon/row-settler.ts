@@ -29,6 +29,11 @@ function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>): Pro
   });
 }
 
+/** Integers (numbers, or text as PostgreSQL prints a bigint) as a PostgreSQL array literal, e.g. `{1,2,3}`. */
+function integerArray(values: ReadonlyArray<string | number>): string {
+  return `{${values.join(',')}}`;
+}
+
 export interface RowSettlerDeps {
   options: CompiledRelayOptions;
   schemaSql: string;
@@ -74,10 +79,11 @@ export class RowSettler {
     const { pool, logger, metrics, events, instance } = this.#d;
     const started = performance.now();
     const seqs = acked.map((a) => a.seq);
+    // Array literals built with one join each: seqs, epochs and lanes are integers (as PostgreSQL
+    // printed them), which need no quoting, where node-postgres quotes and escapes every element.
+    const values = [integerArray(seqs), integerArray(acked.map((a) => a.epoch)), instance, integerArray(acked.map((a) => a.lane))];
     try {
-      const r = await withRetries('marking published', logger, () =>
-        pool.query({ ...this.#markPublishedSql, values: [seqs, acked.map((a) => a.epoch), instance, acked.map((a) => a.lane)] }),
-      );
+      const r = await withRetries('marking published', logger, () => pool.query({ ...this.#markPublishedSql, values }));
       const fenced = seqs.length - (r.rowCount ?? 0);
       if (fenced > 0) logger.debug({ fenced }, 'acknowledged rows of lanes lost meanwhile were left for their new holder');
       metrics.published.inc(seqs.length);

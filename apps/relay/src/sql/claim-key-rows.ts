@@ -10,7 +10,7 @@
 export function claimKeyRowsSql(schemaSql: string): string {
   return `SELECT x.seq::text AS seq, x.id::text AS id, x.key, x.version::text AS version, x.lane, x.subject, x.type,
        x.source, x.content_type, CASE WHEN x.data_bytes <= $5 THEN x.data END AS data, x.data_bytes, x.row_bytes, x.headers,
-       x.occurred_at, x.created_at, x.attempts, (x.dead_at IS NULL AND x.next_attempt_at <= now()) AS due, 0 AS walk_step
+       x.occurred_at, date_part('epoch', x.created_at) * 1000 AS created_ms, x.attempts, (x.dead_at IS NULL AND x.next_attempt_at <= now()) AS due, 0 AS walk_step
   FROM (
     SELECT y.*, sum(y.row_bytes) OVER (ORDER BY y.seq ROWS UNBOUNDED PRECEDING) AS loaded
       FROM (
