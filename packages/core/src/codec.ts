@@ -137,6 +137,24 @@ export function headerReader(headers: Readonly<Record<string, string>>): HeaderR
   return (name) => exact.get(name) ?? lower.get(name.toLowerCase());
 }
 
+/**
+ * A nats.js message's headers (`MsgHdrs`, which iterates as name → values)
+ * as a reader and the list of their names, read once. `MsgHdrs.get` filters
+ * a fresh list of every name on each call, and `decodeEvent` reads a dozen
+ * headers. The reader answers as `(n) => hdrs.get(n) || undefined` does:
+ * the exact name, its first value, `undefined` for an empty one.
+ */
+export function natsHeaderReader(hdrs: Iterable<[string, string[]]> | undefined): { read: HeaderReader; names: string[] } {
+  const first = new Map<string, string>();
+  if (hdrs) {
+    for (const [name, values] of hdrs) {
+      const v = values[0];
+      if (v) first.set(name, v);
+    }
+  }
+  return { read: (name) => first.get(name), names: [...first.keys()] };
+}
+
 const DIGITS = /^[0-9]{1,20}$/;
 /** Versions are PostgreSQL bigints. */
 const MAX_VERSION = 9_223_372_036_854_775_807n;

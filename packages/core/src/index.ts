@@ -12,6 +12,7 @@ export {
   formatSequence,
   type HeaderReader,
   headerReader,
+  natsHeaderReader,
   SEQUENCE_WIDTH,
   type SizedEvent,
   SPEC_VERSION,

@@ -16,6 +16,7 @@ import {
   type MigrateResult,
   MigrationError,
   migrate,
+  natsHeaderReader,
   pgBossDb,
   protectPool,
   quoteIdentifier,
@@ -308,10 +309,10 @@ class InboxImpl implements Inbox {
   async #handle(m: JsMsg): Promise<void> {
     const o = this.#o;
     const seq = m.info.streamSequence;
-    const headerNames = m.headers ? [...m.headers.keys()] : [];
     let event: FerryEvent;
     try {
-      event = decodeEvent((name) => m.headers?.get(name) || undefined, m.data, m.subject, headerNames);
+      const headers = natsHeaderReader(m.headers);
+      event = decodeEvent(headers.read, m.data, m.subject, headers.names);
       validateKey(event.key, WIRE_HEADERS.partitionKey);
       validateKey(event.id, WIRE_HEADERS.id);
     } catch (err) {

@@ -11,10 +11,16 @@ export function literal(value: string): string {
   return pg.escapeLiteral(value);
 }
 
-function lastRows<R>(result: unknown): R[] {
+/**
+ * The row count of a simple query's last statement, from its command tag
+ * (`INSERT 0 1`, `UPDATE 0`). The gate's writes return no rows: a
+ * `RETURNING` column cost the client a row description to parse on every
+ * message.
+ */
+function lastRowCount(result: unknown): number {
   const results = Array.isArray(result) ? result : [result];
-  const last = results.at(-1) as { rows?: R[] } | undefined;
-  return last?.rows ?? [];
+  const last = results.at(-1) as { rowCount?: number | null } | undefined;
+  return last?.rowCount ?? 0;
 }
 
 /**
@@ -45,16 +51,16 @@ function gateSql(schema: string, rule: GateRule, first: boolean, c: string, k: s
     return (
       `INSERT INTO ${t} (consumer, key, version) SELECT ${c}, ${k}, ${v} ` +
       `WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE ${row} AND version >= ${v}) ` +
-      `ON CONFLICT (consumer, key) DO UPDATE SET version = excluded.version, applied_at = now() WHERE ${t}.version < excluded.version RETURNING 1 AS won`
+      `ON CONFLICT (consumer, key) DO UPDATE SET version = excluded.version, applied_at = now() WHERE ${t}.version < excluded.version`
     );
   }
   if (first) {
     return (
       `INSERT INTO ${t} (consumer, key, version) VALUES (${c}, ${k}, 1) ` +
-      `ON CONFLICT (consumer, key) DO UPDATE SET ${advance(schema, '1')}, applied_at = now() WHERE ${t}.version = 0${parkedOk} RETURNING 1 AS won`
+      `ON CONFLICT (consumer, key) DO UPDATE SET ${advance(schema, '1')}, applied_at = now() WHERE ${t}.version = 0${parkedOk}`
     );
   }
-  return `UPDATE ${t} SET ${advance(schema, v)}, applied_at = now() WHERE ${row} AND version = ${v} - 1${parkedOk} RETURNING 1 AS won`;
+  return `UPDATE ${t} SET ${advance(schema, v)}, applied_at = now() WHERE ${row} AND version = ${v} - 1${parkedOk}`;
 }
 
 function keyRowSql(schema: string, c: string, k: string): string {
@@ -62,7 +68,7 @@ function keyRowSql(schema: string, c: string, k: string): string {
 }
 
 function recordMessageSql(schema: string, c: string, id: string): string {
-  return `INSERT INTO ${schema}.inbox_messages (consumer, id) VALUES (${c}, ${id}) ON CONFLICT DO NOTHING RETURNING 1 AS ok`;
+  return `INSERT INTO ${schema}.inbox_messages (consumer, id) VALUES (${c}, ${id}) ON CONFLICT DO NOTHING`;
 }
 
 /**
@@ -131,6 +137,28 @@ async function send(tx: Queryable, sql: string): Promise<unknown> {
 }
 
 /**
+ * The `SET LOCAL` statements that bound a message's transaction on the server, sent in the same
+ * round trip as BEGIN: an instance frozen or cut off inside it loses its session (and the key's row
+ * lock) after `idleMs`, and a wait for a key's row lock ends after `lockMs`. Integers only.
+ */
+export function transactionBoundsSql(idleMs: number, lockMs: number): string {
+  return `SET LOCAL idle_in_transaction_session_timeout = ${Math.trunc(idleMs)}; SET LOCAL lock_timeout = ${Math.trunc(lockMs)}; `;
+}
+
+/** The gate's parameterised text per schema and rule, built once rather than on every message. */
+const PREPARED_GATES = new Map<string, { types: string; body: string }>();
+
+function preparedGate(schema: string, rule: GateRule, first: boolean): { types: string; body: string } {
+  const id = `${rule.sequential ? 's' : 'l'}${rule.ignoreParked ? 'i' : 'p'}${first ? '1' : 'n'}${schema}`;
+  let gate = PREPARED_GATES.get(id);
+  if (!gate) {
+    gate = { types: first ? 'text, text' : 'text, text, bigint', body: gateSql(schema, rule, first, '$1', '$2', '$3::bigint') };
+    PREPARED_GATES.set(id, gate);
+  }
+  return gate;
+}
+
+/**
  * BEGIN and the version gate as one conditional write, in one round trip: the
  * statement that decides whether the event is new also records its version
  * and takes the row lock, so an applied event writes its version row once and
@@ -151,15 +179,6 @@ async function send(tx: Queryable, sql: string): Promise<unknown> {
  * the row lock (run the handler, then COMMIT); otherwise read the row with
  * `readKeyRow`.
  */
-/**
- * The `SET LOCAL` statements that bound a message's transaction on the server, sent in the same
- * round trip as BEGIN: an instance frozen or cut off inside it loses its session (and the key's row
- * lock) after `idleMs`, and a wait for a key's row lock ends after `lockMs`. Integers only.
- */
-export function transactionBoundsSql(idleMs: number, lockMs: number): string {
-  return `SET LOCAL idle_in_transaction_session_timeout = ${Math.trunc(idleMs)}; SET LOCAL lock_timeout = ${Math.trunc(lockMs)}; `;
-}
-
 export async function beginGate(
   tx: Queryable,
   schema: string,
@@ -173,15 +192,10 @@ export async function beginGate(
   const c = literal(consumer);
   const k = literal(key);
   const v = version.toString();
-  const gate =
-    (await executeSql(
-      tx,
-      first ? 'text, text' : 'text, text, bigint',
-      gateSql(schema, rule, first, '$1', '$2', '$3::bigint'),
-      first ? [c, k] : [c, k, v],
-    )) ?? gateSql(schema, rule, first, c, k, v);
+  const prepared = preparedGate(schema, rule, first);
+  const gate = (await executeSql(tx, prepared.types, prepared.body, first ? [c, k] : [c, k, v])) ?? gateSql(schema, rule, first, c, k, v);
   const result = await send(tx, `BEGIN; ${bounds}${gate}`);
-  return lastRows(result).length > 0;
+  return lastRowCount(result) > 0;
 }
 
 /**
@@ -211,5 +225,5 @@ export async function beginAndRecordMessage(tx: Queryable, schema: string, consu
   const i = literal(id);
   const record = (await executeSql(tx, 'text, text', recordMessageSql(schema, '$1', '$2'), [c, i])) ?? recordMessageSql(schema, c, i);
   const result = await send(tx, `BEGIN; ${bounds}${record}`);
-  return lastRows(result).length === 1;
+  return lastRowCount(result) === 1;
 }
