@@ -225,6 +225,7 @@ function inboxSection(inbox: Json): string {
     `${r.inboxCounts.applied}/${r.inboxCounts.stale}/${r.inboxCounts.duplicate}`,
     cpu(r.cpuUsPerMessage?.plain),
     cpu(r.cpuUsPerMessage?.inbox),
+    r.cpuRatio ? `**${r.cpuRatio.median.toFixed(2)}** (${range(r.cpuRatio)})` : '–',
   ]);
   return `${table(
     [
@@ -238,6 +239,7 @@ function inboxSection(inbox: Json): string {
       'inbox applied/stale/dup',
       'plain CPU µs/msg: Node / PostgreSQL / nats-server',
       'inbox CPU µs/msg',
+      'CPU inbox / plain, paired trials (budget ≤ 1.25)',
     ],
     rows,
   )}
