@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { quoteIdentifier } from '@ferry/core';
+import { ConfigError, type Queryable, quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import { beginAndRecordMessage, beginGate, readKeyRow } from './sql/gate-statements.js';
@@ -89,5 +89,22 @@ describe('inbox gate statements', () => {
     assert.equal(await prepared(), 0, 'nothing is prepared again on that connection');
     const { rows } = await db.pool.query(`SELECT key, version::int AS v FROM ${s}.inbox_versions WHERE key = 'lost'`);
     assert.deepEqual(rows, [{ key: 'lost', v: 1 }]);
+  });
+
+  test('inbox - a pool whose results drop rowCount is refused by name, not read as a gate lost', async () => {
+    const strip = (r: { rows: unknown[] }) => ({ rows: r.rows });
+    const stripped = {
+      query: async (sql: string) => {
+        const r = (await client.query(sql)) as unknown as { rows: unknown[] } | Array<{ rows: unknown[] }>;
+        return Array.isArray(r) ? r.map(strip) : strip(r);
+      },
+    } as unknown as Queryable;
+    await assert.rejects(
+      beginGate(stripped, s, 'c1', 'no-row-count', 1n, latest),
+      (err: Error) => err instanceof ConfigError && /rowCount/.test(err.message) && /pg\.Pool/.test(err.message),
+    );
+    await client.query('ROLLBACK');
+    const { rows } = await db.pool.query(`SELECT 1 FROM ${s}.inbox_versions WHERE key = 'no-row-count'`);
+    assert.equal(rows.length, 0, 'nothing recorded');
   });
 });

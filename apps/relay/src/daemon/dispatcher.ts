@@ -347,7 +347,8 @@ export class Dispatcher {
         if (!x) break;
         if (x.ok) {
           acked.push({ seq: row.seq, epoch: row.epoch, lane: row.lane });
-          this.#d.metrics.commitToAck.observe(Math.max(0, x.ackAt - row.created_ms) / 1000);
+          // A hand-written created_at of ±infinity must not make the histogram's sum infinite for good.
+          if (Number.isFinite(row.created_ms)) this.#d.metrics.commitToAck.observe(Math.max(0, x.ackAt - row.created_ms) / 1000);
         } else failure = { row, outcome: x };
       }
       this.#budget.release(segment);

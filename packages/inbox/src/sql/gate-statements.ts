@@ -1,4 +1,4 @@
-import { namedStatement, type Queryable, sqlState } from '@ferry/core';
+import { ConfigError, describeValue, namedStatement, type Queryable, sqlState } from '@ferry/core';
 import pg from 'pg';
 
 // The gate's hot path in as few round trips as possible: BEGIN travels with the
@@ -19,8 +19,15 @@ export function literal(value: string): string {
  */
 function lastRowCount(result: unknown): number {
   const results = Array.isArray(result) ? result : [result];
-  const last = results.at(-1) as { rowCount?: number | null } | undefined;
-  return last?.rowCount ?? 0;
+  const count = (results.at(-1) as { rowCount?: unknown } | undefined)?.rowCount;
+  if (typeof count !== 'number') {
+    // A pool wrapper that drops rowCount would otherwise make every gate look lost: retried, then parked.
+    throw new ConfigError(
+      'pool',
+      `the pool's query results carry no rowCount (got ${describeValue(count)}); the inbox needs node-postgres results: pass a pg.Pool, or a wrapper that keeps rowCount`,
+    );
+  }
+  return count;
 }
 
 /**
