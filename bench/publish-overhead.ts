@@ -106,6 +106,8 @@ async function main() {
     const results: Record<string, Record<string, ReturnType<typeof summarize>>> = {};
     // CPU per transaction, this process's and the backends' together, µs.
     const cpu: Record<string, Record<string, ReturnType<typeof summarize>>> = {};
+    // The same, split: this process's (the publisher and node-postgres) and the backends'.
+    const cpuSplit: Record<string, Record<string, { client: number; backend: number }>> = {};
     for (const writers of writerCounts) {
       const samples: Record<string, MeteredWriters[]> = Object.fromEntries(Object.keys(scenarios).map((k) => [k, []]));
       await run(db.pool, writers, plain); // warm-up
@@ -119,6 +121,12 @@ async function main() {
       results[writers] = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.perSecond))]));
       cpu[writers] = Object.fromEntries(
         Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.clientMicros + m.backendMicros))]),
+      );
+      cpuSplit[writers] = Object.fromEntries(
+        Object.entries(samples).map(([k, v]) => [
+          k,
+          { client: summarize(v.map((m) => m.clientMicros)).median, backend: summarize(v.map((m) => m.backendMicros)).median },
+        ]),
       );
     }
 
@@ -134,6 +142,7 @@ async function main() {
         const overhead = (many ? baseMany : base) / sum.median;
         const cpuMedian = c[name]?.median ?? Number.NaN;
         const cpuOverhead = cpuMedian / ((many ? c.plainMany100 : c.plain)?.median ?? Number.NaN);
+        const split = cpuSplit[writers]?.[name];
         rows.push([
           writers,
           name,
@@ -141,6 +150,7 @@ async function main() {
           `±${(sum.spread * 100).toFixed(0)}%`,
           name.startsWith('plain') ? '(baseline)' : `${overhead.toFixed(2)}x`,
           Math.round(cpuMedian),
+          `${Math.round(split?.client ?? Number.NaN)} / ${Math.round(split?.backend ?? Number.NaN)}`,
           name.startsWith('plain') ? '(baseline)' : `${cpuOverhead.toFixed(2)}x`,
         ]);
         if (!name.startsWith('plain')) {
@@ -151,7 +161,7 @@ async function main() {
     }
     printTable(
       `Publisher overhead (${seconds}s x ${trials} interleaved trials; overhead = baseline tx/s / publisher tx/s; CPU = this process + the writers' PostgreSQL backends per transaction; CPU budgets: publish <= 1.25x, publishMany100 <= 2x)`,
-      ['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead', 'CPU µs/tx', 'CPU ratio'],
+      ['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead', 'CPU µs/tx', 'client / backend', 'CPU ratio'],
       rows,
     );
     const file = writeResult('publisher', {
@@ -161,6 +171,7 @@ async function main() {
       results,
       ratios,
       cpuMicrosPerTx: cpu,
+      cpuSplitMicrosPerTx: cpuSplit,
       cpuRatios,
       publishOverhead: ratios[`publish@${writerCounts[0]}`],
       txPerSec: results[writerCounts[0] as number]?.publish?.median,

@@ -1,20 +1,29 @@
 /**
- * What the publish function costs end to end beside the statement it runs:
- * 8 node-postgres writers, each transaction a business UPDATE and one event,
- * as `publish-overhead` does, for five ways of writing the event:
+ * What the publish costs beside the writes it must make, as CPU per
+ * transaction (this process + the writers' PostgreSQL backends, /proc) and as
+ * throughput: 8 node-postgres writers, each transaction a business UPDATE and
+ * the events, as `publish-overhead` does. One event per transaction:
  *
  *   plain       the baseline, an INSERT of the same JSON into a bigserial table;
  *   publish     the publisher (`publish`, the defaults: generated id, next version);
  *   function    `publish_event` called directly, the values the publisher would send;
- *   no-notify   a copy of `publish_event` without its NOTIFY check;
- *   statement   the key_versions upsert and the outbox insert as one named statement
- *               (no function, no checks, no NOTIFY check: what a role with table
- *               grants could send instead).
+ *   statement   the key_versions upsert and the outbox insert (with its pending row,
+ *               by trigger) as one named statement, sent by the owner: no function,
+ *               no checks, no NOTIFY check. The writes DESIGN.md requires, nothing else;
+ *   rows        the outbox insert alone, versions from a sequence (unique, so the
+ *               (key, version) index accepts them): no per-key counter at all, the
+ *               floor of any way of assigning versions;
+ *   bare        the same insert into a copy of the outbox (its columns, indexes and
+ *               constraints, not its trigger): the event row without its pending row.
  *
- * Interleaved trials, medians; ratios against `plain` in the same run. Not part
- * of npm run bench.
+ * And 100 events per transaction: plain100 (one 100-row INSERT), publishMany100,
+ * statement100 (publish_events' short path without its checks), rows100 and bare100.
  *
- *   node bench/dist/scenarios/publish-function-cost.js [--trials 7] [--seconds 3] [--writers 8]
+ * Interleaved trials, medians; ratios against the plain variant of the same
+ * size in the same run (issue 30's budgets: publish <= 1.25x, publishMany(100)
+ * <= 2x). Not part of npm run bench.
+ *
+ *   node bench/dist/scenarios/publish-function-cost.js [--trials 5] [--seconds 3] [--writers 8]
  */
 import { randomInt } from 'node:crypto';
 import { quoteIdentifier } from '@ferry/core';
@@ -24,23 +33,23 @@ import type pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import { declareFlags, numArg } from '../lib/args.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
-import { loopNodePostgresWriters } from '../lib/writers.js';
+import { type MeteredWriters, meteredNodePostgresWriters } from '../lib/writers.js';
 
 declareFlags(
   'node bench/dist/scenarios/publish-function-cost.js',
-  'The publish function against the statement it runs: publisher, publish_event called directly, a copy without its NOTIFY check, and the bare upsert + insert, each with a business UPDATE, against a plain INSERT (not part of npm run bench).',
+  'The publish against the writes it must make: publisher, publish_event called directly, the bare upsert + insert, and the insert alone, each with a business UPDATE, against a plain INSERT; the same for 100 events per transaction; CPU per transaction (not part of npm run bench).',
   {
-    trials: '<n> interleaved trials (default 7)',
+    trials: '<n> interleaved trials (default 5)',
     seconds: '<s> seconds per trial and variant (default 3)',
     writers: '<n> concurrent writers (default 8)',
   },
 );
 
-const TRIALS = numArg('trials', 7);
+const TRIALS = numArg('trials', 5);
 const SECONDS = numArg('seconds', 3);
 const WRITERS = numArg('writers', 8);
 const ACCOUNTS = 10_000;
-const SIGNATURE = 'uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean';
+const BATCH = 100;
 
 async function main() {
   const db = await createTestDatabase({ prefix: 'bench_pubfn', max: WRITERS + 2 });
@@ -49,17 +58,8 @@ async function main() {
     await db.pool.query(`CREATE TABLE ${s}.accounts (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`);
     await db.pool.query(`INSERT INTO ${s}.accounts (id) SELECT generate_series(1, ${ACCOUNTS})`);
     await db.pool.query(`CREATE TABLE ${s}.plain_events (id bigserial PRIMARY KEY, key text NOT NULL, data jsonb NOT NULL)`);
-    // The shipped function as it is, under another name, without its last IF (the NOTIFY check).
-    await db.pool.query(`DO $copy$
-DECLARE v_def text := pg_get_functiondef('${s}.publish_event(${SIGNATURE})'::regprocedure);
-BEGIN
-  v_def := regexp_replace(replace(v_def, '.publish_event(', '.bench_no_notify('), 'IF p_channel IS NOT NULL.*?END IF;', '');
-  IF v_def ~ 'pg_notify' THEN
-    RAISE EXCEPTION 'publish_event has no NOTIFY check where this scenario expects it';
-  END IF;
-  EXECUTE v_def;
-END
-$copy$`);
+    await db.pool.query(`CREATE SEQUENCE ${s}.bench_versions START 1000000000000`);
+    await db.pool.query(`CREATE TABLE ${s}.bare_events (LIKE ${s}.outbox INCLUDING ALL)`);
     const publisher = createPublisher({ schema: db.schema, source: 'bench' });
     const channel = `ferry_${db.schema}`;
     const payload = (i: number) => ({ orderId: `order-${i}`, total: 4999, currency: 'EUR', lines: [{ sku: 'sku-1', qty: 2 }] });
@@ -91,6 +91,47 @@ $copy$`);
              SELECT $1::uuid, $2, b.version, $3, $4, $5, $6, $7::bytea, $8::jsonb, $9::timestamptz FROM b
              RETURNING o.id::text, o.seq, o.version`,
     };
+    // The same writes by the hundred: publish_events' short path (outbox migration 000008) without its checks.
+    const statementMany = {
+      name: 'bench_statement_many',
+      text: `WITH input AS (
+               SELECT t.*, row_number() OVER (PARTITION BY t.key ORDER BY t.ord) AS rank, count(*) OVER (PARTITION BY t.key) AS n
+               FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[])
+                      WITH ORDINALITY AS t(id, key, subject, type, source, content_type, data, headers, occurred_at, ord)
+             ),
+             bump AS (
+               INSERT INTO ${s}.key_versions AS kv (key, version)
+               SELECT i.key, count(*) FROM input i GROUP BY i.key ORDER BY i.key
+               ON CONFLICT (key) DO UPDATE SET version = kv.version + excluded.version
+               RETURNING kv.key, kv.version
+             )
+             INSERT INTO ${s}.outbox AS o (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
+             SELECT i.id, i.key, b.version - i.n + i.rank, i.subject, i.type, i.source, i.content_type, i.data, i.headers, i.occurred_at
+             FROM input i JOIN bump b ON b.key = i.key
+             ORDER BY i.ord
+             RETURNING o.id::text, o.seq, o.version`,
+    };
+    // The outbox rows alone: versions from a sequence, no per-key counter.
+    const rows = (table: string) => ({
+      name: `bench_${table}`,
+      text: `INSERT INTO ${s}.${table} AS o (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
+             VALUES ($1::uuid, $2, nextval('${s}.bench_versions'), $3, $4, $5, $6, $7::bytea, $8::jsonb, $9::timestamptz)
+             RETURNING o.id::text, o.seq, o.version`,
+    });
+    const rowsMany = (table: string) => ({
+      name: `bench_${table}_many`,
+      text: `INSERT INTO ${s}.${table} AS o (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
+             SELECT t.id, t.key, nextval('${s}.bench_versions'), t.subject, t.type, t.source, t.content_type, t.data, t.headers, t.occurred_at
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::jsonb[], $9::timestamptz[])
+                    WITH ORDINALITY AS t(id, key, subject, type, source, content_type, data, headers, occurred_at, ord)
+             ORDER BY t.ord
+             RETURNING o.id::text, o.seq, o.version`,
+    });
+    /** The nine columns of `BATCH` events, as arrays, the values the publisher would send. */
+    const columns = (i: number) => {
+      const v = Array.from({ length: BATCH }, (_, j) => values(i * BATCH + j));
+      return [0, 1, 3, 4, 5, 6, 7, 8, 9].map((col) => v.map((e) => e[col]));
+    };
     type Step = (c: pg.PoolClient, i: number) => Promise<void>;
     const steps: Record<string, Step> = {
       plain: async (c, i) => {
@@ -105,37 +146,104 @@ $copy$`);
         await update(c);
         await c.query({ ...call('publish_event'), values: values(i) });
       },
-      'no-notify': async (c, i) => {
-        await update(c);
-        await c.query({ ...call('bench_no_notify'), values: values(i) });
-      },
       statement: async (c, i) => {
         await update(c);
         // The function's values less the version (always null here), the channel and the check flag.
         const v = values(i);
         await c.query({ ...statement, values: [v[0], v[1], ...v.slice(3, 10)] });
       },
+      rows: async (c, i) => {
+        await update(c);
+        const v = values(i);
+        await c.query({ ...rows('outbox'), values: [v[0], v[1], ...v.slice(3, 10)] });
+      },
+      bare: async (c, i) => {
+        await update(c);
+        const v = values(i);
+        await c.query({ ...rows('bare_events'), values: [v[0], v[1], ...v.slice(3, 10)] });
+      },
+      plain100: async (c, i) => {
+        await update(c);
+        const keys = Array.from({ length: BATCH }, (_, j) => `order-${(i * BATCH + j) % 5000}`);
+        const datas = keys.map((_, j) => JSON.stringify(payload(i * BATCH + j)));
+        await c.query(`INSERT INTO ${s}.plain_events (key, data) SELECT * FROM unnest($1::text[], $2::jsonb[])`, [keys, datas]);
+      },
+      publishMany100: async (c, i) => {
+        await update(c);
+        await publisher.publishMany(
+          c,
+          Array.from({ length: BATCH }, (_, j) => ({
+            subject: 'orders.placed',
+            key: `order-${(i * BATCH + j) % 5000}`,
+            type: 'OrderPlaced',
+            data: payload(i * BATCH + j),
+          })),
+        );
+      },
+      statement100: async (c, i) => {
+        await update(c);
+        await c.query({ ...statementMany, values: columns(i) });
+      },
+      rows100: async (c, i) => {
+        await update(c);
+        await c.query({ ...rowsMany('outbox'), values: columns(i) });
+      },
+      bare100: async (c, i) => {
+        await update(c);
+        await c.query({ ...rowsMany('bare_events'), values: columns(i) });
+      },
     };
-    const samples: Record<string, number[]> = Object.fromEntries(Object.keys(steps).map((k) => [k, []]));
-    await loopNodePostgresWriters(db.pool, WRITERS, 2, steps.plain as Step); // warm-up
+    const samples: Record<string, MeteredWriters[]> = Object.fromEntries(Object.keys(steps).map((k) => [k, []]));
+    await meteredNodePostgresWriters(db.pool, WRITERS, 2, steps.plain as Step); // warm-up
     for (let t = 0; t < TRIALS; t++) {
-      for (const [name, step] of Object.entries(steps)) samples[name]?.push(await loopNodePostgresWriters(db.pool, WRITERS, SECONDS, step));
+      for (const [name, step] of Object.entries(steps))
+        samples[name]?.push(await meteredNodePostgresWriters(db.pool, WRITERS, SECONDS, step));
     }
-    const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
-    const base = results.plain?.median ?? Number.NaN;
-    const ratios = Object.fromEntries(Object.entries(results).map(([k, r]) => [k, Number((base / r.median).toFixed(3))]));
+    const median = (name: string, f: (m: MeteredWriters) => number) => summarize((samples[name] ?? []).map(f)).median;
+    const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.perSecond))]));
+    const cpu = Object.fromEntries(
+      Object.keys(samples).map((k) => [
+        k,
+        {
+          micros: median(k, (m) => m.clientMicros + m.backendMicros),
+          client: median(k, (m) => m.clientMicros),
+          backend: median(k, (m) => m.backendMicros),
+        },
+      ]),
+    );
+    const baseOf = (k: string) => (k.endsWith(String(BATCH)) ? `plain${BATCH}` : 'plain');
+    const ratios = Object.fromEntries(
+      Object.keys(samples).map((k) => [
+        k,
+        Number(((results[baseOf(k)]?.median ?? Number.NaN) / (results[k]?.median ?? Number.NaN)).toFixed(3)),
+      ]),
+    );
+    const cpuRatios = Object.fromEntries(
+      Object.keys(samples).map((k) => [k, Number(((cpu[k]?.micros ?? Number.NaN) / (cpu[baseOf(k)]?.micros ?? Number.NaN)).toFixed(3))]),
+    );
     printTable(
-      `Publish function cost (${WRITERS} writers, ${SECONDS}s x ${TRIALS} interleaved trials; ratio = plain tx/s / variant tx/s)`,
-      ['variant', 'tx/s (median)', 'spread', 'ratio'],
-      Object.entries(results).map(([k, r]) => [k, Math.round(r.median), `±${(r.spread * 100).toFixed(0)}%`, `${ratios[k]?.toFixed(2)}x`]),
+      `Publish cost (${WRITERS} writers, ${SECONDS}s x ${TRIALS} interleaved trials; tx ratio = plain tx/s / variant tx/s; CPU = this process + the writers' backends per transaction, ratio to the plain variant of the same size; budgets: publish <= 1.25x, publishMany100 <= 2x)`,
+      ['variant', 'tx/s (median)', 'spread', 'tx ratio', 'CPU µs/tx', 'client / backend', 'CPU ratio'],
+      Object.entries(results).map(([k, r]) => [
+        k,
+        Math.round(r.median),
+        `±${(r.spread * 100).toFixed(0)}%`,
+        `${ratios[k]?.toFixed(2)}x`,
+        Math.round(cpu[k]?.micros ?? Number.NaN),
+        `${Math.round(cpu[k]?.client ?? Number.NaN)} / ${Math.round(cpu[k]?.backend ?? Number.NaN)}`,
+        `${cpuRatios[k]?.toFixed(2)}x`,
+      ]),
     );
     const file = writeResult('publish-function-cost', {
       scenario: 'publish-function-cost',
       writers: WRITERS,
       seconds: SECONDS,
       trials: TRIALS,
+      batch: BATCH,
       results,
       ratios,
+      cpuMicrosPerTx: cpu,
+      cpuRatios,
     });
     console.log(`\nwrote ${file}`);
   } finally {
