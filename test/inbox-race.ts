@@ -27,6 +27,31 @@ export async function closeRaces(): Promise<void> {
   for (const f of fixtures) await f.close();
 }
 
+/**
+ * Waits until `target` messages settled, up to 120 s. On a timeout the error
+ * says whether the instances were slow or stuck: how many settled, each
+ * instance's counts and messages in flight, the keys not yet at their last
+ * version and the early versions stored.
+ */
+async function settle(f: InboxFixture, inboxes: Inbox[], settled: () => number, target: number, versions: number): Promise<void> {
+  try {
+    await waitFor(() => settled() >= target, { what: `${target} messages settled`, timeoutMs: 120_000, intervalMs: 100 });
+  } catch (err) {
+    const behind = await f.db.pool
+      .query<{ keys: string; early: string }>(
+        `SELECT (SELECT count(*) FROM ${f.s}.inbox_versions WHERE consumer = 'billing' AND version < $1)::text AS keys,
+                (SELECT count(*) FROM ${f.s}.inbox_early WHERE consumer = 'billing')::text AS early`,
+        [versions],
+      )
+      .then((r) => r.rows[0])
+      .catch((e: unknown) => ({ keys: `? (${String(e)})`, early: '?' }));
+    const each = inboxes.map((i, n) => `instance ${n}: ${JSON.stringify(i.counts())}, ${i.inFlight()} in flight`).join('; ');
+    throw new Error(
+      `${(err as Error).message}: ${settled()} settled; ${each}; keys with a recorded version below ${versions}: ${behind?.keys}; early versions stored: ${behind?.early}`,
+    );
+  }
+}
+
 export interface RaceResult {
   f: InboxFixture;
   inboxes: Inbox[];
@@ -88,9 +113,9 @@ export async function race(mode: InboxMode, size: { keys: number; versions: numb
   const js = f.stream.nc;
   await Promise.all([publishEvents(js, events), publishEvents(js, events, { msgIdSuffix: 'resend' })]);
   const settled = () => inboxes.reduce((sum, i) => sum + i.counts().applied + i.counts().stale + i.counts().duplicate, 0);
-  await waitFor(() => settled() >= 2 * n, { what: `${2 * n} messages settled`, timeoutMs: 120_000, intervalMs: 100 });
+  await settle(f, inboxes, settled, 2 * n, size.versions);
   await publishEvents(js, events, { msgIdSuffix: 'replay' });
-  await waitFor(() => settled() >= 3 * n, { what: `${3 * n} messages settled`, timeoutMs: 120_000, intervalMs: 100 });
+  await settle(f, inboxes, settled, 3 * n, size.versions);
   await Promise.all(inboxes.map((i) => i.stop()));
   assert.equal(settled(), 3 * n, 'every message settled exactly once');
   assert.ok(
