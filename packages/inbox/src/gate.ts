@@ -112,6 +112,8 @@ export class Gate {
               return event.version === row.version ? { kind: 'duplicate' } : { kind: 'stale', recorded: row.version };
             }
             if (row.held) return { kind: 'held', recorded: row.version };
+            // The same version is stored already and will be applied (or parked) once: this copy is a duplicate.
+            if (row.copy) return { kind: 'duplicate' };
             if (row.parked > 0) {
               return {
                 kind: 'park',

@@ -13,8 +13,9 @@ import { literal } from './gate-statements.js';
  * After a `sequential` gate that did not pass, in its transaction: takes the
  * key's row lock (creating the row at version 0 for a key never seen), stores
  * the message when it is early (newer than recorded + 1, nothing parked) and
- * COMMITs, all in one round trip. A second copy of a stored version is
- * ignored. Returns the key's row as read under the lock.
+ * COMMITs, all in one round trip. A second copy of a stored version stores
+ * nothing and comes back as `copy` (the caller settles it as a duplicate).
+ * Returns the key's row as read under the lock.
  */
 export async function holdEarlyAndCommit(
   tx: Queryable,
@@ -23,7 +24,7 @@ export async function holdEarlyAndCommit(
   key: string,
   version: bigint,
   message: ParkedJobData,
-): Promise<{ version: bigint; parked: number; held: boolean }> {
+): Promise<{ version: bigint; parked: number; held: boolean; copy: boolean }> {
   const c = literal(consumer);
   const k = literal(key);
   const v = version.toString();
@@ -40,9 +41,9 @@ export async function holdEarlyAndCommit(
   }>;
   const row = results[1]?.rows?.[0];
   if (!row) throw new InternalError(`inbox_versions row for consumer ${consumer} key ${key} vanished under its lock`);
-  // A second copy of a stored version inserts nothing but is held all the same.
-  const held = row.held || (row.parked === 0 && version > BigInt(row.version) + 1n);
-  return { version: BigInt(row.version), parked: row.parked, held };
+  // Early, nothing parked, and nothing inserted: that version is stored already, so this is a second copy.
+  const copy = !row.held && row.parked === 0 && version > BigInt(row.version) + 1n;
+  return { version: BigInt(row.version), parked: row.parked, held: row.held, copy };
 }
 
 export interface ReadyEarly {

@@ -1,0 +1,50 @@
+// `sequential` mode: a second copy of a version already stored early (a
+// redelivery, or the producer's retry with another message id) is a
+// duplicate. It was acked and reported as `gap` and never as anything else, so
+// a consumer's counts ended one message short: the two-instance race waited
+// for the last settle until its 120 s bound.
+import assert from 'node:assert/strict';
+import { after, test } from 'node:test';
+import { waitFor } from '@ferry/testkit';
+import { countReports, EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
+
+const fixtures: InboxFixture[] = [];
+after(async () => {
+  for (const f of fixtures) await f.close();
+});
+
+test('inbox - sequential: a second copy of a stored early version settles as a duplicate, and the version is applied once', async () => {
+  const f = await inboxFixture();
+  fixtures.push(f);
+  const inbox = f.inbox({
+    mode: 'sequential',
+    concurrency: 1, // the copy reaches the gate after the original is stored
+    handlers: {
+      Set: async (event, { tx }) => {
+        await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
+      },
+    },
+  });
+  await inbox.start();
+  const v2 = ferryEvent(f.stream.prefix, { key: 'a', version: 2 });
+  await publishEvents(f.stream.nc, [v2]);
+  await publishEvents(f.stream.nc, [v2], { msgIdSuffix: 'resend' });
+  await waitFor(() => inbox.counts().gap + inbox.counts().duplicate >= 2, { what: 'both copies of version 2 handled', timeoutMs: 15_000 });
+  assert.equal((await f.db.pool.query(`SELECT count(*)::int AS n FROM ${f.s}.inbox_early`)).rows[0].n, 1, 'version 2 stored once');
+  assert.equal(inbox.counts().gap, 1, 'the first copy waits for its gap');
+  assert.equal(inbox.counts().duplicate, 1, 'the second copy is a duplicate');
+  assert.equal(countReports(f.reports, 'duplicate'), 1, 'onEvent heard of the duplicate');
+
+  await publishEvents(f.stream.nc, [ferryEvent(f.stream.prefix, { key: 'a', version: 1 })]);
+  await waitFor(() => inbox.counts().applied === 2, { what: 'versions 1 and 2 applied', timeoutMs: 15_000 });
+  const c = inbox.counts();
+  assert.equal(c.applied + c.stale + c.duplicate, 3, `each of the three messages settled once: ${JSON.stringify(c)}`);
+  assert.deepEqual(
+    (await f.effects()).map((e) => e.version),
+    ['1', '2'],
+    'applied once each, in order',
+  );
+  const info = await f.stream.jsm.consumers.info(f.stream.name, 'billing');
+  assert.equal(info.num_ack_pending, 0, 'every message acked');
+  await inbox.stop();
+});
