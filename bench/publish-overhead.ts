@@ -18,7 +18,7 @@ import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import { arg, declareFlags, hasFlag } from './lib/args.js';
 import { printTable, summarize, writeResult } from './lib/stats.js';
-import { type MeteredWriters, meteredNodePostgresWriters } from './lib/writers.js';
+import { type MeteredWriters, medianCpu, meteredNodePostgresWriters } from './lib/writers.js';
 
 declareFlags(
   'node bench/dist/publish-overhead.js',
@@ -107,7 +107,7 @@ async function main() {
     // CPU per transaction, this process's and the backends' together, µs.
     const cpu: Record<string, Record<string, ReturnType<typeof summarize>>> = {};
     // The same, split: this process's (the publisher and node-postgres) and the backends'.
-    const cpuSplit: Record<string, Record<string, { client: number; backend: number }>> = {};
+    const cpuSplit: Record<string, Record<string, ReturnType<typeof medianCpu>>> = {};
     for (const writers of writerCounts) {
       const samples: Record<string, MeteredWriters[]> = Object.fromEntries(Object.keys(scenarios).map((k) => [k, []]));
       await run(db.pool, writers, plain); // warm-up
@@ -122,12 +122,7 @@ async function main() {
       cpu[writers] = Object.fromEntries(
         Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.clientMicros + m.backendMicros))]),
       );
-      cpuSplit[writers] = Object.fromEntries(
-        Object.entries(samples).map(([k, v]) => [
-          k,
-          { client: summarize(v.map((m) => m.clientMicros)).median, backend: summarize(v.map((m) => m.backendMicros)).median },
-        ]),
-      );
+      cpuSplit[writers] = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, medianCpu(v)]));
     }
 
     const rows: Array<Array<string | number>> = [];

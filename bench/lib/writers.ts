@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { sleep } from './args.js';
 import { cpuSecondsOf } from './proc.js';
+import { summarize } from './stats.js';
 
 /**
  * Runs `writers` concurrent loops for `seconds`; each loop calls
@@ -92,6 +93,16 @@ export async function meteredNodePostgresWriters(
   } finally {
     for (const c of clients) c.release();
   }
+}
+
+/** Medians over trials of CPU per transaction, µs: client + backends together, and each apart. */
+export function medianCpu(trials: readonly MeteredWriters[]): { micros: number; client: number; backend: number } {
+  const median = (f: (m: MeteredWriters) => number) => summarize(trials.map(f)).median;
+  return {
+    micros: median((m) => m.clientMicros + m.backendMicros),
+    client: median((m) => m.clientMicros),
+    backend: median((m) => m.backendMicros),
+  };
 }
 
 /**

@@ -26,14 +26,14 @@
  *   node bench/dist/scenarios/publish-function-cost.js [--trials 5] [--seconds 3] [--writers 8]
  */
 import { randomInt } from 'node:crypto';
-import { quoteIdentifier } from '@ferry/core';
+import { notifyChannel, quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
 import { declareFlags, numArg } from '../lib/args.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
-import { type MeteredWriters, meteredNodePostgresWriters } from '../lib/writers.js';
+import { type MeteredWriters, medianCpu, meteredNodePostgresWriters } from '../lib/writers.js';
 
 declareFlags(
   'node bench/dist/scenarios/publish-function-cost.js',
@@ -61,7 +61,7 @@ async function main() {
     await db.pool.query(`CREATE SEQUENCE ${s}.bench_versions START 1000000000000`);
     await db.pool.query(`CREATE TABLE ${s}.bare_events (LIKE ${s}.outbox INCLUDING ALL)`);
     const publisher = createPublisher({ schema: db.schema, source: 'bench' });
-    const channel = `ferry_${db.schema}`;
+    const channel = notifyChannel(db.schema);
     const payload = (i: number) => ({ orderId: `order-${i}`, total: 4999, currency: 'EUR', lines: [{ sku: 'sku-1', qty: 2 }] });
     const update = (c: pg.PoolClient) =>
       c.query(`UPDATE ${s}.accounts SET balance = balance + 1 WHERE id = $1`, [randomInt(1, ACCOUNTS + 1)]);
@@ -199,18 +199,8 @@ async function main() {
       for (const [name, step] of Object.entries(steps))
         samples[name]?.push(await meteredNodePostgresWriters(db.pool, WRITERS, SECONDS, step));
     }
-    const median = (name: string, f: (m: MeteredWriters) => number) => summarize((samples[name] ?? []).map(f)).median;
     const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.perSecond))]));
-    const cpu = Object.fromEntries(
-      Object.keys(samples).map((k) => [
-        k,
-        {
-          micros: median(k, (m) => m.clientMicros + m.backendMicros),
-          client: median(k, (m) => m.clientMicros),
-          backend: median(k, (m) => m.backendMicros),
-        },
-      ]),
-    );
+    const cpu = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, medianCpu(v)]));
     const baseOf = (k: string) => (k.endsWith(String(BATCH)) ? `plain${BATCH}` : 'plain');
     const ratios = Object.fromEntries(
       Object.keys(samples).map((k) => [
