@@ -48,3 +48,46 @@ test('inbox - sequential: a second copy of a stored early version settles as a d
   assert.equal(info.num_ack_pending, 0, 'every message acked');
   await inbox.stop();
 });
+
+test('inbox - sequential: copies of an early version past 9 (10 sorts before 3 as text) are duplicates, and versions 1-10 apply in number order', async () => {
+  const f = await inboxFixture();
+  fixtures.push(f);
+  const inbox = f.inbox({
+    mode: 'sequential',
+    concurrency: 1,
+    handlers: {
+      Set: async (event, { tx }) => {
+        await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
+      },
+    },
+  });
+  await inbox.start();
+  const v10 = ferryEvent(f.stream.prefix, { key: 'b', version: 10 });
+  await publishEvents(f.stream.nc, [v10]);
+  await publishEvents(f.stream.nc, [v10], { msgIdSuffix: 'resend' });
+  await publishEvents(f.stream.nc, [v10], { msgIdSuffix: 'again' });
+  await waitFor(() => inbox.counts().gap + inbox.counts().duplicate >= 3, {
+    what: 'three copies of version 10 handled',
+    timeoutMs: 15_000,
+  });
+  assert.equal(inbox.counts().gap, 1);
+  assert.equal(inbox.counts().duplicate, 2);
+  await publishEvents(
+    f.stream.nc,
+    Array.from({ length: 9 }, (_, i) => ferryEvent(f.stream.prefix, { key: 'b', version: i + 1 })),
+  );
+  await waitFor(() => inbox.counts().applied === 10, { what: 'versions 1-10 applied', timeoutMs: 15_000 });
+  assert.deepEqual(
+    (await f.effects()).map((e) => e.version),
+    ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10'],
+  );
+  const applied = await f.db.pool.query<{ v: string }>(`SELECT version::text AS v FROM ${f.s}.effects ORDER BY applied_at, version`);
+  assert.deepEqual(
+    applied.rows.map((r) => r.v),
+    ['1', '2', '3', '4', '5', '6', '7', '8', '9', '10'],
+    'applied in number order',
+  );
+  const c = inbox.counts();
+  assert.equal(c.applied + c.stale + c.duplicate, 12, `each of the twelve messages settled once: ${JSON.stringify(c)}`);
+  await inbox.stop();
+});

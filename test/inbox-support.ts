@@ -120,7 +120,7 @@ export async function inboxFixture(options: { max?: number; duplicateWindowMs?: 
     },
     async effects() {
       const { rows } = await db.pool.query<{ key: string; version: string }>(
-        `SELECT key, version::text FROM ${s}.effects ORDER BY key, version`,
+        `SELECT e.key, e.version::text AS version FROM ${s}.effects e ORDER BY e.key, e.version`, // the bigint, not its text: 10 after 9
       );
       return rows;
     },
