@@ -67,7 +67,7 @@ describe('inbox and a NATS restart', () => {
       { what: 'publish after the restart', timeoutMs: 20_000, intervalMs: 500 },
     );
     await waitFor(() => ib.counts().applied === 6, { what: 'the events after the restart applied', timeoutMs: 45_000, intervalMs: 100 });
-    const { rows } = await pool.query<{ version: string }>(`SELECT version::text FROM ${s}.effects ORDER BY version`);
+    const { rows } = await pool.query<{ version: string }>(`SELECT version::text FROM ${s}.effects ORDER BY effects.version`);
     assert.deepEqual(
       rows.map((r) => r.version),
       ['1', '2', '3', '4', '5', '6'],

@@ -287,7 +287,7 @@ async function run(o: ChaosOptions): Promise<number> {
     const poisonInStream = stream.filter((m) => (POISON_KEYS as readonly string[]).includes(m.key)).length;
     const poison = await pool.query<{ key: string; version: string; attempts: number; dead: boolean; published: boolean }>(
       `SELECT key, version::text, attempts, dead_at IS NOT NULL AS dead, published_at IS NOT NULL AS published
-         FROM ${s}.outbox_events WHERE NOT (${notPoison}) ORDER BY key, version`,
+         FROM ${s}.outbox_events WHERE NOT (${notPoison}) ORDER BY key, outbox_events.version`, // the bigint: 10 after 9
     );
     const poisonHeld = POISON_KEYS.every((key) => {
       const rows = poison.rows.filter((r) => r.key === key);
