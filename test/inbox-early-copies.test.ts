@@ -5,6 +5,7 @@
 // for the last settle until its 120 s bound.
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
+import type { Inbox } from '@ferry/inbox';
 import { waitFor } from '@ferry/testkit';
 import { countReports, EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
 
@@ -13,12 +14,13 @@ after(async () => {
   for (const f of fixtures) await f.close();
 });
 
-test('inbox - sequential: a second copy of a stored early version settles as a duplicate, and the version is applied once', async () => {
+/** A started `sequential` inbox recording each applied effect; one message at a time, so a copy reaches the gate after its original is stored. */
+async function sequentialInbox(): Promise<{ f: InboxFixture; inbox: Inbox }> {
   const f = await inboxFixture();
   fixtures.push(f);
   const inbox = f.inbox({
     mode: 'sequential',
-    concurrency: 1, // the copy reaches the gate after the original is stored
+    concurrency: 1,
     handlers: {
       Set: async (event, { tx }) => {
         await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
@@ -26,6 +28,11 @@ test('inbox - sequential: a second copy of a stored early version settles as a d
     },
   });
   await inbox.start();
+  return { f, inbox };
+}
+
+test('inbox - sequential: a second copy of a stored early version settles as a duplicate, and the version is applied once', async () => {
+  const { f, inbox } = await sequentialInbox();
   const v2 = ferryEvent(f.stream.prefix, { key: 'a', version: 2 });
   await publishEvents(f.stream.nc, [v2]);
   await publishEvents(f.stream.nc, [v2], { msgIdSuffix: 'resend' });
@@ -50,18 +57,7 @@ test('inbox - sequential: a second copy of a stored early version settles as a d
 });
 
 test('inbox - sequential: copies of an early version past 9 (10 sorts before 3 as text) are duplicates, and versions 1-10 apply in number order', async () => {
-  const f = await inboxFixture();
-  fixtures.push(f);
-  const inbox = f.inbox({
-    mode: 'sequential',
-    concurrency: 1,
-    handlers: {
-      Set: async (event, { tx }) => {
-        await tx.query(EFFECT_SQL(f.s).effect, [event.key, event.version.toString()]);
-      },
-    },
-  });
-  await inbox.start();
+  const { f, inbox } = await sequentialInbox();
   const v10 = ferryEvent(f.stream.prefix, { key: 'b', version: 10 });
   await publishEvents(f.stream.nc, [v10]);
   await publishEvents(f.stream.nc, [v10], { msgIdSuffix: 'resend' });
