@@ -153,9 +153,23 @@ describe('relay under NATS outages', () => {
         breakerCooldownMs: 1000,
         backoffBaseMs: 10,
         backoffMaxMs: 50,
+        // Between JetStream's return and the stream's creation, no stream binds the subjects: every key's head
+        // fails as the subject's fault each 10-50 ms and counts an attempt. Under CI load that window reached
+        // the default 25 attempts, the heads died, and the backlog never drained.
+        maxAttempts: 1000,
         logger,
       });
       relay.on('relay:circuit', (e) => circuit.push(e.state));
+      const dead: string[] = [];
+      relay.on('relay:row:dead', (e) => dead.push(e.id));
+      const pendingState = async () =>
+        (
+          await db.pool.query<{ pending: number; attempts: number; dead: number }>(
+            `SELECT count(*)::int AS pending, coalesce(sum(attempts), 0)::int AS attempts,
+                    count(*) FILTER (WHERE dead_at IS NOT NULL)::int AS dead
+               FROM ${quoteIdentifier(db.schema)}.outbox_pending`,
+          )
+        ).rows[0];
       await relay.start();
       const ids = [
         ...(await publishEvents(db.pool, db.schema, `${subject}.a`, 100, { keys: 100, perTx: 100, keyPrefix: 'a' })),
@@ -192,7 +206,10 @@ describe('relay under NATS outages', () => {
       await waitFor(async () => (await countPending(db.pool, db.schema)) === 0, {
         timeoutMs: 20_000,
         what: 'the backlog to drain once JetStream answers',
+      }).catch(async (err: Error) => {
+        throw new Error(`${err.message}: ${JSON.stringify(await pendingState())}, circuit ${circuit.join(' > ')}`);
       });
+      assert.deepEqual(dead, [], 'no row died');
       await waitFor(() => circuit.at(-1) === 'closed', { timeoutMs: 5000, what: 'the circuit to close' });
       assert.equal(lines.filter((l) => /circuit/.test(l.msg)).length, circuit.length, 'one log line per circuit state change');
       assert.ok(lines.length < 30, `${lines.length} log lines for 200 failing events`);
