@@ -187,6 +187,11 @@ describe('relay under NATS outages', () => {
       const opened = circuit.filter((s) => s === 'open').length;
       assert.ok(opened >= 1 && opened <= 4, `the circuit opened ${opened} times in 2.5 s with a 1 s cool-down`);
 
+      // The probes failed on the outage, not on the rows: none was counted against its row, or an outage that
+      // outlasts --max-attempts probes would kill the head of every key it probed.
+      const down = await pendingState();
+      assert.equal(down?.attempts, 0, `attempts counted against rows while JetStream was down: ${JSON.stringify(down)}`);
+
       // JetStream comes back for the account (a config reload), and a stream binds the subjects. The test's
       // connection is made before the reload: one that arrives during it can be refused.
       const conn = await connect({ servers: server.url, user: 'relay', pass: 'relay' });

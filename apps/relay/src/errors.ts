@@ -13,6 +13,12 @@ export interface Classified {
   /** A failure of NATS itself (counts toward the circuit breaker), not of one message. */
   readonly transport: boolean;
   readonly message: string;
+  /**
+   * Set by the chain sender, never by the classifier: JetStream's own API did not answer either, so
+   * the failure is the outage's, not the row's. It is not counted against the row (no attempt, no
+   * backoff): the circuit breaker's cool-down paces the retries.
+   */
+  readonly outage?: boolean;
 }
 
 function text(err: unknown): string {

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { PubAck } from '@nats-io/jetstream';
-import { ConsecutiveBreaker, circuitBreaker, handleAll } from 'cockatiel';
+import { NoRespondersError } from '@nats-io/transport-node';
+import { CircuitState, ConsecutiveBreaker, circuitBreaker, handleAll } from 'cockatiel';
 import { ChainSender } from './chain-sender.js';
 import type { LeasedRow } from './claim-plan.js';
 import type { PubAcks } from './pub-acks.js';
@@ -66,4 +67,36 @@ test('chain sender - with the lease held, every row goes out in order, each afte
   const outcomes = await sender.send(chain(4));
   assert.deepEqual(sent, ['1', '2', '3', '4']);
   assert.equal([...outcomes.values()].filter((o) => o.ok).length, 4);
+});
+
+/** PubAcks whose every publish finds no responders; `up` says whether JetStream's own API answers. */
+function noResponders(up: boolean): PubAcks {
+  return {
+    publish: async (subject: string): Promise<PubAck> => {
+      throw new NoRespondersError(subject);
+    },
+    jetStreamAnswers: async () => up,
+  } as unknown as PubAcks;
+}
+
+test('chain sender - no responders while JetStream itself does not answer is the outage’s: the breaker counts it, the row does not', async () => {
+  const b = circuitBreaker(handleAll, { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(1) });
+  const sender = new ChainSender({ breaker: b, acks: noResponders(false), maxPayload: () => 1_048_576, holds: () => true });
+  const rows = chain(2);
+  const outcome = (await sender.send(rows)).get(rows[0] as LeasedRow);
+  assert.ok(outcome && !outcome.ok);
+  assert.equal(outcome.reason, 'no_responders');
+  assert.equal(outcome.outage, true, 'not counted against the row (row-settler skips it)');
+  assert.equal(b.state, CircuitState.Open, 'counted by the breaker');
+});
+
+test('chain sender - no responders while JetStream answers is the subject’s: the row counts it, the breaker does not', async () => {
+  const b = circuitBreaker(handleAll, { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(1) });
+  const sender = new ChainSender({ breaker: b, acks: noResponders(true), maxPayload: () => 1_048_576, holds: () => true });
+  const rows = chain(2);
+  const outcome = (await sender.send(rows)).get(rows[0] as LeasedRow);
+  assert.ok(outcome && !outcome.ok);
+  assert.equal(outcome.reason, 'no_responders');
+  assert.equal(outcome.outage, undefined, 'counted against the row');
+  assert.equal(b.state, CircuitState.Closed, 'not counted by the breaker');
 });

@@ -71,7 +71,12 @@ export class ChainSender {
       else if (x.reason === 'no_responders') noResponders ??= x;
       else first ??= x;
     }
-    if (!answered && !first && noResponders && !(await this.#d.acks.jetStreamAnswers())) first = noResponders;
+    if (!answered && !first && noResponders && !(await this.#d.acks.jetStreamAnswers())) {
+      // JetStream is down: a probe row must not spend its attempts on the outage, or one that lasts
+      // long enough kills the head of every key it probes (an outage turned into dead letters).
+      for (const [row, x] of outcomes) if (x === noResponders && !x.ok) outcomes.set(row, { ...x, outage: true });
+      first = noResponders;
+    }
     if (!answered && first && !first.ok) {
       throw new NatsUnavailableError(`publishing failed: ${first.message}`, { cause: outcomes });
     }
