@@ -69,34 +69,35 @@ test('chain sender - with the lease held, every row goes out in order, each afte
   assert.equal([...outcomes.values()].filter((o) => o.ok).length, 4);
 });
 
-/** PubAcks whose every publish finds no responders; `up` says whether JetStream's own API answers. */
-function noResponders(up: boolean): PubAcks {
-  return {
+/**
+ * A chain's first row finding no responders, with JetStream's own API answering (`up`) or not: the
+ * row's outcome, and the state of a breaker that opens on one counted failure.
+ */
+async function noResponders(up: boolean) {
+  const acks = {
     publish: async (subject: string): Promise<PubAck> => {
       throw new NoRespondersError(subject);
     },
     jetStreamAnswers: async () => up,
   } as unknown as PubAcks;
+  const b = circuitBreaker(handleAll, { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(1) });
+  const rows = chain(2);
+  const outcome = (await new ChainSender({ breaker: b, acks, maxPayload: () => 1_048_576, holds: () => true }).send(rows)).get(
+    rows[0] as LeasedRow,
+  );
+  assert.ok(outcome && !outcome.ok);
+  assert.equal(outcome.reason, 'no_responders');
+  return { outcome, state: b.state };
 }
 
 test('chain sender - no responders while JetStream itself does not answer is the outage’s: the breaker counts it, the row does not', async () => {
-  const b = circuitBreaker(handleAll, { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(1) });
-  const sender = new ChainSender({ breaker: b, acks: noResponders(false), maxPayload: () => 1_048_576, holds: () => true });
-  const rows = chain(2);
-  const outcome = (await sender.send(rows)).get(rows[0] as LeasedRow);
-  assert.ok(outcome && !outcome.ok);
-  assert.equal(outcome.reason, 'no_responders');
+  const { outcome, state } = await noResponders(false);
   assert.equal(outcome.outage, true, 'not counted against the row (row-settler skips it)');
-  assert.equal(b.state, CircuitState.Open, 'counted by the breaker');
+  assert.equal(state, CircuitState.Open, 'counted by the breaker');
 });
 
 test('chain sender - no responders while JetStream answers is the subject’s: the row counts it, the breaker does not', async () => {
-  const b = circuitBreaker(handleAll, { halfOpenAfter: 1000, breaker: new ConsecutiveBreaker(1) });
-  const sender = new ChainSender({ breaker: b, acks: noResponders(true), maxPayload: () => 1_048_576, holds: () => true });
-  const rows = chain(2);
-  const outcome = (await sender.send(rows)).get(rows[0] as LeasedRow);
-  assert.ok(outcome && !outcome.ok);
-  assert.equal(outcome.reason, 'no_responders');
+  const { outcome, state } = await noResponders(true);
   assert.equal(outcome.outage, undefined, 'counted against the row');
-  assert.equal(b.state, CircuitState.Closed, 'not counted by the breaker');
+  assert.equal(state, CircuitState.Closed, 'not counted by the breaker');
 });
