@@ -154,8 +154,9 @@ describe('relay under NATS outages', () => {
         backoffBaseMs: 10,
         backoffMaxMs: 50,
         // Between JetStream's return and the stream's creation, no stream binds the subjects: every key's head
-        // fails as the subject's fault each 10-50 ms and counts an attempt. Under CI load that window reached
-        // the default 25 attempts, the heads died, and the backlog never drained.
+        // fails as the subject's fault each 10-50 ms and counts an attempt. That window is 8-36 ms, but a stream
+        // add sent while the server reloads can go unanswered and wait out its request timeout: a 5 s window
+        // took every head past the default 25 attempts, and the backlog never drained (1 run in 6 here).
         maxAttempts: 1000,
         logger,
       });
@@ -199,7 +200,8 @@ describe('relay under NATS outages', () => {
       const conf = join(server.storeDir, 'nats.conf');
       writeFileSync(conf, readFileSync(conf, 'utf8').replace('RELAY: {', 'RELAY: { jetstream: enabled,'));
       process.kill(server.pid ?? 0, 'SIGHUP');
-      const jsm = await jetstreamManager(conn, { checkAPI: false });
+      // A short request timeout: an add lost in the reload is sent again within 1 s, not after nats.js's 5 s.
+      const jsm = await jetstreamManager(conn, { checkAPI: false, timeout: 1000 });
       await waitFor(
         async () =>
           jsm.streams.add({ name, subjects: [`${subject}.>`] }).then(
