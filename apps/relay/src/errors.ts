@@ -43,8 +43,9 @@ function text(err: unknown): string {
  * NATS itself: a timeout or a lost connection. No responders belongs to one
  * subject (the one no stream binds): one unroutable row must not pause every
  * healthy key, so it backs off on its own and blocks only its key. (The
- * dispatcher counts no responders on two or more subjects with nothing
- * published in between as JetStream itself being down.)
+ * chain sender takes no responders for JetStream itself being down when
+ * JetStream's own API does not answer either: then the breaker counts it and
+ * the row does not, `Classified.outage`.)
  */
 export function classifyPublishError(err: unknown): Classified {
   const message = text(err);
