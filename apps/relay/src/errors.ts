@@ -15,8 +15,10 @@ export interface Classified {
   readonly message: string;
   /**
    * Set by the chain sender, never by the classifier: JetStream's own API did not answer either, so
-   * the failure is the outage's, not the row's. It is not counted against the row (no attempt, no
-   * backoff): the circuit breaker's cool-down paces the retries.
+   * the failure is the outage's, not the row's. The row still counts the attempt and backs off, but
+   * it never goes dead for it: an outage outlasting `maxAttempts` probes must not kill the heads it
+   * probed. (Not "no attempt at all": a relay whose account reaches its streams through imports sees
+   * JetStream's API down for good, and its unbound subjects' rows would retry at once, forever.)
    */
   readonly outage?: boolean;
 }
@@ -45,7 +47,7 @@ function text(err: unknown): string {
  * healthy key, so it backs off on its own and blocks only its key. (The
  * chain sender takes no responders for JetStream itself being down when
  * JetStream's own API does not answer either: then the breaker counts it and
- * the row does not, `Classified.outage`.)
+ * the row backs off but never dies of it, `Classified.outage`.)
  */
 export function classifyPublishError(err: unknown): Classified {
   const message = text(err);

@@ -90,14 +90,14 @@ async function noResponders(up: boolean) {
   return { outcome, state: b.state };
 }
 
-test('chain sender - no responders while JetStream itself does not answer is the outage’s: the breaker counts it, the row does not', async () => {
+test('chain sender - no responders while JetStream itself does not answer is the outage’s: the breaker counts it, and it kills no row', async () => {
   const { outcome, state } = await noResponders(false);
-  assert.equal(outcome.outage, true, 'not counted against the row (row-settler skips it)');
+  assert.equal(outcome.outage, true, 'the row backs off but never dies of it (row-settler)');
   assert.equal(state, CircuitState.Open, 'counted by the breaker');
 });
 
-test('chain sender - no responders while JetStream answers is the subject’s: the row counts it, the breaker does not', async () => {
+test('chain sender - no responders while JetStream answers is the subject’s: the row dies of it in the end, the breaker does not count it', async () => {
   const { outcome, state } = await noResponders(true);
-  assert.equal(outcome.outage, undefined, 'counted against the row');
+  assert.equal(outcome.outage, undefined, 'counted toward the row’s death');
   assert.equal(state, CircuitState.Closed, 'not counted by the breaker');
 });

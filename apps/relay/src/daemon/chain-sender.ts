@@ -72,8 +72,8 @@ export class ChainSender {
       else first ??= x;
     }
     if (!answered && !first && noResponders && !(await this.#d.acks.jetStreamAnswers())) {
-      // JetStream is down: a probe row must not spend its attempts on the outage, or one that lasts
-      // long enough kills the head of every key it probes (an outage turned into dead letters).
+      // JetStream is down: a row must not die of the outage, or one that outlasts --max-attempts probes
+      // kills the head of every key it probes (an outage turned into dead letters).
       for (const [row, x] of outcomes) if (x === noResponders && !x.ok) outcomes.set(row, { ...x, outage: true });
       first = noResponders;
     }

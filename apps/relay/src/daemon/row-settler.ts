@@ -105,13 +105,9 @@ export class RowSettler {
   async recordFailure(row: LeasedRow, outcome: Classified): Promise<void> {
     const { options: o, metrics, pool, logger, events, instance } = this.#d;
     metrics.failures.inc({ reason: outcome.reason });
-    // JetStream itself was down: the row keeps its attempts and is due again once the circuit lets a probe through.
-    if (outcome.outage) {
-      events.emit('relay:batch:published', { rows: 1, published: 0, failed: 1, durationMs: 0 });
-      return;
-    }
     const attempt = row.attempts + 1;
-    const dead = outcome.permanent || attempt >= o.maxAttempts;
+    // JetStream itself was down: the attempt counts and backs off, but an outage kills no row (Classified.outage).
+    const dead = outcome.permanent || (attempt >= o.maxAttempts && !outcome.outage);
     const error = failureText(outcome, row.subject);
     const delay = backoffDelayMs(attempt, o.backoffBaseMs, o.backoffMaxMs);
     try {
