@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { quoteIdentifier } from '@ferry/core';
-import { createRelay, type Relay } from '@ferry/relay';
+import { createRelay, type Relay, type RelayOptions } from '@ferry/relay';
 import { createTestDatabase, createTestStream, NatsServer, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
@@ -42,6 +42,20 @@ describe('relay under NATS outages', () => {
   let stream: TestStream;
   let child: RelayProcess | undefined;
   let relay: Relay | undefined;
+
+  /** A nats-server whose account RELAY has no JetStream: what a JetStream that is down looks like to the relay. */
+  const withoutJetStream = () => NatsServer.start({ config: 'accounts { RELAY: { users: [{ user: relay, password: relay }] } }' });
+  /** An in-process relay of this file's schema, connected to `server` as the RELAY user. */
+  const relayOf = (server: NatsServer, options: Partial<RelayOptions>) =>
+    createRelay({
+      databaseUrl: db.url,
+      schema: db.schema,
+      nats: { servers: server.url, user: 'relay', pass: 'relay' },
+      maintenance: false,
+      listen: false,
+      publishTimeoutMs: 500,
+      ...options,
+    });
 
   before(async () => {
     nats = await NatsServer.start();
@@ -135,20 +149,14 @@ describe('relay under NATS outages', () => {
     // The relay's account has no JetStream: every publish gets no responders, and so does JetStream's own
     // API (it answers 503), which is what a JetStream that is down looks like from the relay. (Rows on
     // subjects no stream binds, with JetStream up, never open the circuit: relay-breaker.test.ts.)
-    const server = await NatsServer.start({ config: 'accounts { RELAY: { users: [{ user: relay, password: relay }] } }' });
+    const server = await withoutJetStream();
     let nc: NatsConnection | undefined;
     try {
       const name = 'BREAKER';
       const subject = 'breaker';
       const circuit: string[] = [];
-      relay = createRelay({
-        databaseUrl: db.url,
-        schema: db.schema,
-        nats: { servers: server.url, user: 'relay', pass: 'relay' },
-        maintenance: false,
-        listen: false,
+      relay = relayOf(server, {
         batchSize: 20,
-        publishTimeoutMs: 500,
         breakerThreshold: 3,
         breakerCooldownMs: 1000,
         backoffBaseMs: 10,
@@ -233,17 +241,11 @@ describe('relay under NATS outages', () => {
     // used to count toward its death: the first two probes of a key's head dead-lettered it, so any outage longer than
     // --max-attempts probes of a key (about 9 minutes at the defaults for a key alone) left it blocked until an operator
     // ran ferry dlq retry.
-    const server = await NatsServer.start({ config: 'accounts { RELAY: { users: [{ user: relay, password: relay }] } }' });
+    const server = await withoutJetStream();
     try {
       const dead: string[] = [];
-      relay = createRelay({
-        databaseUrl: db.url,
-        schema: db.schema,
-        nats: { servers: server.url, user: 'relay', pass: 'relay' },
-        maintenance: false,
-        listen: false,
+      relay = relayOf(server, {
         pollIntervalMs: 10,
-        publishTimeoutMs: 500,
         breakerThreshold: 1,
         breakerCooldownMs: 10,
         backoffBaseMs: 1,
