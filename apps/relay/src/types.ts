@@ -37,7 +37,7 @@ export interface RelayOptions {
   pollIntervalMs?: number;
   /** LISTEN on the publisher's NOTIFY channel as a wake-up hint. Default true. */
   listen?: boolean;
-  /** Failed attempts after which a row is dead. Default 25. */
+  /** Failed attempts after which a row is dead; a failure while JetStream itself is down never kills. Default 25. */
   maxAttempts?: number;
   /** First retry delay cap (full jitter). Default 500. */
   backoffBaseMs?: number;

@@ -112,7 +112,12 @@ export function addRetrySpanOptions(cmd: Command): Command {
       ),
     )
     .addOption(
-      relayIntOption('--max-attempts <n>', 'failed attempts after which a row is dead (1-1000)', 'FERRY_MAX_ATTEMPTS', 'maxAttempts'),
+      relayIntOption(
+        '--max-attempts <n>',
+        'failed attempts after which a row is dead (1-1000); a failure while JetStream itself is down never kills',
+        'FERRY_MAX_ATTEMPTS',
+        'maxAttempts',
+      ),
     )
     .addOption(
       relayIntOption(
