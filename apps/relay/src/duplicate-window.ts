@@ -33,3 +33,34 @@ export function duplicateWindowShortfall(
     fix: `nats stream edit ${stream} --dupe-window ${fmt(Math.ceil(spanMs / 60_000) * 60_000)} (or lower the relay's --max-attempts)`,
   };
 }
+
+/** The lease options a takeover's re-sends span: the last holder's unmarked sends come again up to this long after it sent them. */
+export interface TakeoverSpanOptions {
+  leaseTermMs: number;
+  publishTimeoutMs: number;
+}
+
+/**
+ * A stream whose duplicate window is shorter than a takeover's re-send
+ * span: the lease term plus the publish timeout. A new holder re-sends from
+ * each key's head what the last one sent but did not mark; JetStream drops
+ * those copies only inside the window (issue 41: 4,189 ids stored twice at a
+ * 1 s window). The relay warns at start and on every takeover; `ferry
+ * doctor` reports it. Undefined when the window covers the span.
+ */
+export function takeoverWindowShortfall(
+  stream: string,
+  duplicateWindowNs: number,
+  options: TakeoverSpanOptions,
+): { windowMs: number; spanMs: number; message: string; fix: string } | undefined {
+  const windowMs = Math.round(duplicateWindowNs / 1e6);
+  const spanMs = options.leaseTermMs + options.publishTimeoutMs;
+  if (windowMs >= spanMs) return undefined;
+  const fmt = (ms: number) => formatDuration(ms, true);
+  return {
+    windowMs,
+    spanMs,
+    message: `stream ${stream}: duplicate window ${fmt(windowMs)} is shorter than the lease term plus the publish timeout, ${fmt(spanMs)} (--lease-term-ms ${options.leaseTermMs}, --publish-timeout-ms ${options.publishTimeoutMs}): after a takeover, what the last holder sent but did not mark is sent again and stored twice`,
+    fix: `nats stream edit ${stream} --dupe-window ${fmt(Math.max(120_000, Math.ceil(spanMs / 60_000) * 60_000))}`,
+  };
+}

@@ -4,7 +4,9 @@ import { classifyPublishError, NatsUnavailableError } from '../errors.js';
 import type { ClaimedRow } from '../sql/claim-batch.js';
 import type { LeasedRow, Outcome } from './claim-plan.js';
 import type { PubAcks } from './pub-acks.js';
+import type { RelayTestHooks } from './relay-emitter.js';
 import { SendSpan } from './send-span.js';
+import { FencedError } from './wire-fence.js';
 import { natsHeaders } from './wire-headers.js';
 
 export interface ChainSenderDeps {
@@ -14,6 +16,7 @@ export interface ChainSenderDeps {
   maxPayload: () => number | undefined;
   /** Whether the row's lane is still held under its epoch, by this instance's own clock. */
   holds: (row: LeasedRow) => boolean;
+  hooks?: RelayTestHooks;
 }
 
 /**
@@ -54,7 +57,7 @@ export class ChainSender {
       // ends without a failure, and the lane's new holder claims it.
       if (!this.#d.holds(row)) break;
       const outcome = await this.#publishOne(row);
-      if (outcome === undefined) break; // the lease ran out while the row was encoded
+      if (outcome === undefined) break; // not sent: the lease ran out here or at the wire fence
       outcomes.set(row, outcome);
       if (!outcome.ok) break;
     }
@@ -118,20 +121,25 @@ export class ChainSender {
         return refused;
       }
       const h = natsHeaders(encoded.headers);
-      // Checked again as late as possible: from here to the socket write is the same turn of the event
-      // loop (nats.js flushes in a microtask; while it reconnects, PubAcks refuses the publish rather
-      // than let it hold the message for the next connection), so only a freeze landing within those
-      // microseconds, or bytes the kernel still holds when the connection is cut, can reach the
-      // server after the lane was lost (docs/failure-modes.md).
+      // Checked again after the encoding, so a lease lost meanwhile costs no buffer write; the check
+      // that fences is the wire fence's, in the same turn as the socket write (wire-fence.ts): nats.js
+      // writes its buffer a microtask later, after every chain resumed on a batch of PubAcks has run.
       if (!this.#d.holds(row)) {
         span?.notSent();
         return undefined;
       }
       // A PubAck with duplicate: true means JetStream already holds this id: success as well.
-      const ack = await this.#d.acks.publish(encoded.subject, encoded.body, h);
+      const sent = this.#d.acks.publish(encoded.subject, encoded.body, h, row);
+      this.#d.hooks?.afterSend?.(row);
+      const ack = await sent;
       span?.acked(ack);
       return { ok: true, ackAt: Date.now() };
     } catch (err) {
+      if (err instanceof FencedError) {
+        // The wire fence dropped it (or reset the connection under it): not sent as far as the lease goes.
+        span?.notSent();
+        return undefined;
+      }
       const failure = classifyPublishError(err);
       span?.failed(failure, err);
       return { ok: false, ...failure };

@@ -35,6 +35,8 @@ export interface DispatcherDeps {
   pool: pg.Pool;
   /** JetStream publishing, PubAcks on one subscription. */
   acks: PubAcks;
+  /** The subject of a chain about to be sent (the duplicate window watch). */
+  sending?: (subject: string) => void;
   leaser: LaneLeaser;
   /** This instance's id: the owner name in its lease rows, which every mark names. */
   instance: string;
@@ -297,6 +299,7 @@ export class Dispatcher {
       const head = chain[0];
       if (head === undefined) continue;
       const { key, lane } = head;
+      this.#d.sending?.(head.subject);
       this.#inflightKeys.add(key);
       // The lane stays busy (leased) until the chain's rows are marked: no other instance re-sends them meanwhile.
       this.#inflightLanes.set(lane, (this.#inflightLanes.get(lane) ?? 0) + 1);

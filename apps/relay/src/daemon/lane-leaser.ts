@@ -4,6 +4,7 @@ import pg from 'pg';
 import { NotMigratedError } from '../errors.js';
 import {
   forgetInstanceSql,
+  LEASE_FENCE_FRACTION,
   LEGACY_LANE_LOCKS_SQL,
   leaseCountsSql,
   pruneInstancesSql,
@@ -57,8 +58,10 @@ export interface LaneLeaserOptions {
   pg?: pg.PoolConfig;
   /** False while this instance cannot do its work (NATS unreachable): it gives its lanes up and takes none. */
   healthy?: () => boolean;
-  /** A lane was taken from an instance whose term ran out. */
-  onTakeover?: (lane: number) => void;
+  /** A lane was taken from another instance (`rule`: what freed it). */
+  onTakeover?: (lane: number, rule: TakeoverRule) => void;
+  /** Lanes this instance no longer holds (whatever the cause), right when it knows. */
+  onLost?: (lanes: readonly number[]) => void;
   /**
    * The advisory lock namespace relays from before leases took lanes in (`lockNamespace('ferry:lanes:<schema>')`):
    * this instance holds those locks for every lane it can get, so such a relay started beside it finds none.
@@ -66,6 +69,19 @@ export interface LaneLeaserOptions {
   legacyLaneNamespace?: number;
   logger: Logger;
 }
+
+/** What made a lane takeable: released or never held, its term ran out, or its owner's connection or heartbeat went and its fence passed. */
+export const TAKEOVER_RULES = ['free', 'term', 'connection'] as const;
+export type TakeoverRule = (typeof TAKEOVER_RULES)[number];
+
+const RULE_TEXT: ReadonlyMap<string, string> = new Map([
+  ['free', 'which had released it'],
+  ['term', 'whose term ran out'],
+  [
+    'connection',
+    `whose lease connection or heartbeat is gone and whose fence (${LEASE_FENCE_FRACTION} of the term after its last renewal) has passed`,
+  ],
+]);
 
 interface Held {
   epoch: string;
@@ -192,13 +208,30 @@ export class LaneLeaser {
 
   /** `info` for a lane given up on purpose (over the share, stopping): only a loss the instance did not choose warns. */
   #lost(lanes: number[], reason: string, level: 'warn' | 'info' = 'warn'): void {
+    const gone: number[] = [];
     for (const lane of lanes) {
       const h = this.#held.get(lane);
       if (!h) continue;
       this.#held.delete(lane);
       this.#releasing.delete(lane);
+      gone.push(lane);
       this.#o.logger[level]({ event: 'lease-lost', lane, epoch: h.epoch, reason }, `lease lost: lane ${lane} epoch ${h.epoch} (${reason})`);
     }
+    if (gone.length > 0) this.#o.onLost?.(gone);
+  }
+
+  /**
+   * The lease connection ended or failed (terminated, reset, a statement
+   * timed out and the connection was dropped): every lane is given up at
+   * once. Its heartbeat names that connection's backend, so to the others
+   * this instance is gone, and they take its lanes once its fence has passed.
+   */
+  #connectionEnded(client: pg.PoolClient): void {
+    if (client !== this.#client) return;
+    this.#client = undefined;
+    this.#lastRenewAt = Number.NEGATIVE_INFINITY;
+    this.#legacy = [];
+    this.#lost([...this.#held.keys()], 'the lease connection ended: the others may take the lane once its fence has passed');
   }
 
   async #query<R extends pg.QueryResultRow>(text: string, values: unknown[]): Promise<R[]> {
@@ -209,6 +242,7 @@ export class LaneLeaser {
       this.#client = client;
       this.#lastRenewAt = Number.NEGATIVE_INFINITY;
       this.#legacy = []; // session locks end with the session
+      client.once('end', () => this.#connectionEnded(client));
     }
     try {
       const { rows } = await client.query<R>(text, values);
@@ -339,7 +373,7 @@ export class LaneLeaser {
   async #take(n: number): Promise<void> {
     this.#rotation = (this.#rotation + 1) % this.#laneCount;
     const startedAt = performance.now();
-    const rows = await this.#query<{ lane: number; epoch: string; prev: string | null }>(this.#sql.take, [
+    const rows = await this.#query<{ lane: number; epoch: string; prev: string | null; rule: TakeoverRule }>(this.#sql.take, [
       this.#o.instance,
       this.#o.leaseTermMs,
       this.#rotation,
@@ -349,12 +383,12 @@ export class LaneLeaser {
     for (const r of rows) {
       this.#held.set(r.lane, { epoch: r.epoch, confirmedAt: startedAt });
       const takeover = r.prev !== null && r.prev !== this.#o.instance;
-      if (takeover) this.#o.onTakeover?.(r.lane);
+      if (takeover) this.#o.onTakeover?.(r.lane, r.rule);
       this.#o.logger.info(
-        { event: 'lease-taken', lane: r.lane, epoch: r.epoch, from: r.prev },
-        takeover
-          ? `lease taken: lane ${r.lane} epoch ${r.epoch} from ${r.prev}, whose term ran out`
-          : `lease taken: lane ${r.lane} epoch ${r.epoch}`,
+        { event: 'lease-taken', lane: r.lane, epoch: r.epoch, from: r.prev, ...(r.prev === null ? {} : { rule: r.rule }) },
+        r.prev === null
+          ? `lease taken: lane ${r.lane} epoch ${r.epoch}`
+          : `lease taken: lane ${r.lane} epoch ${r.epoch} from ${r.prev === this.#o.instance ? 'this instance' : r.prev}, ${RULE_TEXT.get(r.rule) ?? r.rule}`,
       );
     }
     this.#free = Math.max(0, this.#free - rows.length);

@@ -11,9 +11,12 @@ import {
   type Subscription,
   TimeoutError,
 } from '@nats-io/transport-node';
+import { FencedError, type LeaseMark, type WireFence } from './wire-fence.js';
 
 interface Pending {
   subject: string;
+  /** The lane, when the message was sent for one (the wire fence's lost lanes). */
+  lane: number | undefined;
   deadline: number;
   resolve: (ack: PubAck) => void;
   reject: (err: Error) => void;
@@ -50,9 +53,14 @@ export class PubAcks {
   #probe: Promise<boolean> | undefined;
   #probeAt = 0;
 
-  constructor(nc: NatsConnection, timeoutMs: number) {
+  readonly #fence: WireFence | undefined;
+
+  /** With a `fence`, every publish names its lease, and nothing is written for a lease that went stale meanwhile. */
+  constructor(nc: NatsConnection, timeoutMs: number, fence?: WireFence) {
     this.#nc = nc;
     this.#timeoutMs = timeoutMs;
+    this.#fence = fence;
+    fence?.install(nc, (err) => this.#failAll(err));
     // The connection's own inbox prefix, as nats.js's requests use it: a server that lets this user
     // subscribe only under that prefix accepts the PubAck subscription too, whoever made the connection.
     const inboxPrefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix;
@@ -65,8 +73,12 @@ export class PubAcks {
     this.#watchPermissions();
   }
 
-  /** Publishes one message and resolves with its PubAck (`duplicate: true` when the stream already held its id). */
-  publish(subject: string, data: Uint8Array, headers: MsgHdrs): Promise<PubAck> {
+  /**
+   * Publishes one message and resolves with its PubAck (`duplicate: true` when the stream already held its id).
+   * `lease`: the lane and epoch it is sent under; the wire fence drops it (FencedError) if that lease is
+   * stale when the bytes would leave.
+   */
+  publish(subject: string, data: Uint8Array, headers: MsgHdrs, lease?: LeaseMark): Promise<PubAck> {
     return new Promise<PubAck>((resolve, reject) => {
       if (this.#closed) {
         reject(new ClosedConnectionError());
@@ -79,14 +91,22 @@ export class PubAcks {
         reject(new errors.ConnectionError('not connected to NATS (reconnecting): not sent'));
         return;
       }
+      if (this.#fence?.severed) {
+        reject(new FencedError('not sent: the wire fence reset the NATS connection, and nats.js has not reconnected yet'));
+        return;
+      }
       const token = (this.#next++).toString(36);
+      // Awaited before the publish call: past its pending limit nats.js writes inside it, and a fence
+      // that drops that write fails what is awaited.
+      this.#pending.set(token, { subject, lane: lease?.lane, deadline: performance.now() + this.#timeoutMs, resolve, reject });
+      if (lease) this.#fence?.note(lease);
       try {
         this.#nc.publish(subject, data, { headers, reply: this.#prefix + token });
       } catch (err) {
+        this.#pending.delete(token);
         reject(err);
         return;
       }
-      this.#pending.set(token, { subject, deadline: performance.now() + this.#timeoutMs, resolve, reject });
       this.#timer ??= setTimeout(() => this.#expire(), this.#timeoutMs);
     });
   }
@@ -122,6 +142,19 @@ export class PubAcks {
   /** PubAcks still awaited. */
   get pending(): number {
     return this.#pending.size;
+  }
+
+  /**
+   * Lanes were lost (by the clock, taken, released, the lease connection
+   * ended): if a message of one still awaits its PubAck, its bytes may sit in
+   * a socket buffer, and the fence resets the connection.
+   */
+  lost(lanes: readonly number[]): void {
+    if (!this.#fence || this.#pending.size === 0) return;
+    const gone = new Set(lanes);
+    let inFlight = 0;
+    for (const p of this.#pending.values()) if (p.lane !== undefined && gone.has(p.lane)) inFlight++;
+    this.#fence.lost(lanes, inFlight);
   }
 
   /** Stops listening; whatever is still awaited, and any later publish, fails with ClosedConnectionError. */

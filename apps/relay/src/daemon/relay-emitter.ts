@@ -25,4 +25,6 @@ export class RelayEmitter {
 export interface RelayTestHooks {
   /** A segment's PubAcks are in (`acked` of `rows`) and its rows are not marked published yet. */
   afterAck?(rows: number, acked: number): void;
+  /** A row was handed to the NATS client (its lease checked), before the client writes its buffer to the socket. */
+  afterSend?(row: { key: string; lane: number }): void;
 }

@@ -16,6 +16,7 @@ import { backlogSql } from '../sql/backlog.js';
 import { readRetentionSql } from '../sql/retention.js';
 import type { CompiledRelayOptions, Logger, Relay, RelayEvents, RelayOptions, RelayState } from '../types.js';
 import { Dispatcher } from './dispatcher.js';
+import { DuplicateWindowWatch } from './duplicate-window-watch.js';
 import { ensureStreams } from './ensure-streams.js';
 import { Janitor } from './janitor.js';
 import { LaneLeaser, leaseSafetyMarginMs, lockNamespace } from './lane-leaser.js';
@@ -27,6 +28,7 @@ import { PubAcks } from './pub-acks.js';
 import { RelayEmitter, type RelayTestHooks } from './relay-emitter.js';
 import { checkRelayFloor } from './relay-floor.js';
 import { WaitRecord } from './wait-record.js';
+import { WireFence } from './wire-fence.js';
 
 const CIRCUIT_NAMES = { [CircuitState.Closed]: 'closed', [CircuitState.Open]: 'open', [CircuitState.HalfOpen]: 'half-open' } as const;
 
@@ -42,6 +44,8 @@ class RelayImpl implements Relay {
   readonly #breaker: CircuitBreakerPolicy;
   readonly #pool: pg.Pool;
   readonly #leaser: LaneLeaser;
+  #acks: PubAcks | undefined;
+  #windows: DuplicateWindowWatch | undefined;
   #state: RelayState = 'idle';
   #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
@@ -103,7 +107,12 @@ class RelayImpl implements Relay {
       leaseTermMs: this.#o.leaseTermMs,
       pg: pgBounds(this.#o),
       healthy: () => this.#healthy(),
-      onTakeover: () => this.#metrics.leaseTakeovers.inc(),
+      onTakeover: () => {
+        this.#metrics.leaseTakeovers.inc();
+        this.#windows?.takeover();
+      },
+      // A lane lost with messages awaiting PubAcks: their bytes may still be in a socket buffer (wire-fence.ts).
+      onLost: (lanes) => this.#acks?.lost(lanes),
       // Relays from before leases took lanes by these advisory locks: one started beside this relay finds none.
       legacyLaneNamespace: lockNamespace(`ferry:lanes:${this.#o.schema}`),
       logger: childLogger(this.#log, { component: 'lane-leaser' }),
@@ -237,11 +246,26 @@ class RelayImpl implements Relay {
     this.#natsProbe.start();
     this.#log.info({ event: 'nats-connected', server: nc.getServer() }, 'connected to NATS');
     if (o.ensureStreams.length > 0) await ensureStreams(await jetstreamManager(nc), o, this.#log);
+    // The last lease check, in the same turn as the socket write (wire-fence.ts).
+    const fence = new WireFence({
+      holds: (lane, epoch) => this.#leaser.epoch(lane) === epoch,
+      logger: childLogger(this.#log, { component: 'wire-fence' }),
+    });
+    const acks = new PubAcks(nc, o.publishTimeoutMs, fence);
+    this.#acks = acks;
+    const windows = new DuplicateWindowWatch({
+      nc,
+      leaseTermMs: o.leaseTermMs,
+      publishTimeoutMs: o.publishTimeoutMs,
+      logger: childLogger(this.#log, { component: 'duplicate-window' }),
+    });
+    this.#windows = windows;
     this.#dispatcher = new Dispatcher({
       options: o,
       schemaSql: this.#schemaSql,
       pool: this.#pool,
-      acks: new PubAcks(nc, o.publishTimeoutMs),
+      acks,
+      sending: (subject) => windows.saw(subject),
       leaser: this.#leaser,
       instance: this.instanceId,
       breaker: this.#breaker,

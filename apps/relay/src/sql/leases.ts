@@ -18,10 +18,42 @@ function connected(i: string): string {
   return `EXISTS (SELECT 1 FROM pg_stat_get_activity(${i}.backend_pid) a WHERE a.application_name = ${i}.application_name)`;
 }
 
-/** A lease another instance may take: free, its term run out, or its owner's connection gone. */
+/**
+ * The part of the term after its last renewal that a lease stays untakeable
+ * when its owner's connection is gone (or its heartbeat row). The holder
+ * stops by its own clock at 0.75 T after the renewal statement *started*
+ * (`leaseSafetyMarginMs`), which is before the database's `renewed_at`; the
+ * 0.05 T more cover the write path (the wire fence's check and the socket
+ * write are one synchronous turn) and the two clocks' rates. A crashed
+ * instance's lanes so move 0.47–0.8 T after the crash, not at once: a
+ * connection that ended says nothing of a process that may still send
+ * (issue 41: B took A's lanes 786 ms after A's lease connection was
+ * killed, while A sent for 2.46 s more and stored 3,735 ids twice).
+ */
+export const LEASE_FENCE_FRACTION = 0.8;
+
+/** The moment by the database's clock after which the holder of lease row `l` no longer sends, whatever happened to it. */
+function fencePassed(l: string): string {
+  return `${l}.renewed_at + (${l}.expires_at - ${l}.renewed_at) * ${LEASE_FENCE_FRACTION} <= now()`;
+}
+
+/** The owner of lease row `l` has no heartbeat row with its lease connection open (crashed, connection killed, benched). */
+function ownerGone(schemaSql: string, l: string): string {
+  return `NOT EXISTS (SELECT 1 FROM ${schemaSql}.relay_instances i WHERE i.instance = ${l}.owner AND ${connected('i')})`;
+}
+
+/**
+ * A lease another instance may take: free, its term run out, or its owner
+ * gone and its fence passed. Never while the holder may still believe it
+ * holds it.
+ */
 function takeable(schemaSql: string, l: string): string {
-  return `(${l}.owner IS NULL OR ${l}.expires_at <= now()
-       OR NOT EXISTS (SELECT 1 FROM ${schemaSql}.relay_instances i WHERE i.instance = ${l}.owner AND ${connected('i')}))`;
+  return `(${l}.owner IS NULL OR ${l}.expires_at <= now() OR (${ownerGone(schemaSql, l)} AND ${fencePassed(l)}))`;
+}
+
+/** The rule that made lease row `l` takeable, for the takeover log line (the `takeable` order). */
+function takeRule(schemaSql: string, l: string): string {
+  return `CASE WHEN ${l}.owner IS NULL THEN 'free' WHEN ${l}.expires_at <= now() THEN 'term' WHEN ${ownerGone(schemaSql, l)} THEN 'connection' ELSE 'free' END`;
 }
 
 /**
@@ -50,7 +82,11 @@ export function leaseCountsSql(schemaSql: string): string {
  * protocol this instance reports (the database leases lanes only to an
  * instance whose protocol is at or above the schema's floor). A lane comes back in `lanes` only if
  * this instance still owns it under the same epoch: a lane missing from it
- * was taken by another instance after its term ran out. The counts are those
+ * was taken by another instance after its term ran out. A lane the
+ * database still gives this instance but it no longer holds (its clock
+ * dropped it, its lease connection ended) is released in the same
+ * statement: it sends nothing of it, so the next poll of any instance may
+ * take it, instead of the term, or the fence, passing with no sender. The counts are those
  * of a poll (the heartbeat written here is not visible to them: the instance
  * counts itself).
  */
@@ -69,15 +105,21 @@ export function renewLeasesSql(schemaSql: string): string {
     FROM unnest($4::smallint[], $5::bigint[]) AS h(lane, epoch)
    WHERE l.lane = h.lane AND l.owner = $1 AND l.epoch = h.epoch
   RETURNING l.lane
+), dropped AS (
+  UPDATE ${schemaSql}.relay_leases l
+     SET owner = NULL, expires_at = now()
+   WHERE l.owner = $1 AND NOT (l.lane = ANY ($4::smallint[]))
+  RETURNING l.lane
 )
 SELECT ${countsSql(schemaSql)},
        coalesce((SELECT array_agg(r.lane ORDER BY r.lane) FROM renewed r), '{}') AS lanes,
-       (SELECT count(*)::int FROM beat) AS beat`;
+       (SELECT count(*)::int FROM beat) AS beat,
+       (SELECT count(*)::int FROM dropped) AS dropped`;
 }
 
 /**
  * Takes up to `$5` lanes that are free, whose term ran out or whose owner's
- * connection is gone, for `$1` with
+ * connection is gone and whose fence has passed (`rule` says which), for `$1` with
  * the term `$2` ms, trying lanes from `$3` on (mod `$4`, the lane count) so
  * instances starting together do not all reach for the same ones. Each take
  * adds one to the lane's epoch. `prev` is the owner it was taken from (null
@@ -94,7 +136,7 @@ SELECT ${countsSql(schemaSql)},
  */
 export function takeLeasesSql(schemaSql: string): string {
   return `WITH c AS (
-  SELECT f.lane, f.owner AS prev FROM ${schemaSql}.relay_leases f
+  SELECT f.lane, f.owner AS prev, ${takeRule(schemaSql, 'f')} AS rule FROM ${schemaSql}.relay_leases f
    WHERE ${takeable(schemaSql, 'f')}
    ORDER BY (f.lane + $3::int) % $4::int
    LIMIT $5
@@ -104,7 +146,7 @@ UPDATE ${schemaSql}.relay_leases l
    SET owner = $1, epoch = l.epoch + 1, renewed_at = now(), expires_at = now() + ${ms(2)}
   FROM c
  WHERE l.lane = c.lane
-RETURNING l.lane, l.epoch::text AS epoch, c.prev`;
+RETURNING l.lane, l.epoch::text AS epoch, c.prev, c.rule`;
 }
 
 /** Gives up lanes `$2` of `$1` at once (over its share, stopping, NATS unreachable): another instance takes them on its next poll. */
