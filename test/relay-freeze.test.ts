@@ -7,11 +7,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import {
+  assertNothingStaleAfter,
   countPending,
-  describeCopies,
   type RelayProcess,
   readStream,
-  type StreamEvent,
   spawnRelay,
   steadyLoad,
   waitsDuring,
@@ -100,34 +99,3 @@ test('relay freeze - one of two relays SIGSTOPped 30 s under load: the other tak
   for (const p of procs) p.proc.kill('SIGTERM');
   for (const p of procs) assert.equal((await p.exited).code, 0, p.output().slice(-2000));
 });
-
-/**
- * What the woken relay must not do, checked on the stream: every committed event is there, each key's
- * versions never go back, and nothing stored after the wake repeats an event already stored. A repeat
- * stored *before* the wake is the live relay's own re-send of a row the frozen one had sent but not
- * marked (at-least-once: the takeover re-sends from the key's head), stored twice only when the
- * takeover came later than the duplicate window (10 s here) after the first copy: on a loaded machine
- * it can. Such a repeat must still come right after its first copy in its key (no newer version
- * between them). Everything else counts as stale: it could only come from the woken relay.
- */
-function assertNothingStaleAfter(events: StreamEvent[], committed: string[], wokenAt: number): void {
-  const seen = new Set(events.map((e) => e.id));
-  const missing = committed.filter((id) => !seen.has(id));
-  assert.equal(missing.length, 0, `${missing.length} committed events missing from the stream, e.g. ${missing.slice(0, 3).join(' ')}`);
-  const stored = new Set<string>();
-  const last = new Map<string, { id: string; version: bigint }>();
-  let repeats = 0;
-  for (const e of events) {
-    const prev = last.get(e.key);
-    if (stored.has(e.id)) {
-      repeats++;
-      assert.ok(e.storedAt < wokenAt, `event ${e.id} stored again after the wake:\n${describeCopies(events, e.id)}`);
-      assert.equal(prev?.id, e.id, `event ${e.id} stored again after a newer version of its key:\n${describeCopies(events, e.id)}`);
-    } else {
-      assert.ok(prev === undefined || e.version > prev.version, `key ${e.key}: version ${e.version} after ${prev?.version}`);
-    }
-    stored.add(e.id);
-    last.set(e.key, { id: e.id, version: e.version });
-  }
-  assert.equal(events.length, committed.length + repeats, 'the stream holds the committed events and the repeats counted');
-}

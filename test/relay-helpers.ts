@@ -202,3 +202,34 @@ export async function waitsDuring(
   );
   return { n: Number(rows[0]?.n ?? 0), maxMs: rows[0]?.max_ms ?? Number.POSITIVE_INFINITY, p99Ms: rows[0]?.p99_ms ?? 0 };
 }
+
+/**
+ * What the woken relay must not do, checked on the stream: every committed event is there, each key's
+ * versions never go back, and nothing stored after the wake repeats an event already stored. A repeat
+ * stored *before* the wake is the live relay's own re-send of a row the frozen one had sent but not
+ * marked (at-least-once: the takeover re-sends from the key's head), stored twice only when the
+ * takeover came later than the duplicate window after the first copy: on a loaded machine
+ * it can. Such a repeat must still come right after its first copy in its key (no newer version
+ * between them). Everything else counts as stale: it could only come from the woken relay.
+ */
+export function assertNothingStaleAfter(events: StreamEvent[], committed: string[], wokenAt: number): void {
+  const seen = new Set(events.map((e) => e.id));
+  const missing = committed.filter((id) => !seen.has(id));
+  assert.equal(missing.length, 0, `${missing.length} committed events missing from the stream, e.g. ${missing.slice(0, 3).join(' ')}`);
+  const stored = new Set<string>();
+  const last = new Map<string, { id: string; version: bigint }>();
+  let repeats = 0;
+  for (const e of events) {
+    const prev = last.get(e.key);
+    if (stored.has(e.id)) {
+      repeats++;
+      assert.ok(e.storedAt < wokenAt, `event ${e.id} stored again after the wake:\n${describeCopies(events, e.id)}`);
+      assert.equal(prev?.id, e.id, `event ${e.id} stored again after a newer version of its key:\n${describeCopies(events, e.id)}`);
+    } else {
+      assert.ok(prev === undefined || e.version > prev.version, `key ${e.key}: version ${e.version} after ${prev?.version}`);
+    }
+    stored.add(e.id);
+    last.set(e.key, { id: e.id, version: e.version });
+  }
+  assert.equal(events.length, committed.length + repeats, 'the stream holds the committed events and the repeats counted');
+}

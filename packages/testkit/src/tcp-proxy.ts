@@ -23,6 +23,7 @@ export class TcpProxy {
   /** Server-side sockets left open by halfOpen(), destroyed by close(). */
   readonly #orphans = new Set<Socket>();
   #mode: ProxyMode = 'pass';
+  #tap: ((chunk: Buffer) => void) | undefined;
 
   private constructor(server: Server, port: number) {
     this.#server = server;
@@ -61,13 +62,20 @@ export class TcpProxy {
       } else other.destroy();
     };
     client.on('data', (b) => {
-      if (this.#mode === 'pass') upstream.write(b);
+      if (this.#mode !== 'pass') return;
+      this.#tap?.(b);
+      upstream.write(b);
     });
     upstream.on('data', (b) => {
       if (this.#mode === 'pass') client.write(b);
     });
     client.on('error', ended(client, upstream)).on('close', ended(client, upstream));
     upstream.on('error', ended(upstream, client)).on('close', ended(upstream, client));
+  }
+
+  /** Sees every chunk the clients send that passes to the server (a test's record of who sent what, when). */
+  tap(fn: (chunk: Buffer) => void): void {
+    this.#tap = fn;
   }
 
   /** Drops every byte both ways; closes nothing. */

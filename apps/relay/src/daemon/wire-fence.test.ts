@@ -110,9 +110,6 @@ describe('relay wire fence', () => {
 
   test('relay - the fence refuses to install on a client without the protocol it wraps', () => {
     const fence = new WireFence({ holds: () => true, logger: quiet });
-    assert.throws(
-      () => fence.install({} as NatsConnection, () => {}),
-      /wire fence cannot check leases where bytes leave/,
-    );
+    assert.throws(() => fence.install({} as NatsConnection, () => {}), /wire fence cannot check leases where bytes leave/);
   });
 });
