@@ -233,3 +233,29 @@ export function assertNothingStaleAfter(events: StreamEvent[], committed: string
   }
   assert.equal(events.length, committed.length + repeats, 'the stream holds the committed events and the repeats counted');
 }
+
+/**
+ * Every committed event is in the stream, and the first copies of each key's events come in version
+ * order. Copies stored again are counted, not refused: a takeover re-sends from each key's head what the
+ * last holder sent but did not mark, and with a 1 s window JetStream stores those (the relay warns);
+ * what a stale sender would add is checked by the caller. Returns the ids stored again and when.
+ */
+export function checkStream(events: StreamEvent[], committed: string[]): Array<{ id: string; storedAt: number }> {
+  const seen = new Set(events.map((e) => e.id));
+  const missing = committed.filter((id) => !seen.has(id));
+  assert.equal(missing.length, 0, `${missing.length} committed events missing from the stream, e.g. ${missing.slice(0, 3).join(' ')}`);
+  const stored = new Set<string>();
+  const last = new Map<string, bigint>();
+  const again: Array<{ id: string; storedAt: number }> = [];
+  for (const e of events) {
+    if (stored.has(e.id)) {
+      again.push({ id: e.id, storedAt: e.storedAt });
+      continue;
+    }
+    const prev = last.get(e.key);
+    assert.ok(prev === undefined || e.version > prev, `key ${e.key}: version ${e.version} first stored after ${prev}`);
+    stored.add(e.id);
+    last.set(e.key, e.version);
+  }
+  return again;
+}

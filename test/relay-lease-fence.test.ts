@@ -11,7 +11,7 @@ import { after, afterEach, before, test } from 'node:test';
 import { quoteIdentifier } from '@ferry/core';
 import { createRelayWithHooks } from '@ferry/relay/testing';
 import { createTestDatabase, createTestStream, TcpProxy, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
-import { countPending, describeCopies, type RelayProcess, readStream, type StreamEvent, spawnRelay } from './relay-helpers.js';
+import { checkStream, countPending, describeCopies, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
 
 const TERM_MS = 3000;
 const LANES = 8;
@@ -50,32 +50,6 @@ async function preload(prefix: string, count: number, keys: number): Promise<str
     [`${prefix}-k`, keys, `${prefix}.orders`, count],
   );
   return rows.map((r) => r.id);
-}
-
-/**
- * Every committed event is in the stream, and the first copies of each key's events come in version
- * order. Copies stored again are counted, not refused: a takeover re-sends from each key's head what the
- * last holder sent but did not mark, and with a 1 s window JetStream stores those (the relay warns);
- * what a stale sender would add is checked by the caller. Returns the ids stored again and when.
- */
-function checkStream(events: StreamEvent[], committed: string[]): Array<{ id: string; storedAt: number }> {
-  const seen = new Set(events.map((e) => e.id));
-  const missing = committed.filter((id) => !seen.has(id));
-  assert.equal(missing.length, 0, `${missing.length} committed events missing from the stream, e.g. ${missing.slice(0, 3).join(' ')}`);
-  const stored = new Set<string>();
-  const last = new Map<string, bigint>();
-  const again: Array<{ id: string; storedAt: number }> = [];
-  for (const e of events) {
-    if (stored.has(e.id)) {
-      again.push({ id: e.id, storedAt: e.storedAt });
-      continue;
-    }
-    const prev = last.get(e.key);
-    assert.ok(prev === undefined || e.version > prev, `key ${e.key}: version ${e.version} first stored after ${prev}`);
-    stored.add(e.id);
-    last.set(e.key, e.version);
-  }
-  return again;
 }
 
 interface Lease {

@@ -21,7 +21,7 @@ export const RELAY_DEFAULTS = Object.freeze({
   breakerCooldownMs: 5000,
   applicationName: 'ferry-relay',
   cronMonitorIntervalSeconds: 30,
-  leaseTermMs: 10_000,
+  leaseTermMs: 5_000,
   pgConnectTimeoutMs: 5000,
   pgStatementTimeoutMs: 30_000,
   pgKeepaliveMs: 10_000,
