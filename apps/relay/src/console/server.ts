@@ -15,6 +15,7 @@ import { previewReplay, type ReplaySelection, replayEvents } from '../actions/re
 import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
+import { isLoopbackAddress, misdirectedHost } from '../loopback-host.js';
 import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { MinuteHistory, minuteCharts } from './charts.js';
@@ -99,12 +100,6 @@ const SESSION_MS = 12 * 3600_000;
 const CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', '::1', 'localhost', '[::1]']);
-
-export function isLoopback(host: string): boolean {
-  return LOOPBACK_HOSTS.has(host) || /^127\./.test(host);
-}
-
 class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -180,7 +175,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
   const sessions = new Map<string, { who: string; until: number }>();
   const s = quoteIdentifier(o.schema);
   const credentials = o.token !== undefined || o.basic !== undefined;
-  const loopback = isLoopback(o.host);
+  const loopback = isLoopbackAddress(o.host);
 
   const csrfFor = (who: string | null) =>
     createHmac('sha256', secret)
@@ -1077,9 +1072,9 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     res.setHeader('referrer-policy', 'same-origin');
     res.setHeader('cache-control', 'no-store');
     const url = new URL(req.url ?? '/', 'http://console.invalid');
-    // DNS rebinding: on a loopback bind, only a loopback Host names this console.
-    const hostName = (req.headers.host ?? '').replace(/:\d+$/, '');
-    if (loopback && !isLoopback(hostName)) throw new HttpError(421, `this console answers to 127.0.0.1 or localhost, not ${hostName}`);
+    // DNS rebinding: on a loopback bind, only a loopback name and this port name this console.
+    const misdirected = loopback ? misdirectedHost(req.headers.host, req.socket.localPort ?? 0) : undefined;
+    if (misdirected !== undefined) throw new HttpError(421, misdirected);
     if (req.method === 'GET' && url.pathname === '/console.css') {
       res.setHeader('content-type', 'text/css; charset=utf-8');
       res.end(CONSOLE_CSS);
