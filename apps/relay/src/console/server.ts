@@ -19,7 +19,7 @@ import { isLoopbackAddress, misdirectedHost } from '../loopback-host.js';
 import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { MinuteHistory, minuteCharts } from './charts.js';
-import { ago, esc, Html, html, iso, qs, showPayload } from './html.js';
+import { ago, esc, Html, hiddenField, html, iso, qs, readForm, showPayload } from './html.js';
 import {
   type BlockedRow,
   blockedKeys,
@@ -248,7 +248,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
     if (!canAct(r)) return '';
     const hidden = Object.entries(fields)
       .filter(([, v]) => v !== undefined && v !== '')
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
     return html`<form class="inline" method="post" action="/dlq/preview">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}<button type="submit" data-action="${action}">${label}</button></form>`;
   }
 
@@ -256,7 +256,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
     if (!canAct(r)) return '';
     const hidden = Object.entries(fields)
       .filter(([, v]) => v !== undefined && v !== '')
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
     return html`<form class="inline" method="post" action="/replay/preview">${csrfField(r)}${hidden}<button type="submit" data-action="replay">${label}</button></form>`;
   }
 
@@ -803,7 +803,7 @@ ${rows.map((p) => {
     const flow = action === 'retry' ? 'row(s) behind them flow once they are published.' : 'row(s) behind them will flow.';
     const hidden = Object.entries({ ...filterFields(f), state: f.state })
       .filter(([k, v]) => v !== undefined && k !== 'id')
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
     const ids = (f.ids ?? []).map((id) => html`<input type="hidden" name="id" value="${id}">`);
     const body =
       p.rows === 0
@@ -876,7 +876,7 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
     };
     return Object.entries(fields)
       .filter(([, v]) => v !== undefined)
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
   }
 
   async function replayPreview(r: Req, form: URLSearchParams): Promise<string> {
@@ -1043,7 +1043,7 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
       if (size > BODY_LIMIT) throw new HttpError(413, `form larger than ${BODY_LIMIT} bytes`);
       chunks.push(c as Buffer);
     }
-    return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
+    return readForm(Buffer.concat(chunks).toString('utf8'));
   }
 
   const GET: Record<string, (r: Req) => Promise<string>> = {
