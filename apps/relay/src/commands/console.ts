@@ -177,7 +177,10 @@ export function consoleCommand(ctx: CommandContext): Command {
     ),
   )
     .addOption(
-      new Option('--host <address>', 'address to listen on (anything but loopback needs a token or credentials)')
+      new Option(
+        '--host <address>',
+        'address to listen on (anything but loopback needs a token or credentials; on loopback only Host 127.0.0.1, [::1] or localhost with the port is answered, 421 otherwise)',
+      )
         .env('FERRY_CONSOLE_HOST')
         .default('127.0.0.1')
         .argParser(parseHost),
