@@ -60,14 +60,28 @@ export class Html {
  * `Html` values are trusted to be whole markup (balanced quotes and tags) for the place they go.
  */
 export function html(strings: TemplateStringsArray, ...values: unknown[]): Html {
+  const at = places(strings);
   let out = strings[0] ?? '';
-  let at = scan(strings[0] ?? '', TEXT);
   values.forEach((v, i) => {
-    const next = strings[i + 1] ?? '';
-    out += piece(v, at) + next;
-    at = scan(next, at);
+    out += piece(v, at[i] ?? TEXT) + (strings[i + 1] ?? '');
   });
   return new Html(out);
+}
+
+/** Per template (its strings are one frozen array per call site): where each value lands, scanned once. */
+const PLACES = new WeakMap<TemplateStringsArray, Where[]>();
+function places(strings: TemplateStringsArray): Where[] {
+  let at = PLACES.get(strings);
+  if (at === undefined) {
+    at = [];
+    let where = TEXT;
+    for (let i = 0; i < strings.length - 1; i++) {
+      where = scan(strings[i] ?? '', where);
+      at.push(where);
+    }
+    PLACES.set(strings, at);
+  }
+  return at;
 }
 
 /** Where the template is: in text, inside a tag (between attributes), in a double-quoted attribute value, or in `<title>`/`<textarea>` text. */
