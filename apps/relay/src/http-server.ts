@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import { ConfigError } from '@ferry/core';
 import { CONSOLE_PATHS, type ConsoleHandler } from './console/server.js';
+import { isLoopbackAddress, misdirectedHost } from './loopback-host.js';
 import type { Relay } from './types.js';
 
 /**
@@ -9,9 +10,17 @@ import type { Relay } from './types.js';
  * `/readyz` 200 when PostgreSQL and NATS are connected and lanes are leased.
  * `host` has no default here: the CLI's (`--http-host`, 127.0.0.1) is the one
  * place that decides who can reach them; they answer without credentials.
+ * With the console on a loopback bind, every path answers only a loopback Host with this port
+ * (`misdirectedHost`, the console's own rule): one origin, one DNS rebinding defence.
  */
 export function startHttpServer(relay: Relay, port: number, host: string, console_?: ConsoleHandler): Promise<Server> {
+  const checkHost = console_ !== undefined && isLoopbackAddress(host);
   const server = createServer((req, res) => {
+    const misdirected = checkHost ? misdirectedHost(req.headers.host, req.socket.localPort ?? 0) : undefined;
+    if (misdirected !== undefined) {
+      res.writeHead(421, { 'content-type': 'text/plain; charset=utf-8' }).end(`${misdirected}\n`);
+      return;
+    }
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     // `ferry relay --console`: the operator console's pages and actions beside the probes.
     if (console_ && CONSOLE_PATHS.has(path)) {

@@ -23,6 +23,19 @@ export const LIMITS = {
 // biome-ignore lint/suspicious/noControlCharactersInRegex: we are rejecting control characters
 const SUBJECT_TOKEN = /^[^\s.*>\u0000-\u001f\u007f]+$/u;
 
+/**
+ * A lone UTF-16 surrogate cannot be stored: PostgreSQL text is UTF-8, and the driver would write
+ * U+FFFD in its place, so the row would carry another key (or subject, type) than the one given.
+ */
+function refuseLoneSurrogate(value: string, field: string, what: string): void {
+  if (/\p{Cs}/u.test(value)) {
+    throw new ValidationError(
+      field,
+      `${what} ${describeValue(value)} contains a lone UTF-16 surrogate, which UTF-8 (and so PostgreSQL) cannot hold; pass well-formed text`,
+    );
+  }
+}
+
 export function validateSubject(subject: unknown, field = 'subject'): string {
   if (typeof subject !== 'string' || subject.length === 0) {
     throw new ValidationError(field, `${field} must be a non-empty string, got ${describeValue(subject)}`);
@@ -30,6 +43,7 @@ export function validateSubject(subject: unknown, field = 'subject'): string {
   if (subject.length > LIMITS.subjectMaxLength) {
     throw new ValidationError(field, `${field} is ${subject.length} characters; the limit is ${LIMITS.subjectMaxLength}`);
   }
+  refuseLoneSurrogate(subject, field, field);
   for (const token of subject.split('.')) {
     if (!SUBJECT_TOKEN.test(token)) {
       throw new ValidationError(
@@ -53,6 +67,7 @@ function validateText(value: unknown, field: string, max: number, example: strin
   if (/[\u0000-\u001f\u007f]/.test(value)) {
     throw new ValidationError(field, `${field} ${describeValue(value)} contains a control character; remove it`);
   }
+  refuseLoneSurrogate(value, field, field);
   // NATS (like HTTP) trims header values, so edge whitespace would not survive the trip.
   if (value.trim() !== value) {
     throw new ValidationError(
@@ -164,6 +179,7 @@ export function validateHeaders(headers: unknown, field = 'headers'): Record<str
     if (/[\u0000-\u0008\u000a-\u001f\u007f]/.test(value)) {
       throw new ValidationError(`${field}.${name}`, `header ${describeValue(name)} has a control character in its value; remove it`);
     }
+    refuseLoneSurrogate(value, `${field}.${name}`, `header ${describeValue(name)} value`);
     if (value.trim() !== value) {
       throw new ValidationError(
         `${field}.${name}`,

@@ -15,8 +15,9 @@ import {
   type NatsFlags,
   type RetrySpanFlags,
 } from '../cli/shared-options.js';
-import { type ConsoleOptions, isLoopback, startConsole } from '../console/server.js';
+import { type ConsoleOptions, startConsole } from '../console/server.js';
 import type { CommandContext } from '../context.js';
+import { isLoopbackAddress } from '../loopback-host.js';
 import { runDoctor } from './doctor.js';
 
 interface ConsoleFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
@@ -176,7 +177,10 @@ export function consoleCommand(ctx: CommandContext): Command {
     ),
   )
     .addOption(
-      new Option('--host <address>', 'address to listen on (anything but loopback needs a token or credentials)')
+      new Option(
+        '--host <address>',
+        'address to listen on (anything but loopback needs a token or credentials; on loopback only Host 127.0.0.1, [::1] or localhost with the port is answered, 421 otherwise)',
+      )
         .env('FERRY_CONSOLE_HOST')
         .default('127.0.0.1')
         .argParser(parseHost),
@@ -224,7 +228,7 @@ export function consoleCommand(ctx: CommandContext): Command {
     .action(async (flags: ConsoleFlags) => {
       const creds = consoleCredentials(flags, ctx.env);
       const hasCreds = creds.token !== undefined || creds.basic !== undefined;
-      if (!isLoopback(flags.host) && !hasCreds)
+      if (!isLoopbackAddress(flags.host) && !hasCreds)
         throw new ConfigError(
           '--host',
           `--host ${flags.host} lets other hosts in: give a token (--token-file or FERRY_CONSOLE_TOKEN) or credentials (--basic-auth-file or FERRY_CONSOLE_BASIC_AUTH), or keep --host 127.0.0.1`,

@@ -13,7 +13,7 @@ import {
   type RetrySpanFlags,
   schemaOption,
 } from '../cli/shared-options.js';
-import { type ConsoleHandler, consoleHandler, isLoopback } from '../console/server.js';
+import { type ConsoleHandler, consoleHandler } from '../console/server.js';
 import type { CommandContext } from '../context.js';
 import { createRelay } from '../daemon/relay.js';
 import { parseDuration } from '../duration.js';
@@ -21,6 +21,7 @@ import { CommandFailedError } from '../errors.js';
 import { EXIT } from '../exit-codes.js';
 import { startHttpServer } from '../http-server.js';
 import { createLogger } from '../logger.js';
+import { isLoopbackAddress } from '../loopback-host.js';
 import { redactNatsUrls, redactUrl, urlPasswords } from '../redact.js';
 import { RELAY_DEFAULTS, RELAY_LIMITS } from '../relay-options.js';
 import { startTraceExporter, traceExportWanted } from '../trace-exporter.js';
@@ -310,7 +311,7 @@ async function runRelay(flags: RelayFlags, ctx: CommandContext): Promise<number>
       { tokenFile: ctx.env.FERRY_CONSOLE_TOKEN_FILE, basicAuthFile: ctx.env.FERRY_CONSOLE_BASIC_AUTH_FILE },
       ctx.env,
     );
-    if (!isLoopback(flags.httpHost) && creds.token === undefined && creds.basic === undefined)
+    if (!isLoopbackAddress(flags.httpHost) && creds.token === undefined && creds.basic === undefined)
       throw new ConfigError(
         '--console',
         `--console on --http-host ${flags.httpHost} lets other hosts in: set FERRY_CONSOLE_TOKEN (or _FILE) or FERRY_CONSOLE_BASIC_AUTH (or _FILE), or keep --http-host 127.0.0.1`,

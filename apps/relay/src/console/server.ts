@@ -15,10 +15,11 @@ import { previewReplay, type ReplaySelection, replayEvents } from '../actions/re
 import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
+import { isLoopbackAddress, misdirectedHost } from '../loopback-host.js';
 import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { MinuteHistory, minuteCharts } from './charts.js';
-import { ago, esc, Html, html, iso, qs, showPayload } from './html.js';
+import { ago, esc, Html, hiddenField, html, iso, qs, readForm, showPayload } from './html.js';
 import {
   type BlockedRow,
   blockedKeys,
@@ -99,12 +100,6 @@ const SESSION_MS = 12 * 3600_000;
 const CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', '::1', 'localhost', '[::1]']);
-
-export function isLoopback(host: string): boolean {
-  return LOOPBACK_HOSTS.has(host) || /^127\./.test(host);
-}
-
 class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -180,7 +175,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
   const sessions = new Map<string, { who: string; until: number }>();
   const s = quoteIdentifier(o.schema);
   const credentials = o.token !== undefined || o.basic !== undefined;
-  const loopback = isLoopback(o.host);
+  const loopback = isLoopbackAddress(o.host);
 
   const csrfFor = (who: string | null) =>
     createHmac('sha256', secret)
@@ -253,7 +248,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
     if (!canAct(r)) return '';
     const hidden = Object.entries(fields)
       .filter(([, v]) => v !== undefined && v !== '')
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
     return html`<form class="inline" method="post" action="/dlq/preview">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}<button type="submit" data-action="${action}">${label}</button></form>`;
   }
 
@@ -261,7 +256,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
     if (!canAct(r)) return '';
     const hidden = Object.entries(fields)
       .filter(([, v]) => v !== undefined && v !== '')
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
     return html`<form class="inline" method="post" action="/replay/preview">${csrfField(r)}${hidden}<button type="submit" data-action="replay">${label}</button></form>`;
   }
 
@@ -808,7 +803,7 @@ ${rows.map((p) => {
     const flow = action === 'retry' ? 'row(s) behind them flow once they are published.' : 'row(s) behind them will flow.';
     const hidden = Object.entries({ ...filterFields(f), state: f.state })
       .filter(([k, v]) => v !== undefined && k !== 'id')
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
     const ids = (f.ids ?? []).map((id) => html`<input type="hidden" name="id" value="${id}">`);
     const body =
       p.rows === 0
@@ -881,7 +876,7 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
     };
     return Object.entries(fields)
       .filter(([, v]) => v !== undefined)
-      .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
+      .map(([k, v]) => hiddenField(k, v as string));
   }
 
   async function replayPreview(r: Req, form: URLSearchParams): Promise<string> {
@@ -1048,7 +1043,7 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
       if (size > BODY_LIMIT) throw new HttpError(413, `form larger than ${BODY_LIMIT} bytes`);
       chunks.push(c as Buffer);
     }
-    return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
+    return readForm(Buffer.concat(chunks).toString('utf8'));
   }
 
   const GET: Record<string, (r: Req) => Promise<string>> = {
@@ -1077,9 +1072,9 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     res.setHeader('referrer-policy', 'same-origin');
     res.setHeader('cache-control', 'no-store');
     const url = new URL(req.url ?? '/', 'http://console.invalid');
-    // DNS rebinding: on a loopback bind, only a loopback Host names this console.
-    const hostName = (req.headers.host ?? '').replace(/:\d+$/, '');
-    if (loopback && !isLoopback(hostName)) throw new HttpError(421, `this console answers to 127.0.0.1 or localhost, not ${hostName}`);
+    // DNS rebinding: on a loopback bind, only a loopback name and this port name this console.
+    const misdirected = loopback ? misdirectedHost(req.headers.host, req.socket.localPort ?? 0) : undefined;
+    if (misdirected !== undefined) throw new HttpError(421, misdirected);
     if (req.method === 'GET' && url.pathname === '/console.css') {
       res.setHeader('content-type', 'text/css; charset=utf-8');
       res.end(CONSOLE_CSS);
