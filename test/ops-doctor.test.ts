@@ -109,6 +109,21 @@ test('ferry doctor - problems exit 1 (never 2, bad usage) and are counted in the
   assert.match(human.out, /4 problems, \d+ warnings?$/);
 });
 
+test('ferry doctor - a duplicate window shorter than the lease term plus the publish timeout is a problem: a takeover re-send would be stored twice', async () => {
+  // The stream keeps 2 minutes; a 5-minute term plus the 10 s publish timeout is longer.
+  const r = await ferry([...base(), '--lease-term-ms', '300000', '--json']);
+  const found = problems(r.json<DoctorReport>());
+  const takeover = found.find((f) => /shorter than the lease term plus the publish timeout, 5m/.test(f.message));
+  assert.ok(takeover, JSON.stringify(found, null, 1));
+  assert.match(takeover.message, /--lease-term-ms 300000/);
+  assert.match(takeover.fix ?? '', /--dupe-window 6m/);
+  const fine = await ferry([...base(), '--json']);
+  assert.ok(
+    !problems(fine.json<DoctorReport>()).some((f) => /lease term plus the publish timeout/.test(f.message)),
+    'the default term fits in the 2-minute window',
+  );
+});
+
 test('ferry doctor - unreachable NATS, an unmigrated schema and a missing stream or consumer are problems, never a crash', async () => {
   const port = await freePort();
   const r = await ferry([

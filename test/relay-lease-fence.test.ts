@@ -269,6 +269,12 @@ test('relay lease fence - A’s event loop blocked past its term between a lease
       `A's publish chunks: ${bufferedAtBlock} before the block, ${sends.filter((x) => x.at >= wokeAt && x.at < wokeAt + 200).length} in the 200 ms after waking`,
     );
     assert.match(b.output(), /lease taken: lane \d+ epoch \d+ from [0-9a-f]+, whose term ran out/, 'B took A’s lanes during the block');
+    // The 1 s window is shorter than the term plus the publish timeout: B says so when it first sends to the
+    // stream (here right after the takeover: A held every lane first), and again on any later takeover.
+    assert.match(
+      b.output(),
+      new RegExp(`"event":"duplicate-window-short".*stream ${stream.name}: duplicate window 1s is shorter than the lease term`),
+    );
     const events = await readStream(stream.nc, stream.name, 60_000);
     const again = checkStream(events, ids);
     // B's takeover re-sends happen during the block (it takes A's lanes one term after A's last renewal);

@@ -60,7 +60,7 @@ export function takeoverWindowShortfall(
   return {
     windowMs,
     spanMs,
-    message: `stream ${stream}: duplicate window ${fmt(windowMs)} is shorter than the lease term plus the publish timeout, ${fmt(spanMs)} (--lease-term-ms ${options.leaseTermMs}, --publish-timeout-ms ${options.publishTimeoutMs}): after a takeover, what the last holder sent but did not mark is sent again and stored twice`,
+    message: `duplicate window ${fmt(windowMs)} is shorter than the lease term plus the publish timeout, ${fmt(spanMs)} (--lease-term-ms ${options.leaseTermMs}, --publish-timeout-ms ${options.publishTimeoutMs}): after a takeover, what the last holder sent but did not mark is sent again and stored twice`,
     fix: `nats stream edit ${stream} --dupe-window ${fmt(Math.max(120_000, Math.ceil(spanMs / 60_000) * 60_000))}`,
   };
 }

@@ -18,6 +18,7 @@ import {
 import { type ConsoleOptions, startConsole } from '../console/server.js';
 import type { CommandContext } from '../context.js';
 import { isLoopbackAddress } from '../loopback-host.js';
+import { RELAY_DEFAULTS } from '../relay-options.js';
 import { runDoctor } from './doctor.js';
 
 interface ConsoleFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
@@ -157,7 +158,12 @@ export async function openConsole(
       refreshMs: flags.refreshMs,
       doctor: () =>
         runDoctor(
-          { ...flags, maxPayloadBytes: CLI_DEFAULTS.maxPayloadBytes, inboxMaxDeliver: CLI_DEFAULTS.inboxMaxDeliver },
+          {
+            ...flags,
+            maxPayloadBytes: CLI_DEFAULTS.maxPayloadBytes,
+            inboxMaxDeliver: CLI_DEFAULTS.inboxMaxDeliver,
+            leaseTermMs: RELAY_DEFAULTS.leaseTermMs,
+          },
           { ...ctx, out: () => {}, err: () => {} },
         ),
     },

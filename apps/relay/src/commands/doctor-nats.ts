@@ -7,7 +7,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { count } from '../count.js';
-import { duplicateWindowShortfall } from '../duplicate-window.js';
+import { duplicateWindowShortfall, takeoverWindowShortfall } from '../duplicate-window.js';
 import { formatDuration } from '../duration.js';
 import { retrySpanMs } from '../relay-options.js';
 import { largestEventSql } from '../sql/largest-event.js';
@@ -73,6 +73,8 @@ export async function checkNats(
     }
     const short = duplicateWindowShortfall(name, info.config.duplicate_window, flags);
     if (short) add(`stream ${name}`, 'problem', short.message, short.fix);
+    const takeover = takeoverWindowShortfall(name, info.config.duplicate_window, flags);
+    if (takeover) add(`stream ${name}`, 'problem', takeover.message, takeover.fix);
     else {
       const windowMs = Math.round(info.config.duplicate_window / 1e6);
       add(`stream ${name}`, 'ok', `duplicate window ${fmtMs(windowMs)} covers the retry span ${fmtMs(span)}`);

@@ -30,6 +30,7 @@ import {
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
 import { EXIT, exitWith } from '../exit-codes.js';
+import { RELAY_DEFAULTS, RELAY_LIMITS } from '../relay-options.js';
 import { countDeadSql } from '../sql/count-dead.js';
 import { outboxSubjectsSql } from '../sql/outbox-subjects.js';
 import { SERVER_SETTINGS_SQL } from '../sql/server-settings.js';
@@ -39,6 +40,7 @@ export interface DoctorFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
   stream?: string[];
   consumer?: string[];
   maxPayloadBytes: number;
+  leaseTermMs: number;
   inboxMaxDeliver: number;
   bossSchema?: string;
   oldBossSchema?: string;
@@ -102,6 +104,12 @@ export function doctorCommand(ctx: CommandContext): Command {
       ),
     ),
   )
+    .addOption(
+      new Option('--lease-term-ms <ms>', "the relays' lane lease term: a stream's duplicate window must cover it plus the publish timeout")
+        .env('FERRY_LEASE_TERM_MS')
+        .default(RELAY_DEFAULTS.leaseTermMs)
+        .argParser(parseIntIn(...RELAY_LIMITS.leaseTermMs)),
+    )
     .addOption(new Option('--stream <name>', 'also check this stream (repeatable)').argParser(collect))
     .addOption(new Option('--consumer <name>', 'check this inbox consumer on the stream(s) (repeatable)').argParser(collect))
     .addOption(

@@ -79,6 +79,6 @@ export class DuplicateWindowWatch {
   }
 
   #warn(stream: string, message: string, when: 'start' | 'takeover'): void {
-    this.#o.logger.warn({ event: 'duplicate-window-short', stream, when }, message);
+    this.#o.logger.warn({ event: 'duplicate-window-short', stream, when }, `stream ${stream}: ${message}`);
   }
 }
