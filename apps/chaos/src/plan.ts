@@ -75,15 +75,18 @@ export type Fault =
   /** SIGSTOP, then SIGCONT after `pauseMs` (some longer than the relays' lease term). */
   | { kind: 'pause'; atEvent: number; target: Target; pauseMs: number }
   /** A relay's proxy to PostgreSQL or NATS drops everything for `cutMs`. */
-  | { kind: 'partition'; atEvent: number; relay: 0 | 1; from: 'pg' | 'nats'; cutMs: number };
+  | { kind: 'partition'; atEvent: number; relay: 0 | 1; from: 'pg' | 'nats'; cutMs: number }
+  /** A relay's lease connection alone is terminated while the relay goes on running (issue 41). */
+  | { kind: 'lease-kill'; atEvent: number; relay: 0 | 1 };
 
 /**
  * The faults of a run, by the committed-event count at which each fires
  * (between 5 % and 95 % of the load): `kills` SIGKILLs of random processes,
  * one nats-server stop and restart, ceil(kills / 2) (at least 2)
  * terminations of a process's PostgreSQL backends, as many SIGSTOP pauses
- * of 0.5-5 s (the relays' lease term is 2 s), and one cut of a relay from
- * PostgreSQL and one from NATS, 1-5 s each.
+ * of 0.5-5 s (the relays' lease term is 2 s), one cut of a relay from
+ * PostgreSQL and one from NATS, 1-5 s each, and as many terminations of a
+ * relay's lease connection alone.
  */
 export function faultSchedule(options: Pick<ChaosOptions, 'events' | 'kills' | 'seed'>): Fault[] {
   const rnd = seededRandom(options.seed);
@@ -101,5 +104,6 @@ export function faultSchedule(options: Pick<ChaosOptions, 'events' | 'kills' | '
   for (const from of ['pg', 'nats'] as const) {
     faults.push({ kind: 'partition', atEvent: at(), relay: rnd() < 0.5 ? 0 : 1, from, cutMs: 1000 + Math.floor(rnd() * 4000) });
   }
+  for (let i = 0; i < pauses; i++) faults.push({ kind: 'lease-kill', atEvent: at(), relay: rnd() < 0.5 ? 0 : 1 });
   return faults.sort((a, b) => a.atEvent - b.atEvent);
 }
