@@ -248,7 +248,7 @@ describe('reserved subjects never reach NATS, and the relay runs with the permis
       await waitFor(
         async () => {
           const { rows } = await db.pool.query<{ n: string }>(
-            `SELECT count(*)::text AS n FROM ${s}.outbox_events WHERE id = ANY ($1::uuid[]) AND dead_at IS NOT NULL`,
+            `SELECT count(*)::text AS n FROM ${s}.outbox_events WHERE id = ANY ($1::uuid[]) AND (dead_at IS NOT NULL OR published_at IS NOT NULL)`,
             [[...evil.keys()]],
           );
           const published = await db.pool.query<{ n: string }>(
@@ -257,9 +257,11 @@ describe('reserved subjects never reach NATS, and the relay runs with the permis
           );
           return Number(rows[0]?.n) === evil.size && Number(published.rows[0]?.n) === good.length;
         },
-        { timeoutMs: 30_000, what: 'every reserved row dead and the 20 good events published' },
+        { timeoutMs: 30_000, what: 'every reserved row settled (dead, or published as before the fix) and the 20 good events published' },
       ).catch(withOutput(relay));
-      const { rows } = await db.pool.query<{ id: string; attempts: number; last_error: string }>(
+      // Before the fix: the first attempt deleted VICTIM (the retry then found "stream not found").
+      assert.deepEqual(await victim(), { messages: 5, consumer: true }, 'the victim stream keeps its 5 messages and its consumer');
+      const { rows } = await db.pool.query<{ id: string; attempts: number; last_error: string | null }>(
         `SELECT id::text, attempts, last_error FROM ${s}.outbox_events WHERE id = ANY ($1::uuid[])`,
         [[...evil.keys()]],
       );
@@ -267,17 +269,16 @@ describe('reserved subjects never reach NATS, and the relay runs with the permis
         const subject = evil.get(r.id) ?? '';
         assert.equal(r.attempts, 1, `${subject}: dead at its first attempt (permanent), not after retries`);
         assert.ok(
-          r.last_error.startsWith(`reserved_subject: subject ${JSON.stringify(subject)} is reserved by NATS`),
+          r.last_error?.startsWith(`reserved_subject: subject ${JSON.stringify(subject)} is reserved by NATS`),
           `${subject}: ${r.last_error}`,
         );
-        assert.match(r.last_error, /the relay did not send it \(ferry dlq discard removes it\)$/);
+        assert.match(r.last_error ?? '', /the relay did not send it \(ferry dlq discard removes it\)$/);
       }
       const head = await db.pool.query<{ published: boolean; dead: boolean }>(
         `SELECT published_at IS NOT NULL AS published, dead_at IS NOT NULL AS dead FROM ${s}.outbox_events WHERE id = $1`,
         [behind],
       );
       assert.deepEqual(head.rows[0], { published: false, dead: false }, 'the row behind the dead head waits');
-      assert.deepEqual(await victim(), { messages: 5, consumer: true }, 'the victim stream keeps its 5 messages and its consumer');
       assert.equal((await jsm.streams.info('PERM')).state.messages, 20, 'exactly the 20 good events reached a stream');
       assert.equal((await jsm.streams.info('KV_b')).state.messages, 0, 'nothing reached the $KV stream');
       assert.equal(relay.proc.exitCode, null, `the relay is still running:\n${relay.output().slice(-2000)}`);
