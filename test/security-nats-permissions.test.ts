@@ -15,6 +15,7 @@ import { createTestDatabase, NatsServer, type TestDatabase, uniqueName, waitFor 
 import { AckPolicy, jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import pg from 'pg';
+import { markPublished } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { type RelayProcess, spawnRelay } from './relay-helpers.js';
 
@@ -307,6 +308,30 @@ describe('reserved subjects never reach NATS, and the relay runs with the permis
       .findings.find((f) => f.check === 'reserved subjects');
     assert.equal(finding?.status, 'problem', doctor.out);
     assert.match(finding?.message ?? '', /13 outbox subjects are reserved by NATS/);
+    // A reserved row recorded as published (as $KV.b.k was, acked by the KV stream, before the fix):
+    // ferry replay fails it and sends nothing, under a user that could.
+    const published = (await insert('evilreplay', 1, '$JS.API.STREAM.DELETE.VICTIM')).rows[0]?.id;
+    assert.equal(await markPublished(db.pool, db.schema, 'o.id = $1', [published]), 1);
+    const replay = await ferry([
+      'replay',
+      '--database-url',
+      db.url,
+      '--schema',
+      db.schema,
+      '--nats-url',
+      nats.url.replace('nats://', `nats://admin:${PASSWORDS.admin}@`),
+      '--key',
+      'evilreplay',
+      '--yes',
+      '--json',
+      '--progress',
+      'none',
+    ]);
+    assert.equal(replay.code, 1, `${replay.out}\n${replay.err}`);
+    const report = JSON.parse(replay.out.trim().split('\n').at(-1) ?? '{}') as { replayed?: number; failures?: Array<{ error: string }> };
+    assert.equal(report.replayed, 0);
+    assert.match(report.failures?.[0]?.error ?? '', /subject "\$JS\.API\.STREAM\.DELETE\.VICTIM" is reserved by NATS.*it was not sent/);
+    assert.deepEqual(await victim(), { messages: 5, consumer: true }, 'the victim stream survives the replay too');
     await db.pool.query(`DELETE FROM ${s}.outbox WHERE key LIKE 'evil%' OR key LIKE 'good%'`);
   });
 
