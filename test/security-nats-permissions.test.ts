@@ -90,6 +90,26 @@ describe('reserved subjects never reach NATS, and the relay runs with the permis
       (await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox WHERE key LIKE $1`, [`${prefix}%`])).rows[0]?.n,
     );
 
+  /** `ferry relay` on this schema and the private server, as the NATS user `user` (its password in the environment). */
+  const startRelay = (user: string, password: string, extra: string[]) =>
+    spawnRelay(
+      [
+        '--database-url',
+        db.url,
+        '--schema',
+        db.schema,
+        '--nats-url',
+        nats.url,
+        '--nats-user',
+        user,
+        '--no-maintenance',
+        '--http-port',
+        '0',
+        ...extra,
+      ],
+      { FERRY_NATS_PASSWORD: password },
+    );
+
   /** The victim: a stream of five messages with a durable consumer, which the attack deleted or purged. */
   async function victim(): Promise<{ messages: number; consumer: boolean } | undefined> {
     const jsm = await jetstreamManager(admin);
@@ -223,28 +243,7 @@ describe('reserved subjects never reach NATS, and the relay runs with the permis
       ),
     );
     // The admin user may publish anywhere: only the relay itself stands between the row and the API.
-    const relay = spawnRelay(
-      [
-        '--database-url',
-        db.url,
-        '--schema',
-        db.schema,
-        '--nats-url',
-        nats.url,
-        '--nats-user',
-        'admin',
-        '--no-maintenance',
-        '--http-port',
-        '0',
-        '--max-attempts',
-        '2',
-        '--backoff-base-ms',
-        '50',
-        '--backoff-max-ms',
-        '200',
-      ],
-      { FERRY_NATS_PASSWORD: PASSWORDS.admin },
-    );
+    const relay = startRelay('admin', PASSWORDS.admin, ['--max-attempts', '2', '--backoff-base-ms', '50', '--backoff-max-ms', '200']);
     try {
       await waitFor(
         async () => {
@@ -350,24 +349,7 @@ describe('reserved subjects never reach NATS, and the relay runs with the permis
         })),
       ),
     );
-    const relay = spawnRelay(
-      [
-        '--database-url',
-        db.url,
-        '--schema',
-        db.schema,
-        '--nats-url',
-        nats.url,
-        '--nats-user',
-        'ferry_relay',
-        '--ensure-stream',
-        'PERM=perm.>',
-        '--no-maintenance',
-        '--http-port',
-        '0',
-      ],
-      { FERRY_NATS_PASSWORD: PASSWORDS.relay },
-    );
+    const relay = startRelay('ferry_relay', PASSWORDS.relay, ['--ensure-stream', 'PERM=perm.>']);
     try {
       await waitFor(
         async () => {
