@@ -200,7 +200,20 @@ describe('hostile stored rows: nothing forged on the wire', () => {
       ':',
       '@',
     ];
-    const texts = new Set<string>(['a', 'order-42', 'x'.repeat(256), 'x'.repeat(257)]);
+    // Subjects NATS reserves, and look-alikes that are ordinary (outbox migration 000016).
+    const texts = new Set<string>([
+      'a',
+      'order-42',
+      'x'.repeat(256),
+      'x'.repeat(257),
+      '$',
+      '$JS.API.X',
+      '_INBOX',
+      '_INBOX.x',
+      '_R_.x',
+      '_GR_.x',
+    ]);
+    for (const t of ['_inbox.x', 'a._INBOX', 'a.$JS', 'x$', '_INBOXES', '_R']) texts.add(t);
     for (const c of chars) for (const t of [c, `a${c}`, `${c}a`, `a${c}b`]) texts.add(t);
     const js = (fn: () => unknown) => {
       try {

@@ -71,6 +71,8 @@ describe('migrate', () => {
     );
     const planText = plan.map((r) => r['QUERY PLAN']).join('\n');
     assert.doesNotMatch(planText, /publish_event_ok\(/, 'inlined: the plan holds its expression, not a call');
+    // 000016's reserved-subject rule, called from it, is inlined too.
+    assert.doesNotMatch(planText, /publish_subject_reserved\(/, 'the reserved-subject rule inlined as well');
     assert.match(planText, /char_length/);
     const good = { k: 'order-1', su: 'orders.placed', ty: 'OrderPlaced', so: 'svc', ct: 'application/json', h: {} as unknown };
     const cases: Array<[string, Partial<typeof good>, boolean]> = [
@@ -93,6 +95,10 @@ describe('migrate', () => {
       ['65 headers', { h: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`h${i}`, 'v'])) }, false],
       ['bad header name', { h: { 'a b': 'v' } }, false],
       ['long key', { k: 'k'.repeat(257) }, false],
+      ['JetStream API subject', { su: '$JS.API.STREAM.DELETE.ORDERS' }, false],
+      ['inbox subject', { su: '_INBOX.abc' }, false],
+      ['lowercase _inbox subject', { su: '_inbox.abc' }, true],
+      ['$ in a later token', { su: 'orders.$JS' }, true],
     ];
     // The short path (generated id, next version) sends a failing event the long way, whose error names the field.
     await assert.rejects(
@@ -212,7 +218,7 @@ describe('migrate', () => {
       await pool.query(`GRANT SELECT (key, published_at, attempts, last_error) ON ${s}.outbox TO ${quoteIdentifier(states)}`);
       assert.deepEqual(
         (await migrate({ pool, schema })).applied.map((m) => m.version),
-        [15],
+        [15, 16],
       );
       const { rows } = await pool.query(
         `SELECT r.role,
@@ -294,7 +300,7 @@ describe('migrate', () => {
       const result = await running;
       assert.deepEqual(
         result.applied.map((m) => m.version),
-        [4, 15],
+        [4, 15, 16],
       );
     } finally {
       await open.query('ROLLBACK').catch(() => {});

@@ -105,7 +105,16 @@ export const RELAY_STATES = ['idle', 'starting', 'running', 'draining', 'stopped
 export type RelayState = (typeof RELAY_STATES)[number];
 
 /** Why a publish failed, as counted in `ferry_publish_failures_total{reason}`. */
-export const FAILURE_REASONS = ['timeout', 'no_responders', 'connection', 'max_payload', 'permission', 'rejected', 'other'] as const;
+export const FAILURE_REASONS = [
+  'timeout',
+  'no_responders',
+  'connection',
+  'max_payload',
+  'permission',
+  'reserved_subject',
+  'rejected',
+  'other',
+] as const;
 export type FailureReason = (typeof FAILURE_REASONS)[number];
 
 /** Events the relay emits (for tests, metrics and logs): `relay.on(name, listener)`. */

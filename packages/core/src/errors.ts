@@ -72,6 +72,22 @@ export class ValidationError extends FerryError {
   }
 }
 
+/**
+ * A subject NATS reserves for itself (a first token that starts with `$`, or is `_INBOX`, `_R_`
+ * or `_GR_`): publishing an event there would send a command to the server (`$JS.API.STREAM.DELETE.…`)
+ * instead of an event to a stream. Raised by the publisher before any SQL, and for the database's
+ * own refusal (outbox migration 000016); `field` names the event's subject (`events[3].subject`).
+ */
+export class ReservedSubjectError extends ValidationError {
+  /** The refused subject (undefined when only the database saw it). */
+  readonly subject: string | undefined;
+  constructor(field: string, subject: string | undefined, message: string, options?: { cause?: unknown }) {
+    super(field, message, options);
+    this.name = 'ReservedSubjectError';
+    this.subject = subject;
+  }
+}
+
 /** The same event id (or key + version) already exists with other content. */
 export class ConflictError extends FerryError {
   readonly eventId: string | undefined;
@@ -129,6 +145,7 @@ export class InternalError extends FerryError {
 
 export const isFerryError = (e: unknown): e is FerryError => e instanceof FerryError;
 export const isValidationError = (e: unknown): e is ValidationError => e instanceof ValidationError;
+export const isReservedSubjectError = (e: unknown): e is ReservedSubjectError => e instanceof ReservedSubjectError;
 export const isConflictError = (e: unknown): e is ConflictError => e instanceof ConflictError;
 export const isVersionOrderError = (e: unknown): e is VersionOrderError => e instanceof VersionOrderError;
 export const isMigrationError = (e: unknown): e is MigrationError => e instanceof MigrationError;

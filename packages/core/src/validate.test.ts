@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { ValidationError } from './errors.js';
+import { ReservedSubjectError, ValidationError } from './errors.js';
 import { quoteIdentifier, validateIdentifier } from './identifiers.js';
-import { LIMITS, validateHeaders, validateKey, validateSubject, validateVersion } from './validate.js';
+import { LIMITS, reservedSubjectToken, validateHeaders, validateKey, validateSubject, validateVersion } from './validate.js';
 
 const rejects = (fn: () => unknown, field: string, fragment: string) =>
   assert.throws(fn, (e: unknown) => e instanceof ValidationError && e.field === field && e.message.includes(fragment));
@@ -14,6 +14,38 @@ describe('validation', () => {
     for (const bad of ['', 'orders.*', 'orders.>', 'a..b', '.a', 'a.', 'a b', 'a\tb', 'a\nb'])
       rejects(() => validateSubject(bad), 'subject', 'subject');
     rejects(() => validateSubject(42), 'subject', '42');
+  });
+
+  test('validation - subjects NATS reserves ($ first, _INBOX, _R_, _GR_) are refused with a ReservedSubjectError; look-alikes pass', () => {
+    for (const bad of [
+      '$JS.API.STREAM.DELETE.x',
+      '$SYS.x',
+      '$KV.b.k',
+      '$O.b',
+      '$MQTT.x',
+      '$js.api',
+      '$',
+      '_INBOX',
+      '_INBOX.x',
+      '_R_.x',
+      '_GR_.a.b',
+    ]) {
+      assert.equal(reservedSubjectToken(bad), bad.split('.')[0], bad);
+      assert.throws(
+        () => validateSubject(bad, 'events[2].subject'),
+        (e: unknown) =>
+          e instanceof ReservedSubjectError &&
+          e instanceof ValidationError &&
+          e.code === 'FERRY_INVALID' &&
+          e.field === 'events[2].subject' &&
+          e.subject === bad &&
+          e.message.startsWith(`events[2].subject ${JSON.stringify(bad)} is reserved by NATS`),
+      );
+    }
+    for (const ok of ['orders.$JS', '_inbox.x', '_INBOXES.x', 'INBOX.x', 'a._INBOX', 'x$.y', '_R', 'R_.x']) {
+      assert.equal(reservedSubjectToken(ok), undefined, ok);
+      assert.equal(validateSubject(ok), ok);
+    }
   });
 
   test('validation - a key must be 1-256 characters without control characters', () => {

@@ -1,4 +1,4 @@
-import { describeValue, ValidationError } from './errors.js';
+import { describeValue, ReservedSubjectError, ValidationError } from './errors.js';
 
 /** Limits enforced on every event before any I/O. */
 export const LIMITS = {
@@ -36,6 +36,38 @@ function refuseLoneSurrogate(value: string, field: string, what: string): void {
   }
 }
 
+/**
+ * First tokens of a subject that NATS itself uses, besides every first token that starts with `$`
+ * (`$JS` JetStream's API, `$SYS`, `$KV`, `$O`, `$MQTT`, `$GR`, `$LDS`, …): `_INBOX` (request
+ * replies, the relay's PubAcks among them), `_R_` (service import replies) and `_GR_` (gateway
+ * replies). NATS reserves them ("Reserved names", https://docs.nats.io/nats-concepts/subjects;
+ * the last two are nats-server's reply prefixes); subjects are case-sensitive, so `_inbox` is not
+ * one of them. Shared with outbox migration 000016, which refuses the same subjects in SQL.
+ */
+export const RESERVED_SUBJECT_TOKENS = ['_INBOX', '_R_', '_GR_'] as const;
+
+/**
+ * The reserved first token of `subject` (`$JS`, `$SYS`, `_INBOX`, …), or undefined when it is an
+ * ordinary subject. A message published to a reserved subject is not an event: to `$JS.API.…` it
+ * is a command to JetStream (delete a stream, purge it, delete a consumer), answered to the relay.
+ */
+export function reservedSubjectToken(subject: string): string | undefined {
+  const first = subject.split('.', 1)[0] ?? '';
+  if (first.startsWith('$')) return first;
+  return (RESERVED_SUBJECT_TOKENS as readonly string[]).includes(first) ? first : undefined;
+}
+
+/**
+ * The rule's name where a reserved subject is refused: the CONSTRAINT of the publish functions'
+ * 22023 error (outbox migration 000016), and the relay's failure reason for a stored row.
+ */
+export const RESERVED_SUBJECT_RULE = 'reserved_subject';
+
+/** The refusal of a reserved subject, in the words the publisher, the database and the relay all use. */
+export function reservedSubjectMessage(subject: string, field = 'subject'): string {
+  return `${field} ${describeValue(subject)} is reserved by NATS: a first token that starts with "$" ($JS, $SYS, $KV, …) or is ${RESERVED_SUBJECT_TOKENS.join(', ')} addresses the server, JetStream's API or a client's replies, not a stream; publish to a subject of your own, e.g. "orders.placed"`;
+}
+
 export function validateSubject(subject: unknown, field = 'subject'): string {
   if (typeof subject !== 'string' || subject.length === 0) {
     throw new ValidationError(field, `${field} must be a non-empty string, got ${describeValue(subject)}`);
@@ -52,6 +84,8 @@ export function validateSubject(subject: unknown, field = 'subject'): string {
       );
     }
   }
+  const reserved = reservedSubjectToken(subject);
+  if (reserved !== undefined) throw new ReservedSubjectError(field, subject, reservedSubjectMessage(subject, field));
   return subject;
 }
 

@@ -14,6 +14,8 @@ import {
   type Queryable,
   quoteIdentifier,
   REPLAY_MSG_ID_EXTRA_BYTES,
+  RESERVED_SUBJECT_RULE,
+  ReservedSubjectError,
   requireStillInTransaction,
   requireTransaction,
   SQLSTATE,
@@ -341,14 +343,19 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
 /**
  * The publish functions' own checks (migration 000005) raise SQLSTATE 22023
  * with COLUMN naming the field: that becomes a `ValidationError` on the field,
- * as if the publisher had caught it before any SQL. Returns `undefined` for
- * any other error.
+ * as if the publisher had caught it before any SQL; a subject NATS reserves
+ * (CONSTRAINT `reserved_subject`, migration 000016) a `ReservedSubjectError`.
+ * Returns `undefined` for any other error.
  */
 export function refusedByPublishFunction(err: unknown): ValidationError | undefined {
   if (sqlState(err) !== SQLSTATE.invalidParameterValue) return undefined;
   const column = (err as { column?: unknown }).column;
   if (typeof column !== 'string' || column === '') return undefined;
-  return new ValidationError(column, `the outbox refused the event: ${(err as Error).message}`, { cause: err });
+  const message = `the outbox refused the event: ${(err as Error).message}`;
+  if ((err as { constraint?: unknown }).constraint === RESERVED_SUBJECT_RULE) {
+    return new ReservedSubjectError(column, undefined, message, { cause: err });
+  }
+  return new ValidationError(column, message, { cause: err });
 }
 
 /**

@@ -2,6 +2,32 @@ import { quoteIdentifier } from '@ferry/core';
 import type pg from 'pg';
 
 /**
+ * Undoes outbox migration 000016 (when it ran): the publish checks without the reserved-subject
+ * rule, as 000008 and 000005 left them, its two functions gone and version 16 unrecorded.
+ * `undoPendingTable` starts with it, so a schema taken back to version 14 is that version.
+ */
+export async function undoReservedSubjects(pool: pg.Pool, schema: string): Promise<void> {
+  const s = quoteIdentifier(schema);
+  await pool.query(`DO $undo$
+    DECLARE
+      v_src text;
+    BEGIN
+      IF to_regprocedure('${s}.publish_subject_reserved(text)') IS NULL THEN
+        RETURN;
+      END IF;
+      SELECT prosrc INTO v_src FROM pg_catalog.pg_proc WHERE oid = '${s}.publish_event_ok(text, text, text, text, text, jsonb)'::regprocedure;
+      EXECUTE format('CREATE OR REPLACE FUNCTION ${s}.publish_event_ok(p_k text, p_su text, p_ty text, p_so text, p_ct text, p_h jsonb) '
+                     'RETURNS boolean LANGUAGE sql IMMUTABLE AS %L',
+                     replace(v_src, E'\\n    AND NOT ${s}.publish_subject_reserved(p_su)', ''));
+      EXECUTE replace(pg_get_functiondef('${s}.publish_check_event(text, text, text, text, text, text, jsonb)'::regprocedure),
+                      E'\\n  PERFORM ${s}.publish_check_subject(p_prefix || ''subject'', p_subject);', '');
+      DROP FUNCTION ${s}.publish_check_subject(text, text), ${s}.publish_subject_reserved(text);
+      DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 16;
+    END
+    $undo$`);
+}
+
+/**
  * Turns a schema this release migrated back into the outbox of version 14: the event rows carry
  * their delivery state again (pending ones as pending, published ones as published, with their
  * indexes), the tables, view and triggers of outbox migration 000015 are gone, the relay floor is
@@ -9,6 +35,7 @@ import type pg from 'pg';
  * an earlier release left, without that release's code.
  */
 export async function undoPendingTable(pool: pg.Pool, schema: string): Promise<void> {
+  await undoReservedSubjects(pool, schema);
   const s = quoteIdentifier(schema);
   await pool.query(`BEGIN;
     ALTER TABLE ${s}.outbox ADD COLUMN attempts integer NOT NULL DEFAULT 0, ADD COLUMN next_attempt_at timestamptz NOT NULL DEFAULT '-infinity',

@@ -7,6 +7,8 @@ import {
   type Queryable,
   quoteIdentifier,
   replayMsgIdSuffix,
+  reservedSubjectMessage,
+  reservedSubjectToken,
 } from '@ferry/core';
 import { type NatsConnection, headers as natsHeaders } from '@nats-io/transport-node';
 import type pg from 'pg';
@@ -262,6 +264,11 @@ async function publishAll(
         while (inFlight.size >= o.maxInFlight) await Promise.race(inFlight);
         if (stop) break pages;
         lastAttempted = BigInt(row.seq);
+        // Never sent (it would be a command to the server, e.g. $JS.API.STREAM.DELETE.…), however it was stored.
+        if (reservedSubjectToken(row.subject) !== undefined) {
+          fail(row, `${reservedSubjectMessage(row.subject)}; it was not sent`);
+          continue;
+        }
         if (row.data === null) {
           fail(row, `the event's data is ${row.data_bytes} bytes, over the NATS server's max_payload of ${maxPayload}; it was not loaded`);
           continue;

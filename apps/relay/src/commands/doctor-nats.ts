@@ -1,6 +1,6 @@
 // ferry doctor's NATS checks: JetStream, the outbox subjects' streams, each stream's duplicate
 // window and replicas, inbox consumers, and max_payload against the largest event.
-import { encodedSize, encodeEvent, eventFromOutboxRow, quoteIdentifier } from '@ferry/core';
+import { encodedSize, encodeEvent, eventFromOutboxRow, quoteIdentifier, reservedSubjectToken } from '@ferry/core';
 import { consumerConfigDifferences } from '@ferry/inbox';
 import { type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -41,7 +41,13 @@ export async function checkNats(
   else if (subjects.size === 0) add('subjects', 'ok', 'the outbox holds no events yet');
   else {
     const missing: string[] = [];
+    const reserved: string[] = [];
     for (const [subject, n] of subjects) {
+      // Not looked up: $KV.b.k is in a stream (KV_b), and the relay never sends it anyway.
+      if (reservedSubjectToken(subject) !== undefined) {
+        reserved.push(`${subject} (${count(n, 'event')})`);
+        continue;
+      }
       try {
         streams.add(await jsm.streams.find(subject));
       } catch {
@@ -55,7 +61,16 @@ export async function checkNats(
         `${missing.length} outbox subjects are in no stream: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', …' : ''}`,
         'add them to a stream: nats stream edit <STREAM> --subjects …, or ferry relay --ensure-stream NAME=<subject>.>',
       );
-    } else add('subjects', 'ok', `all ${subjects.size} outbox subjects are in a stream (${[...streams].join(', ')})`);
+    } else if (reserved.length < subjects.size)
+      add('subjects', 'ok', `all ${subjects.size - reserved.length} outbox subjects are in a stream (${[...streams].join(', ')})`);
+    if (reserved.length > 0) {
+      add(
+        'reserved subjects',
+        'problem',
+        `${reserved.length} outbox subjects are reserved by NATS (the relay never sends them; a pending event goes dead): ${reserved.slice(0, 5).join(', ')}${reserved.length > 5 ? ', …' : ''}`,
+        'ferry dlq list shows them (reason reserved_subject); discard them (ferry dlq discard) and find who stored them: the publish functions refuse such subjects since outbox migration 000016',
+      );
+    }
   }
   const span = retrySpanMs(flags);
   for (const name of streams) {

@@ -73,6 +73,9 @@ Checks, each printed with its fix:
                  below the schema's relay floor, is flagged); dead events waiting
   nats           reachable, JetStream enabled
   subjects       every distinct subject in the outbox is in a stream (scans the outbox)
+  reserved subjects
+                 no outbox subject is one NATS reserves ($JS.…, $SYS.…, _INBOX.…):
+                 the relay never sends those
   stream NAME    exists (--stream), duplicate window >= the relay's retry span,
                  replicas and storage
   max_payload    the server's max_payload >= --max-payload-bytes and the largest event

@@ -101,3 +101,20 @@ test('chain sender - no responders while JetStream answers is the subject’s: t
   assert.equal(outcome.outage, undefined, 'counted toward the row’s death');
   assert.equal(state, CircuitState.Closed, 'not counted by the breaker');
 });
+
+test('chain sender - a row with a subject NATS reserves is refused unsent, permanent (reserved_subject), and ends its chain', async () => {
+  const { acks, sent } = recordingAcks();
+  const sender = new ChainSender({ breaker: breaker(), acks, maxPayload: () => 1_048_576, holds: () => true });
+  for (const subject of ['$JS.API.STREAM.DELETE.VICTIM', '$SYS.REQ.SERVER.PING', '$KV.b.k', '_INBOX.x', '_R_.a', '_GR_.a.b']) {
+    const rows = chain(2).map((r, i) => (i === 0 ? { ...r, subject } : r));
+    const outcomes = await sender.send(rows);
+    const first = outcomes.get(rows[0] as LeasedRow);
+    assert.ok(first && !first.ok, subject);
+    assert.equal(first.reason, 'reserved_subject', subject);
+    assert.equal(first.permanent, true, subject);
+    assert.equal(first.transport, false, `${subject}: not the circuit breaker's business`);
+    assert.match(first.message, /is reserved by NATS.*the relay did not send it/);
+    assert.equal(outcomes.size, 1, `${subject}: the key's later row is not sent`);
+  }
+  assert.deepEqual(sent, [], 'nothing reached the client');
+});

@@ -1,4 +1,13 @@
-import { encodedSize, encodedSizeAtMost, encodeEvent, eventFromOutboxRow, LIMITS } from '@ferry/core';
+import {
+  encodedSize,
+  encodedSizeAtMost,
+  encodeEvent,
+  eventFromOutboxRow,
+  LIMITS,
+  RESERVED_SUBJECT_RULE,
+  reservedSubjectMessage,
+  reservedSubjectToken,
+} from '@ferry/core';
 import { BrokenCircuitError, type CircuitBreakerPolicy, IsolatedCircuitError } from 'cockatiel';
 import { classifyPublishError, NatsUnavailableError } from '../errors.js';
 import type { ClaimedRow } from '../sql/claim-batch.js';
@@ -91,6 +100,19 @@ export class ChainSender {
     const maxPayload = this.#d.maxPayload();
     const span = SendSpan.start(row); // tracing: undefined unless an OpenTelemetry SDK records
     try {
+      // Never sent, whoever stored it (before outbox migration 000016, or the owner by hand): the relay
+      // publishes with a reply subject, so to $JS.API.… it is a JetStream command (issue 42: a stream deleted).
+      if (reservedSubjectToken(row.subject) !== undefined) {
+        const refused: Outcome = {
+          ok: false,
+          reason: RESERVED_SUBJECT_RULE,
+          permanent: true,
+          transport: false,
+          message: `${reservedSubjectMessage(row.subject)}; the relay did not send it (ferry dlq discard removes it)`,
+        };
+        span?.failed(refused);
+        return refused;
+      }
       if (row.data === null) {
         // Measured in SQL and not loaded (claim-batch.ts): over max_payload, it can never be sent.
         const refused: Outcome = {
