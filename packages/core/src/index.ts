@@ -31,11 +31,13 @@ export {
   isConflictError,
   isFerryError,
   isMigrationError,
+  isTransactionTimeoutError,
   isValidationError,
   isVersionOrderError,
   MigrationError,
   SQLSTATE,
   sqlState,
+  TransactionTimeoutError,
   ValidationError,
   VersionOrderError,
 } from './errors.js';
@@ -87,7 +89,7 @@ export { type ConnectionPool, guardConnection, type PooledConnection, protectPoo
 export { FERRY_RELEASE, RELAY_FLOOR_SETTING, RELAY_PROTOCOL, RELAY_SCHEMA_FLOOR, relayFloorSql } from './release.js';
 export { REPLAY_MSG_ID_EXTRA_BYTES, replayMsgIdSuffix } from './replay-msg-id.js';
 export { namedStatement } from './statement-name.js';
-export { type TransactionControl, type TransactionOptions, withTransaction } from './transaction.js';
+export { boundedQueries, type TransactionControl, type TransactionOptions, withTransaction } from './transaction.js';
 export {
   notInTransactionError,
   requireStillInTransaction,
