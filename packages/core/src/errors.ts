@@ -143,6 +143,29 @@ export class InternalError extends FerryError {
   }
 }
 
+/**
+ * A transaction run by `withTransaction(pool, fn, { timeoutMs })` did not end
+ * within `timeoutMs` by the client's clock: PostgreSQL is unreachable (a
+ * partition, a half-open connection), or the body is slower than the bound.
+ * Its connection was released with this error (a `pg.Pool` destroys it, never
+ * reuses it) and the transaction is left to the server to end. A timeout
+ * during COMMIT is ambiguous: the transaction may have committed. Code
+ * `FERRY_UNAVAILABLE`.
+ */
+export class TransactionTimeoutError extends FerryError {
+  readonly timeoutMs: number;
+  constructor(timeoutMs: number, option: string, options?: { cause?: unknown }) {
+    super(
+      ERROR_CODES.unavailable,
+      `the transaction did not end within ${option} (${timeoutMs} ms), so its connection was given up (a pg.Pool destroys it, never reuses it): ` +
+        `PostgreSQL may be unreachable from this process, or the work needs longer (raise ${option})`,
+      options,
+    );
+    this.name = 'TransactionTimeoutError';
+    this.timeoutMs = timeoutMs;
+  }
+}
+
 export const isFerryError = (e: unknown): e is FerryError => e instanceof FerryError;
 export const isValidationError = (e: unknown): e is ValidationError => e instanceof ValidationError;
 export const isReservedSubjectError = (e: unknown): e is ReservedSubjectError => e instanceof ReservedSubjectError;
@@ -150,6 +173,7 @@ export const isConflictError = (e: unknown): e is ConflictError => e instanceof 
 export const isVersionOrderError = (e: unknown): e is VersionOrderError => e instanceof VersionOrderError;
 export const isMigrationError = (e: unknown): e is MigrationError => e instanceof MigrationError;
 export const isConfigError = (e: unknown): e is ConfigError => e instanceof ConfigError;
+export const isTransactionTimeoutError = (e: unknown): e is TransactionTimeoutError => e instanceof TransactionTimeoutError;
 
 /** The SQLSTATE of a `pg` error, if it is one. */
 export function sqlState(e: unknown): string | undefined {

@@ -32,12 +32,14 @@ export {
   isFerryError,
   isMigrationError,
   isReservedSubjectError,
+  isTransactionTimeoutError,
   isValidationError,
   isVersionOrderError,
   MigrationError,
   ReservedSubjectError,
   SQLSTATE,
   sqlState,
+  TransactionTimeoutError,
   ValidationError,
   VersionOrderError,
 } from './errors.js';
@@ -89,7 +91,7 @@ export { type ConnectionPool, guardConnection, type PooledConnection, protectPoo
 export { FERRY_RELEASE, RELAY_FLOOR_SETTING, RELAY_PROTOCOL, RELAY_SCHEMA_FLOOR, relayFloorSql } from './release.js';
 export { REPLAY_MSG_ID_EXTRA_BYTES, replayMsgIdSuffix } from './replay-msg-id.js';
 export { namedStatement } from './statement-name.js';
-export { type TransactionControl, type TransactionOptions, withTransaction } from './transaction.js';
+export { boundedQueries, type TransactionControl, type TransactionOptions, withTransaction } from './transaction.js';
 export {
   notInTransactionError,
   requireStillInTransaction,

@@ -3,7 +3,7 @@ import type { PgBoss } from 'pg-boss';
 import { MAX_TRACKED } from './delivery-attempts.js';
 import type { Gate } from './gate.js';
 import type { KeyScheduler } from './key-scheduler.js';
-import type { CompiledInboxOptions } from './options.js';
+import { boundedTransaction, type CompiledInboxOptions, ownQueries } from './options.js';
 import { errorText, type GateOutcome, type OutcomeReporter } from './outcomes.js';
 import { decodeParked, PARK_HEARTBEAT_SECONDS, type ParkedJobData } from './parked-job.js';
 import {
@@ -140,7 +140,7 @@ export class EarlyVersions {
   async drain(key: string): Promise<void> {
     const o = this.#o;
     for (;;) {
-      const run = await readyEarlyRun(o.pool, this.#s, o.consumer, key, DRAIN_BATCH);
+      const run = await readyEarlyRun(ownQueries(o), this.#s, o.consumer, key, DRAIN_BATCH);
       if (run.length === 0) return;
       for (const next of run) {
         if (this.#stopping()) return;
@@ -172,7 +172,7 @@ export class EarlyVersions {
     } catch (error) {
       const willRetry = attempt < o.maxDeliver;
       this.#report.failed(event, attempt, error, willRetry);
-      if (willRetry) await failEarly(o.pool, this.#s, o.consumer, key, next.version, this.#backoffMs(attempt));
+      if (willRetry) await failEarly(ownQueries(o), this.#s, o.consumer, key, next.version, this.#backoffMs(attempt));
       else await this.flush(key, 'handler-failed', errorText(error), true);
       return false;
     }
@@ -197,28 +197,32 @@ export class EarlyVersions {
     // instance parks for the key between two of them (issue 28), and the stream is not held up
     // behind one long transaction.
     for (;;) {
-      const step = await withTransaction(o.pool, async (tx): Promise<'ready' | 'done' | MovedEarly> => {
-        const row = await lockKey(tx, this.#s, o.consumer, key);
-        const e = await lockFirstEarly(tx, this.#s, o.consumer, key, row.version);
-        if (!e) return 'done';
-        const head = moved[0];
-        if (!head && !force && e.version === row.version + 1n && row.parked === 0) return 'ready';
-        let why: { reason: ParkReason; error: string };
-        if (head) why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has version ${head.version} parked ahead of it` };
-        else if (row.parked > 0 && !force)
-          why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has ${row.parked} parked event(s) ahead of it` };
-        else why = { reason, error: error ?? `waited ${e.waitedMs} ms for version ${row.version + 1n} of key ${JSON.stringify(key)}` };
-        const data: ParkedJobData = { ...e.message, reason: why.reason, error: why.error, parkedAt: new Date().toISOString() };
-        const jobId = await boss.send(this.#parkQueue, data, {
-          singletonKey: key,
-          heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
-          db: pgBossDb(tx),
-        });
-        await addParked(tx, this.#s, o.consumer, key, 1);
-        await deleteEarly(tx, this.#s, o.consumer, key, e.version);
-        await orderParked(tx, this.#b, this.#parkQueue, key, jobId ? { added: { id: jobId, version: e.version } } : {});
-        return { id: e.message.id, key, version: e.version, ...why, jobId };
-      });
+      const step = await withTransaction(
+        o.pool,
+        async (tx): Promise<'ready' | 'done' | MovedEarly> => {
+          const row = await lockKey(tx, this.#s, o.consumer, key);
+          const e = await lockFirstEarly(tx, this.#s, o.consumer, key, row.version);
+          if (!e) return 'done';
+          const head = moved[0];
+          if (!head && !force && e.version === row.version + 1n && row.parked === 0) return 'ready';
+          let why: { reason: ParkReason; error: string };
+          if (head) why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has version ${head.version} parked ahead of it` };
+          else if (row.parked > 0 && !force)
+            why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has ${row.parked} parked event(s) ahead of it` };
+          else why = { reason, error: error ?? `waited ${e.waitedMs} ms for version ${row.version + 1n} of key ${JSON.stringify(key)}` };
+          const data: ParkedJobData = { ...e.message, reason: why.reason, error: why.error, parkedAt: new Date().toISOString() };
+          const jobId = await boss.send(this.#parkQueue, data, {
+            singletonKey: key,
+            heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
+            db: pgBossDb(tx),
+          });
+          await addParked(tx, this.#s, o.consumer, key, 1);
+          await deleteEarly(tx, this.#s, o.consumer, key, e.version);
+          await orderParked(tx, this.#b, this.#parkQueue, key, jobId ? { added: { id: jobId, version: e.version } } : {});
+          return { id: e.message.id, key, version: e.version, ...why, jobId };
+        },
+        boundedTransaction(o),
+      );
       if (step === 'ready') {
         await this.drain(key);
         return;
@@ -247,7 +251,7 @@ export class EarlyVersions {
     const o = this.#o;
     if (this.#stopping()) return;
     try {
-      const work = await findEarlyWork(o.pool, this.#s, o.consumer, o.gapTimeoutMs, SWEEP_BATCH);
+      const work = await findEarlyWork(ownQueries(o), this.#s, o.consumer, o.gapTimeoutMs, SWEEP_BATCH);
       for (const w of work) this.queue(w.key, w.ready ? 'drain' : 'flush');
     } catch (err) {
       o.logger.warn({ err, consumer: o.consumer }, 'inbox early-version sweep failed; it runs again shortly');

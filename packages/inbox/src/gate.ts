@@ -2,7 +2,7 @@ import { type FerryEvent, type PooledConnection, pgBossDb, type Queryable, withT
 import type { PgBoss } from 'pg-boss';
 import { GateRaceError } from './errors.js';
 import type { InboxMetrics } from './metrics.js';
-import type { CompiledInboxOptions } from './options.js';
+import { boundedTransaction, type CompiledInboxOptions } from './options.js';
 import { errorText, type GateOutcome } from './outcomes.js';
 import type { ParkedJobData } from './parked-job.js';
 import { holdEarlyAndCommit } from './sql/early-statements.js';
@@ -163,7 +163,7 @@ export class Gate {
         this.#metrics?.gateToCommit(committed - gateStarted);
         return { kind: 'applied', durationMs: committed - started };
       },
-      { begin: null },
+      boundedTransaction(o, null),
     );
   }
 }

@@ -3,7 +3,7 @@
 // gate.ts (version gate → handler → COMMIT), outcomes.ts (counts and onEvent),
 // park.ts (stream messages into the parking lot), early-versions.ts
 // (`sequential` versions that wait in inbox_early), park-worker.ts (the
-// parking lot's retries). Just over ~350 lines because start() orders those
+// parking lot's retries). Over ~350 lines because start() orders those
 // parts (tables check, consumer, pg-boss and its workers, consume loop, sweep)
 // and stop() undoes them in reverse: the two are read against each other.
 import {
@@ -34,7 +34,7 @@ import { Gate } from './gate.js';
 import { endIntake } from './intake-drain.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { InboxMetrics, startLagSampler } from './metrics.js';
-import { type CompiledInboxOptions, compileInboxOptions, parkQueueName } from './options.js';
+import { type CompiledInboxOptions, compileInboxOptions, ownQueries, parkQueueName } from './options.js';
 import { errorText, type GateOutcome, OutcomeReporter, observed } from './outcomes.js';
 import { Parking } from './park.js';
 import { ParkWorker } from './park-worker.js';
@@ -182,8 +182,18 @@ class InboxImpl implements Inbox {
     await step('drain in-flight', () => this.#scheduler.idle());
     const boss = this.#boss;
     if (boss) {
-      if (this.#ownBoss) await step('stop pg-boss', () => boss.stop({ graceful: true, close: false, timeout: this.#o.ackWaitMs }));
-      else for (const id of this.#workerIds) await step('stop park worker', () => boss.offWork(this.parkQueue, { id, wait: true }));
+      // A caller's pg-boss bounds none of its statements (ours does: ownQueries), and one lost in a
+      // partition kept its stop waiting forever after the heal: its grace for a running parked job and
+      // one bounded transaction, then stop() goes on without it (and ends 'failed').
+      const o = this.#o;
+      const boundMs = o.ackWaitMs + o.maxTransactionMs;
+      if (this.#ownBoss)
+        await step('stop pg-boss', () =>
+          within(boss.stop({ graceful: true, close: false, timeout: o.ackWaitMs }), boundMs, 'pg-boss stop'),
+        );
+      else
+        for (const id of this.#workerIds)
+          await step('stop park worker', () => within(boss.offWork(this.parkQueue, { id, wait: true }), boundMs, 'park worker stop'));
     }
     await step('flush acks', () => this.#o.nc.flush());
     this.#state = errors.length > 0 ? 'failed' : 'stopped';
@@ -228,7 +238,8 @@ class InboxImpl implements Inbox {
     let boss = o.boss;
     if (!boss) {
       const own = new PgBoss({
-        db: pgBossDb(o.pool),
+        // Its statements bounded like ours, so one lost in a partition fails instead of holding its workers (and stop()) forever.
+        db: pgBossDb(ownQueries(o)),
         schema: o.bossSchema,
         schedule: o.mode === 'dedupe',
         supervise: true,
@@ -295,10 +306,21 @@ class InboxImpl implements Inbox {
     // A message waits in its key's queue and then runs its handler; telling the
     // server it is in progress every half ack wait keeps a slow one from being
     // redelivered to another instance meanwhile (which would only wait on the
-    // row lock and end as a duplicate).
+    // row lock and end as a duplicate). Never for longer than maxTransactionMs:
+    // an instance cut off from PostgreSQL but not from NATS kept its key for the
+    // whole cut (issue 41); by then its transaction was given up and the message
+    // nak'ed, and if anything after that hangs too, JetStream redelivers it one
+    // ack wait after the last extension.
     const o = this.#o;
     if (Date.now() - receivedAt > o.ackWaitMs / 4) m.working();
-    const keepAlive = setInterval(() => m.working(), Math.max(500, Math.floor(o.ackWaitMs / 2)));
+    const started = performance.now();
+    const keepAlive = setInterval(
+      () => {
+        if (performance.now() - started < o.maxTransactionMs) m.working();
+        else clearInterval(keepAlive);
+      },
+      Math.max(500, Math.floor(o.ackWaitMs / 2)),
+    );
     try {
       await this.#handle(m);
     } finally {
@@ -380,6 +402,22 @@ class InboxImpl implements Inbox {
         await this.#parking.parkMessage(m, event, outcome.reason, outcome.error);
         return;
     }
+  }
+}
+
+/** `work`, or a rejection once `ms` have passed without it ending (the work itself goes on: it cannot be cancelled). */
+async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`${what} did not end within ${ms} ms (a statement of its own got no answer: is PostgreSQL reachable?)`)),
+      ms,
+    );
+  });
+  try {
+    return await Promise.race([work, bound]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

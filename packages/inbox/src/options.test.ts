@@ -28,6 +28,20 @@ test('inbox options - defaults are applied once into a frozen object with units 
   assert.equal(o.lagSampleIntervalMs, 5_000);
 });
 
+test('inbox options - maxTransactionMs follows the lock and idle timeouts unless given, and must leave the handler room after a lock wait', () => {
+  assert.equal(compileInboxOptions(base).maxTransactionMs, 60_000);
+  assert.equal(compileInboxOptions({ ...base, lockTimeoutMs: 3_000, transactionIdleTimeoutMs: 3_000 }).maxTransactionMs, 6_000);
+  assert.equal(compileInboxOptions({ ...base, maxTransactionMs: 5_000, lockTimeoutMs: 1_000 }).maxTransactionMs, 5_000);
+  assert.throws(
+    () => compileInboxOptions({ ...base, maxTransactionMs: 30_000 }),
+    (err: unknown) =>
+      isValidationError(err) &&
+      err.field === 'maxTransactionMs' &&
+      /maxTransactionMs \(30000\) must be greater than lockTimeoutMs \(30000\)/.test(err.message) &&
+      /raise maxTransactionMs or lower lockTimeoutMs/.test(err.message),
+  );
+});
+
 test('inbox options - an invalid option fails at construction naming the option and the accepted range', () => {
   const cases: Array<[Partial<InboxOptions>, string, RegExp]> = [
     [{ concurrency: 0 }, 'concurrency', /from 1 to 1024/],
@@ -40,6 +54,7 @@ test('inbox options - an invalid option fails at construction naming the option 
     [{ handlers: { X: 'nope' } as never }, 'handlers.X', /must be a function/],
     [{ metrics: { metrics: () => '' } as never }, 'metrics', /prom-client Registry/],
     [{ lagSampleIntervalMs: 10 }, 'lagSampleIntervalMs', /from 100 to 600000/],
+    [{ maxTransactionMs: 1.5 }, 'maxTransactionMs', /integer from 200 to 7200000/],
   ];
   for (const [patch, field, message] of cases) {
     assert.throws(

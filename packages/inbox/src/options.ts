@@ -1,11 +1,14 @@
 import {
   bossSchemaFor,
+  boundedQueries,
   type ConnectionPool,
   DEFAULT_SCHEMA,
   describeValue,
   isNatsName,
   OLD_BOSS_SCHEMA,
+  type Queryable,
   SILENT_LOGGER,
+  type TransactionOptions,
   ValidationError,
   validateIdentifier,
 } from '@ferry/core';
@@ -53,6 +56,11 @@ export interface CompiledInboxOptions {
   readonly transactionIdleTimeoutMs: number;
   /** Server-side `lock_timeout` of the inbox's own transactions. */
   readonly lockTimeoutMs: number;
+  /**
+   * Client-side bound on each of the inbox's own transactions (connect to COMMIT): past it the
+   * connection is destroyed and the message given up (nak'ed), and the inbox stops extending it.
+   */
+  readonly maxTransactionMs: number;
   readonly backoffMs: readonly number[];
   readonly gapTimeoutMs: number;
   readonly gapRetryMs: number;
@@ -164,6 +172,24 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
   const userOnEvent = options.onEvent;
   const schema = validateIdentifier(options.schema ?? DEFAULT_SCHEMA, 'schema');
   const concurrency = int(options.concurrency, 'concurrency', 1, 1024, INBOX_DEFAULTS.concurrency);
+  const transactionIdleTimeoutMs = int(
+    options.transactionIdleTimeoutMs,
+    'transactionIdleTimeoutMs',
+    100,
+    3_600_000,
+    INBOX_DEFAULTS.transactionIdleTimeoutMs,
+  );
+  const lockTimeoutMs = int(options.lockTimeoutMs, 'lockTimeoutMs', 100, 3_600_000, INBOX_DEFAULTS.lockTimeoutMs);
+  // Not in INBOX_DEFAULTS: it follows the two server-side bounds. The gate may wait lockTimeoutMs for
+  // a key another instance holds; after it, a handler gets as long as one silent stretch of its
+  // transaction may last on the server.
+  const maxTransactionMs = int(options.maxTransactionMs, 'maxTransactionMs', 200, 7_200_000, lockTimeoutMs + transactionIdleTimeoutMs);
+  if (maxTransactionMs <= lockTimeoutMs) {
+    throw new ValidationError(
+      'maxTransactionMs',
+      `maxTransactionMs (${maxTransactionMs}) must be greater than lockTimeoutMs (${lockTimeoutMs}): the version gate may wait lockTimeoutMs for a key another instance holds, and the handler runs after it; raise maxTransactionMs or lower lockTimeoutMs`,
+    );
+  }
   return Object.freeze({
     pool,
     nc,
@@ -176,14 +202,9 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     maxDeliver: int(options.maxDeliver, 'maxDeliver', 1, 100, INBOX_DEFAULTS.maxDeliver),
     ackWaitMs: int(options.ackWaitMs, 'ackWaitMs', 1_000, 3_600_000, INBOX_DEFAULTS.ackWaitMs),
     pullExpiresMs: int(options.pullExpiresMs, 'pullExpiresMs', 1_000, 60_000, INBOX_DEFAULTS.pullExpiresMs),
-    transactionIdleTimeoutMs: int(
-      options.transactionIdleTimeoutMs,
-      'transactionIdleTimeoutMs',
-      100,
-      3_600_000,
-      INBOX_DEFAULTS.transactionIdleTimeoutMs,
-    ),
-    lockTimeoutMs: int(options.lockTimeoutMs, 'lockTimeoutMs', 100, 3_600_000, INBOX_DEFAULTS.lockTimeoutMs),
+    transactionIdleTimeoutMs,
+    lockTimeoutMs,
+    maxTransactionMs,
     backoffMs: Object.freeze([...backoffMs]),
     gapTimeoutMs: int(options.gapTimeoutMs, 'gapTimeoutMs', 0, 86_400_000, INBOX_DEFAULTS.gapTimeoutMs),
     gapRetryMs: int(options.gapRetryMs, 'gapRetryMs', 1, 60_000, INBOX_DEFAULTS.gapRetryMs),
@@ -237,6 +258,20 @@ function guardOnEvent(hook: (report: InboxReport) => unknown, logger: Logger): (
       failed(err, report.kind);
     }
   };
+}
+
+/** How every transaction of the inbox's own is bounded on the client (withTransaction's options). */
+export function boundedTransaction(o: CompiledInboxOptions, begin?: null): TransactionOptions {
+  return { timeoutMs: o.maxTransactionMs, timeoutOption: 'maxTransactionMs', ...(begin === null ? { begin } : {}) };
+}
+
+/**
+ * The inbox's own statements outside its transactions (the early-version sweep, the dedupe prune, its
+ * own pg-boss), each bounded like a transaction: on a caller's plain pg.Pool one lost in a partition
+ * otherwise waits forever, even after the heal.
+ */
+export function ownQueries(o: CompiledInboxOptions): Queryable {
+  return boundedQueries(o.pool, o.maxTransactionMs, 'maxTransactionMs');
 }
 
 /** The pg-boss queue holding a consumer's parked events. */

@@ -3,7 +3,7 @@ import type { Job, PgBoss } from 'pg-boss';
 import type { EarlyVersions } from './early-versions.js';
 import { ParkedGapError, PoisonMessageError } from './errors.js';
 import type { Gate } from './gate.js';
-import type { CompiledInboxOptions } from './options.js';
+import { boundedTransaction, type CompiledInboxOptions } from './options.js';
 import type { OutcomeReporter } from './outcomes.js';
 import { errorText } from './outcomes.js';
 import { decodeParked, isParkedJobData, PARK_HEARTBEAT_SECONDS, type ParkedJobData } from './parked-job.js';
@@ -112,14 +112,18 @@ export class ParkWorker {
   async #failOrLower(job: Job<ParkedJobData>, key: string, data: ParkedJobData, err: unknown): Promise<ParkedJobData | undefined> {
     const o = this.#o;
     const boss = this.#boss();
-    return withTransaction(o.pool, async (tx) => {
-      await lockKey(tx, this.#s, o.consumer, key);
-      const changed = await orderParked(tx, this.#b, this.#parkQueue, key, { active: job.id });
-      const mine = changed.find((c) => c.id === job.id);
-      if (mine && mine.data.version !== data.version) return mine.data;
-      await boss.fail(this.#parkQueue, { id: job.id, retryCount: job.retryCount }, { message: errorText(err) }, { db: pgBossDb(tx) });
-      return undefined;
-    });
+    return withTransaction(
+      o.pool,
+      async (tx) => {
+        await lockKey(tx, this.#s, o.consumer, key);
+        const changed = await orderParked(tx, this.#b, this.#parkQueue, key, { active: job.id });
+        const mine = changed.find((c) => c.id === job.id);
+        if (mine && mine.data.version !== data.version) return mine.data;
+        await boss.fail(this.#parkQueue, { id: job.id, retryCount: job.retryCount }, { message: errorText(err) }, { db: pgBossDb(tx) });
+        return undefined;
+      },
+      boundedTransaction(o),
+    );
   }
 
   async #retryOnce(job: Job<ParkedJobData>, data: ParkedJobData, boss: PgBoss): Promise<void> {

@@ -2,7 +2,7 @@ import { type FerryEvent, pgBossDb, withTransaction } from '@ferry/core';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { PgBoss } from 'pg-boss';
 import type { EarlyVersions } from './early-versions.js';
-import type { CompiledInboxOptions } from './options.js';
+import { boundedTransaction, type CompiledInboxOptions } from './options.js';
 import type { OutcomeReporter } from './outcomes.js';
 import { PARK_HEARTBEAT_SECONDS, type ParkedJobData, parkKey } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
@@ -125,20 +125,24 @@ export class Parking {
   ): Promise<{ stale: true; recorded: bigint } | { stale: false; jobId: string | null }> {
     const o = this.#o;
     const boss = this.#boss();
-    return withTransaction(o.pool, async (tx) => {
-      if (event && o.mode !== 'dedupe') {
-        const row = await lockKey(tx, this.#s, o.consumer, event.key);
-        if (event.version <= row.version) return { stale: true as const, recorded: row.version };
-        if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, 1);
-      }
-      const jobId = await boss.send(this.#parkQueue, data, {
-        singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
-        heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
-        db: pgBossDb(tx),
-      });
-      if (event && o.mode === 'sequential')
-        await orderParked(tx, this.#b, this.#parkQueue, event.key, jobId ? { added: { id: jobId, version: event.version } } : {});
-      return { stale: false as const, jobId };
-    });
+    return withTransaction(
+      o.pool,
+      async (tx) => {
+        if (event && o.mode !== 'dedupe') {
+          const row = await lockKey(tx, this.#s, o.consumer, event.key);
+          if (event.version <= row.version) return { stale: true as const, recorded: row.version };
+          if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, 1);
+        }
+        const jobId = await boss.send(this.#parkQueue, data, {
+          singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
+          heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
+          db: pgBossDb(tx),
+        });
+        if (event && o.mode === 'sequential')
+          await orderParked(tx, this.#b, this.#parkQueue, event.key, jobId ? { added: { id: jobId, version: event.version } } : {});
+        return { stale: false as const, jobId };
+      },
+      boundedTransaction(o),
+    );
   }
 }

@@ -117,7 +117,11 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   maxDeliver?: number;
   /** The consumer's `max_ack_pending`, shared by all instances on it. Default 2 × concurrency. */
   maxAckPending?: number;
-  /** JetStream ack wait: a handler must finish within it. Default 30 000. */
+  /**
+   * JetStream ack wait: how long after the last sign of life JetStream redelivers a message. The
+   * inbox tells the server every half of it that a message is in progress, for at most
+   * `maxTransactionMs`; a frozen or crashed instance's messages come back after this. Default 30 000.
+   */
   ackWaitMs?: number;
   /**
    * Life of each JetStream pull request (1 000-60 000). Heartbeats come every half of it, so a
@@ -136,6 +140,19 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   transactionIdleTimeoutMs?: number;
   /** Server-side `lock_timeout` of each message's transaction (a key row lock wait). Default 30 000. */
   lockTimeoutMs?: number;
+  /**
+   * Client-side bound on each of the inbox's own transactions, by the inbox's clock, from taking a
+   * connection to the answer to COMMIT (the gate, the handler, the parking lot's writes). Past it the
+   * connection is released with an error (a `pg.Pool` destroys it, never reuses it), the inbox stops
+   * extending the message and naks it with the next backoff, so another instance gets it: an instance
+   * cut off from PostgreSQL (NATS still up) holds a key at most this long plus the backoff, whatever
+   * pool it was given. Must be greater than `lockTimeoutMs`; a handler that needs longer needs a larger
+   * value. Default `lockTimeoutMs` + `transactionIdleTimeoutMs` (60 000).
+   *
+   * @example
+   * createInbox({ …, lockTimeoutMs: 5_000, maxTransactionMs: 20_000 }); // handlers get at least 15 s
+   */
+  maxTransactionMs?: number;
   /** Nak delays after the 1st, 2nd, … failure (the last repeats). Default [1 000, 5 000, 30 000]. */
   backoffMs?: readonly number[];
   /**
