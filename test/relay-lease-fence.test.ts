@@ -120,10 +120,18 @@ async function lanesOf(ids: string[]): Promise<Map<string, number>> {
   return new Map(rows.map((r) => [r.id, r.lane]));
 }
 
-function instanceOf(p: RelayProcess): string {
-  const id = /"instance":"([0-9a-f]+)"/.exec(p.output())?.[1];
-  assert.ok(id, `the relay logged its instance id:\n${p.output().slice(-1000)}`);
-  return id;
+/** The instance id of the relay with this pid, from its lease connection's application_name (its log may not be flushed yet). */
+async function instanceOf(p: RelayProcess): Promise<string> {
+  return waitFor(
+    async () => {
+      const { rows } = await db.pool.query<{ name: string }>(
+        `SELECT application_name AS name FROM pg_stat_activity WHERE application_name LIKE $1`,
+        [`%:lease:${p.proc.pid}@%`],
+      );
+      return /^ferry-relay:([0-9a-f]+):lease:/.exec(rows[0]?.name ?? '')?.[1];
+    },
+    { timeoutMs: 20_000, what: `the lease connection of relay pid ${p.proc.pid}` },
+  );
 }
 
 function relayArgs(natsUrl: string, pollMs: number): string[] {
@@ -181,8 +189,8 @@ test('relay lease fence - A’s lease connection terminated while B polls every 
   const b = spawnRelay([...relayArgs(stream.nc.getServer(), 100), '--lanes-per-instance', String(LANES)]);
   procs.push(b);
   await waitFor(async () => (await countPending(db.pool, db.schema)) < 55_000, { timeoutMs: 60_000, what: 'the drain under way' });
-  const aId = instanceOf(a);
-  const bId = instanceOf(b);
+  const aId = await instanceOf(a);
+  const bId = await instanceOf(b);
   const before = await leases();
   const timeline = ownerTimeline();
   const killed = await db.pool.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1`, [
