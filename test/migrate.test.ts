@@ -14,6 +14,11 @@ import { createPublisher } from '@ferry/publisher';
 import { applyWithPsql, databaseUrl, undoPendingTable, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 
+/** The outbox migrations after 000015, which a schema taken back to version 14 (undoPendingTable) applies again. */
+const AFTER_15 = listMigrations('outbox')
+  .map((m) => m.version)
+  .filter((v) => v > 15);
+
 let pool: pg.Pool;
 const schemas: string[] = [];
 const fresh = (p = 'mig') => {
@@ -218,7 +223,7 @@ describe('migrate', () => {
       await pool.query(`GRANT SELECT (key, published_at, attempts, last_error) ON ${s}.outbox TO ${quoteIdentifier(states)}`);
       assert.deepEqual(
         (await migrate({ pool, schema })).applied.map((m) => m.version),
-        [15, 16],
+        [15, ...AFTER_15],
       );
       const { rows } = await pool.query(
         `SELECT r.role,
@@ -300,7 +305,7 @@ describe('migrate', () => {
       const result = await running;
       assert.deepEqual(
         result.applied.map((m) => m.version),
-        [4, 15, 16],
+        [4, 15, ...AFTER_15],
       );
     } finally {
       await open.query('ROLLBACK').catch(() => {});

@@ -45,6 +45,23 @@ export interface GrantOptions {
 
 const PUBLISH_EVENT_ARGS = 'uuid, text, bigint, text, text, text, text, bytea, jsonb, timestamptz, text, boolean';
 const PUBLISH_EVENTS_ARGS = 'uuid[], text[], bigint[], text[], text[], text[], text[], bytea[], jsonb[], timestamptz[], text, boolean';
+/** `record_operator_action(actor, via, action, filter, rows, outcome)`, outbox migration 000017. */
+const RECORD_ACTION_ARGS = 'text, text, text, jsonb, integer, text';
+
+/**
+ * No role but the owner writes the audit trail (outbox migration 000017): every
+ * part's grants take back whatever an earlier grant (an earlier Ferry's relay
+ * grants held INSERT) or a schema-wide `GRANT ALL` gave the role on it.
+ * `ifExists` for the parts whose schema may hold no outbox migrations (the
+ * inbox's, the idempotency keys'): there a plain REVOKE would fail on the
+ * missing table.
+ */
+function auditRevoke(s: string, role: string, ifExists = false): string {
+  const revoke = `REVOKE INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER ON ${s}.operator_actions FROM ${role};`;
+  if (!ifExists) return revoke;
+  const table = `${s}.operator_actions`.replaceAll("'", "''");
+  return `DO $$ BEGIN IF to_regclass('${table}') IS NOT NULL THEN ${revoke} END IF; END $$;`;
+}
 
 /** The consumer tables, each with a `consumer` column the row-level security policies test. */
 const INBOX_TABLES = ['inbox_versions', 'inbox_messages', 'inbox_early'] as const;
@@ -123,8 +140,12 @@ function inboxPolicies(s: string, roleName: string, role: string, consumers: rea
  * - relay: read the settings, the migrations and the outbox; never change an event
  *   row, only its delivery state (update and delete pending rows, record published
  *   ones: outbox migration 000015); delete (prune) rows; keep and forget
- *   pruned ids; DML on its own pg-boss, `<schema>_relay_boss`. `ferry dlq retry|discard`
- *   and `ferry verify` run with these grants too.
+ *   pruned ids; DML on its own pg-boss, `<schema>_relay_boss`; EXECUTE on
+ *   `record_operator_action`, the only way anyone but the owner writes the audit
+ *   trail (outbox migration 000017). `ferry dlq retry|discard` and `ferry verify` run
+ *   with these grants too.
+ *
+ * Every part's grants end with a REVOKE of any write on `operator_actions`.
  * - inbox: read/write the rows of its consumers (`consumers`; row-level security)
  *   in the three consumer tables; DML on its pg-boss schema (the parking lot).
  *   The handlers' own tables are the application's to grant.
@@ -182,8 +203,11 @@ export function grantsSql(options: GrantOptions): string {
       // Lane leases with a term and the instances' heartbeats (outbox migration 000010).
       `GRANT SELECT, UPDATE ON ${s}.relay_leases TO ${role};`,
       `GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.relay_instances TO ${role};`,
-      // ferry dlq retry|discard record each action in the audit trail (outbox migration 000012).
-      `GRANT SELECT, INSERT ON ${s}.operator_actions TO ${role};`,
+      // ferry dlq retry|discard record each action in the audit trail (outbox migration 000012), only
+      // through the function that sets the time and the database role itself (000017): the relay's
+      // role reads the trail and writes none of it directly (earlier Ferry versions granted INSERT).
+      `GRANT SELECT ON ${s}.operator_actions TO ${role};`,
+      `GRANT EXECUTE ON FUNCTION ${s}.record_operator_action(${RECORD_ACTION_ARGS}) TO ${role};`,
       ...bossGrants(boss, role),
     );
   } else if (target === 'inbox') {
@@ -217,5 +241,7 @@ export function grantsSql(options: GrantOptions): string {
       );
     }
   }
+  // Every part, the relay's included: no role but the owner writes the audit trail (000017).
+  lines.push(auditRevoke(s, role, target === 'inbox' || target === 'idempotency'));
   return `${lines.join('\n')}\n`;
 }

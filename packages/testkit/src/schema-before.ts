@@ -30,8 +30,8 @@ export async function undoReservedSubjects(pool: pg.Pool, schema: string): Promi
 /**
  * Turns a schema this release migrated back into the outbox of version 14: the event rows carry
  * their delivery state again (pending ones as pending, published ones as published, with their
- * indexes), the tables, view and triggers of outbox migration 000015 are gone, the relay floor is
- * 2 and version 15 is unrecorded. For the tests (and bench/scenarios/migrate-000015.ts) that start from version 14 or take a database back further, to a version
+ * indexes), the tables, view and triggers of outbox migration 000015 (and the audit function and
+ * guard of 000017) are gone, the relay floor is 2 and no version from 15 on is recorded. For the tests (and bench/scenarios/migrate-000015.ts) that start from version 14 or take a database back further, to a version
  * an earlier release left, without that release's code.
  */
 export async function undoPendingTable(pool: pg.Pool, schema: string): Promise<void> {
@@ -52,6 +52,9 @@ export async function undoPendingTable(pool: pg.Pool, schema: string): Promise<v
     CREATE INDEX outbox_failed_idx ON ${s}.outbox (key, seq) INCLUDE (lane, dead_at) WHERE published_at IS NULL AND attempts > 0;
     CREATE INDEX outbox_published_at_idx ON ${s}.outbox (published_at) WHERE published_at IS NOT NULL;
     UPDATE ${s}.settings SET value = '2' WHERE name = 'relay_protocol_floor';
-    DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 15;
+    -- Outbox migration 000017 (the audit trail's recording function and guard) came after 15: gone too.
+    DROP TRIGGER IF EXISTS operator_actions_guard ON ${s}.operator_actions;
+    DROP FUNCTION IF EXISTS ${s}.operator_actions_guard(), ${s}.record_operator_action(text, text, text, jsonb, integer, text);
+    DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version >= 15;
     COMMIT`);
 }

@@ -1,6 +1,7 @@
 import { hostname, userInfo } from 'node:os';
-import type { Queryable } from '@ferry/core';
+import { type Queryable, SQLSTATE, sqlState } from '@ferry/core';
 import { NotMigratedError } from '../errors.js';
+import { recordOperatorActionSql } from '../sql/record-operator-action.js';
 
 /** Where an operator action came from. */
 export type ActionVia = 'cli' | 'console';
@@ -48,30 +49,32 @@ export interface AuditRow {
   outcome: string;
 }
 
-const UNDEFINED_TABLE = '42P01';
+/** Why an audit write found no trail: the schema lacks the table (000012) or its recording function (000017). */
+export function auditMissingReason(schema: string): string {
+  return `no operator_actions audit trail in schema "${schema}" (outbox migrations 000012 and 000017: ferry migrate --schema ${schema} creates it)`;
+}
 
-/** An audit write into a schema migrated before the audit table: the fix is `ferry migrate`. */
+/** An audit write into a schema migrated before the audit trail: the fix is `ferry migrate`. */
 export function auditTableMissing(schema: string, cause: unknown): NotMigratedError {
   return new NotMigratedError(
-    `no operator_actions table in schema "${schema}", where Ferry records every operator action: run ferry migrate --schema ${schema} first`,
+    `no operator_actions audit trail in schema "${schema}", where Ferry records every operator action (outbox migrations 000012 and 000017): run ferry migrate --schema ${schema} first`,
     { cause },
   );
 }
 
-export function isUndefinedTable(err: unknown): boolean {
-  return (err as { code?: string })?.code === UNDEFINED_TABLE;
+/** The audit table (undefined table) or its recording function (undefined function) is not there: a schema to migrate. */
+export function isAuditMissing(err: unknown): boolean {
+  const code = sqlState(err);
+  return code === SQLSTATE.undefinedTable || code === SQLSTATE.undefinedFunction;
 }
 
-/** Records one action; `q` is the transaction of the change, so both commit or neither. */
+/**
+ * Records one action; `q` is the transaction of the change, so both commit or
+ * neither. The database sets the time and the role (`session_user`), and cuts
+ * the actor to 200 characters and the outcome to 1,000; the rest is the caller's claim.
+ */
 export async function recordAction(q: Queryable, schemaSql: string, e: AuditEntry): Promise<void> {
-  await q.query(`INSERT INTO ${schemaSql}.operator_actions (actor, via, action, filter, rows, outcome) VALUES ($1, $2, $3, $4, $5, $6)`, [
-    e.actor.slice(0, 200),
-    e.via,
-    e.action,
-    JSON.stringify(e.filter),
-    e.rows,
-    e.outcome.slice(0, 1000),
-  ]);
+  await q.query(recordOperatorActionSql(schemaSql), [e.actor, e.via, e.action, JSON.stringify(e.filter), e.rows, e.outcome]);
 }
 
 /** The newest `limit` actions, newest first (the primary key's index). */

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { CommandFailedError } from '../errors.js';
 import { NOTIFY_RELAYS_SQL } from '../sql/notify-relays.js';
 import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
-import { type AuditEntry, auditTableMissing, isUndefinedTable, type Operator, recordAction } from './audit.js';
+import { type AuditEntry, auditTableMissing, isAuditMissing, type Operator, recordAction } from './audit.js';
 import { describeFilter, type EventFilter, FAILED_CONDITION, filterCondition } from './event-filter.js';
 
 // One implementation of `dlq retry` and `dlq discard`, for `ferry dlq` and `ferry console` alike:
@@ -206,7 +206,7 @@ export async function settleFailed(
       return rows.map((r) => r.id);
     });
   } catch (err) {
-    if (isUndefinedTable(err)) throw auditTableMissing(schema, err);
+    if (isAuditMissing(err)) throw auditTableMissing(schema, err);
     if (err instanceof SelectionChangedError) {
       // Recorded apart: the change rolled back, the refusal is part of the trail.
       await recordAction(pool, s, entry(0, err.message)).catch(() => {});

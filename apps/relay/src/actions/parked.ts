@@ -2,7 +2,7 @@ import { quoteIdentifier } from '@ferry/core';
 import { discardParked, retryParked } from '@ferry/inbox';
 import type pg from 'pg';
 import type { PgBoss } from 'pg-boss';
-import { isUndefinedTable, type Operator, recordAction } from './audit.js';
+import { auditMissingReason, isAuditMissing, type Operator, recordAction } from './audit.js';
 
 // One implementation of `inbox parked retry|discard`, for `ferry inbox` and `ferry console` alike.
 
@@ -53,9 +53,7 @@ export async function settleParked(action: ParkedAction, o: SettleParkedOptions)
       outcome,
     });
   } catch (err) {
-    notRecorded = isUndefinedTable(err)
-      ? `no operator_actions table in schema "${o.schema}" (ferry migrate --schema ${o.schema} creates it)`
-      : (err as Error).message;
+    notRecorded = isAuditMissing(err) ? auditMissingReason(o.schema) : (err as Error).message;
   }
   if (failure !== undefined) throw failure;
   return { changed, ...(notRecorded ? { notRecorded } : {}) };

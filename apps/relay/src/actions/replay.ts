@@ -16,7 +16,7 @@ import { type ReplayFailure, resumeCommands } from '../commands/replay-resume.js
 import { PubAcks } from '../daemon/pub-acks.js';
 import type { BoundedOutboxEventRow } from '../sql/outbox-event-columns.js';
 import { countReplaySql, replayPageSql } from '../sql/replay-rows.js';
-import { isUndefinedTable, type Operator, recordAction } from './audit.js';
+import { auditMissingReason, isAuditMissing, type Operator, recordAction } from './audit.js';
 
 // One implementation of `ferry replay`, for the CLI and `ferry console` alike: the selection, its
 // preview, and the per-key pipelined publish of the copies, recorded in operator_actions.
@@ -188,9 +188,7 @@ export async function replayEvents(
       await recordAction(pool, schemaSql, { actor: o.actor, via: o.via, action: 'replay', filter, rows, outcome });
       if (which === 'start') startRecorded = true;
     } catch (err) {
-      const why = isUndefinedTable(err)
-        ? `no operator_actions table in schema "${schema}" (ferry migrate --schema ${schema} creates it)`
-        : (err as Error).message;
+      const why = isAuditMissing(err) ? auditMissingReason(schema) : (err as Error).message;
       const what = which === 'start' ? 'its start' : startRecorded ? 'its end (its start is on record, with no end)' : 'its end';
       report.notRecorded = report.notRecorded === undefined ? `${what}: ${why}` : `${report.notRecorded}; ${what}: ${why}`;
     }

@@ -60,9 +60,10 @@ export function parseDatabaseUrl(value: string): string {
       `--database-url is not a valid URL (${VALUE_HIDDEN}): ${PERCENT_ENCODE}, and give a port from 1 to 65535`,
     );
   }
-  // postgres://u:5/x@host/db parses, as host "u", port 5 and database "x@host/db": an unencoded / or # in
-  // a password that starts with digits. Refused, or the password would travel as a database name.
-  if (url.username === '' && `${url.pathname}${url.hash}`.includes('@')) {
+  // postgres://u:5/x@host/db parses, as host "u", port 5 and database "x@host/db": an unencoded /, # or ?
+  // in a password that starts with digits (or in a user: postgres://u?ser:pw@host). Refused, or the
+  // password would travel as a database name or a query.
+  if (url.username === '' && `${url.pathname}${url.search}${url.hash}`.includes('@')) {
     throw new ConfigError('--database-url', `--database-url has an @ after its host and no user (${VALUE_HIDDEN}): ${PERCENT_ENCODE}`);
   }
   return value;
