@@ -12,6 +12,7 @@ import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-fi
 import { type FailedAction, previewFailed, SelectionChangedError, settleFailed } from '../actions/failed.js';
 import { type ParkedAction, settleParked } from '../actions/parked.js';
 import { previewReplay, type ReplaySelection, replayEvents } from '../actions/replay.js';
+import { parseDigest } from '../actions/selection.js';
 import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
@@ -122,6 +123,8 @@ interface Req {
   url: URL;
   who: string | null;
   csrf: string;
+  /** The answer's status when not 200 (a refused confirmation that shows the new preview: 409). */
+  status?: number;
 }
 
 /** The console's pages and actions, for an HTTP server of its own or the relay's (`ferry relay --console`). */
@@ -794,8 +797,11 @@ ${rows.map((p) => {
 
   async function dlqPreview(r: Req, form: URLSearchParams): Promise<string> {
     checkAction(r, form);
-    const action = failedAction(form);
-    const f = formFilter(form);
+    return dlqPreviewPage(r, failedAction(form), formFilter(form));
+  }
+
+  /** The preview of a dlq action, and its confirmation form carrying the exact selection; `refused` says why a confirmation was not done. */
+  async function dlqPreviewPage(r: Req, action: FailedAction, f: EventFilter, refused?: string): Promise<string> {
     const p = await previewFailed(longPool, o.schema, f);
     const what = f.key !== undefined && p.keys <= 1 ? html` of key <b>${f.key}</b>` : html` of ${p.keys} key(s)`;
     const verb = action === 'retry' ? 'retries' : 'discards';
@@ -810,15 +816,18 @@ ${rows.map((p) => {
       .filter(([k, v]) => v !== undefined && k !== 'id')
       .map(([k, v]) => html`<input type="hidden" name="${k}" value="${v}">`);
     const ids = (f.ids ?? []).map((id) => html`<input type="hidden" name="id" value="${id}">`);
+    const notice = refused
+      ? html`<p class="advice" id="error">${refused}</p><p class="note" id="changed">The selection changed since your preview: nothing was done. This is the new preview.</p>`
+      : '';
     const body =
       p.rows === 0
-        ? html`<p class="note">No failed event (dead or backing off) matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
-        : html`<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; ${p.behindKeys < p.keys ? 'at least ' : ''}<b id="behind">${p.behind}</b> ${flow}${p.behindKeys < p.keys ? ` (counted behind the first ${p.behindKeys} keys)` : ''}</p>
+        ? html`${notice}<p class="note">No failed event (dead or backing off) matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
+        : html`${notice}<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; ${p.behindKeys < p.keys ? 'at least ' : ''}<b id="behind">${p.behind}</b> ${flow}${p.behindKeys < p.keys ? ` (counted behind the first ${p.behindKeys} keys)` : ''}</p>
 ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire right now: a discard keeps it from being sent again, but one already sent may still reach the stream (before any later event of its key).</p>` : ''}
-<p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
+<p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.selection.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/dlq/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}${ids}
-<input type="hidden" name="expect_rows" value="${p.rows}"><input type="hidden" name="expect_max_seq" value="${p.maxSeq ?? ''}">
-<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${p.rows} event(s)</button> <a href="/blocked">Cancel</a></form></div>
+<input type="hidden" name="expect_rows" value="${p.selection.rows}"><input type="hidden" name="expect_digest" value="${p.selection.digest}">
+<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${p.selection.rows} event(s)</button> <a href="/blocked">Cancel</a></form></div>
 <h2>The first ${p.sample.length}</h2><table><tr><th>id</th><th>key</th><th>version</th><th>subject</th><th>type</th><th>last error</th></tr>${p.sample.map(
             (e) =>
               html`<tr><td>${eventLink(e.id)}</td><td>${e.key}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td>${e.last_error ?? ''}</td></tr>`,
@@ -831,12 +840,17 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
     const action = failedAction(form);
     const f = formFilter(form);
     const rows = Number(form.get('expect_rows'));
-    if (!Number.isInteger(rows) || rows < 0) throw new HttpError(400, 'expect_rows must come from a preview');
-    const maxSeq = form.get('expect_max_seq') || null;
-    if (maxSeq !== null && !/^\d{1,19}$/.test(maxSeq)) throw new HttpError(400, 'expect_max_seq must come from a preview');
-    const ids = await settleFailed(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } }).finally(
-      changed,
-    );
+    const digest = parseDigest(form.get('expect_digest'));
+    if (!Number.isInteger(rows) || rows < 0 || digest === undefined)
+      throw new HttpError(400, 'expect_rows and expect_digest must come from a preview: preview the action first');
+    let ids: string[];
+    try {
+      ids = await settleFailed(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, digest } }).finally(changed);
+    } catch (err) {
+      if (!(err instanceof SelectionChangedError)) throw err;
+      r.status = 409;
+      return dlqPreviewPage(r, action, f, err.message);
+    }
     const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${ids.length}</b> event(s); the relays were woken.</p>
 <ul>${ids.slice(0, 50).map((id) => html`<li>${eventLink(id)}</li>`)}</ul><p><a href="/blocked">Blocked keys</a> · <a href="/audit">Audit trail</a></p>`;
     return layout(r, 'Done', '/blocked', body);
@@ -1119,6 +1133,7 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
       return;
     }
     res.setHeader('content-type', 'text/html; charset=utf-8');
+    if (r.status !== undefined) res.statusCode = r.status;
     res.end(req.method === 'HEAD' ? undefined : out);
   }
 

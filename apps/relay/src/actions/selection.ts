@@ -1,0 +1,66 @@
+import { createHash, type Hash } from 'node:crypto';
+
+// What an operator confirmed, as the server can check it again: the selection's ids in their order
+// (seq order for outbox rows, the parking lot's order for parked jobs) reduced to a digest. The
+// preview and the change compute it with this one function, in the console and the CLI alike, so a
+// confirmation changes exactly the rows the preview showed or nothing at all (issue 42, item 3:
+// rows A, C, B, where A was shown and went, and C was never shown, must not pass for A, B).
+
+/** A selection as a preview shows it and a confirmation carries it. */
+export interface Selection {
+  /** How many rows. */
+  rows: number;
+  /** sha256 (hex) over the ordered ids, each lowercased and ended by a newline. */
+  digest: string;
+}
+
+/** What a confirmation carries: the digest, and the count when the confirmation showed one (for the refusal's message). */
+export interface ExpectedSelection {
+  digest: string;
+  rows?: number;
+}
+
+/** Builds a Selection one id at a time, so a large one is hashed as it is read. */
+export class SelectionHasher {
+  #hash: Hash = createHash('sha256');
+  #rows = 0;
+
+  add(id: string): void {
+    this.#hash.update(`${id.toLowerCase()}\n`);
+    this.#rows++;
+  }
+
+  /** The selection so far (the hasher is spent afterwards). */
+  selection(): Selection {
+    return { rows: this.#rows, digest: this.#hash.digest('hex') };
+  }
+}
+
+/** The Selection of these ids, in this order. */
+export function selectionOf(ids: Iterable<string>): Selection {
+  const h = new SelectionHasher();
+  for (const id of ids) h.add(id);
+  return h.selection();
+}
+
+/** Whether the selection found now is the one confirmed: the same rows in the same order (the digest covers the count). */
+export function sameSelection(confirmed: ExpectedSelection, now: Selection): boolean {
+  return confirmed.digest === now.digest && (confirmed.rows === undefined || confirmed.rows === now.rows);
+}
+
+const DIGEST = /^[0-9a-f]{64}$/;
+
+/** A digest as a form or flag carries it, or undefined when it is not one. */
+export function parseDigest(v: unknown): string | undefined {
+  return typeof v === 'string' && DIGEST.test(v) ? v : undefined;
+}
+
+/**
+ * The audit trail's record of the rows an action changed: their count and digest, and the ids
+ * themselves (in order), so the trail says which rows, not only how many. Ids are 36 characters:
+ * 100,000 of them are 3.8 MB of jsonb, stored compressed, for an action that rare.
+ */
+export function auditSelection(ids: readonly string[]): { rows: number; digest: string; ids: string[] } {
+  const { rows, digest } = selectionOf(ids);
+  return { rows, digest, ids: [...ids] };
+}
