@@ -9,7 +9,7 @@ import {
 } from '@ferry/core';
 import type { JobWithMetadata, PgBoss } from 'pg-boss';
 import { parkQueueName } from './options.js';
-import { isParkedJobData, type ParkedJobData } from './parked-job.js';
+import { type ParkedJobData, readParkedJob } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked, skipVersion } from './sql/park-count.js';
 import type { ParkReason } from './types.js';
@@ -31,6 +31,8 @@ export interface ParkedEvent {
   readonly lastError: string | null;
   readonly retryCount: number;
   readonly parkedAt: string;
+  /** Set when the job is not a Ferry parked event (written by another role into a shared pg-boss schema): why, and its JSON. */
+  readonly malformed?: { readonly problem: string; readonly raw: string };
 }
 
 export interface ParkedAdminOptions {
@@ -54,7 +56,8 @@ async function consumersOf(options: ParkedAdminOptions): Promise<string[]> {
 }
 
 function toParked(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent {
-  const data: Partial<ParkedJobData> = isParkedJobData(job.data) ? job.data : {};
+  const read = readParkedJob(job.data);
+  const data: Partial<ParkedJobData> = read.kind === 'parked' ? read.job : {};
   const output = job.output as { message?: unknown } | null | undefined;
   return {
     consumer,
@@ -69,6 +72,7 @@ function toParked(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent 
     lastError: typeof output?.message === 'string' ? output.message : null,
     retryCount: job.retryCount,
     parkedAt: data.parkedAt ?? new Date(job.createdOn).toISOString(),
+    ...(read.kind === 'malformed' ? { malformed: { problem: read.problem, raw: read.raw } } : {}),
   };
 }
 
@@ -137,8 +141,10 @@ export async function discardParked(
     if (!found) throw new ValidationError('ids', `no parked event ${describeValue(id)} for consumer ${consumer}`);
     await withTransaction(options.pool, async (tx) => {
       const db = pgBossDb(tx);
-      const data = found.data;
-      const sequential = isParkedJobData(data) && data.mode === 'sequential' && data.key !== undefined && data.version !== undefined;
+      // A malformed job (docs/security.md: another role's) counts nothing and skips nothing: it is only deleted.
+      const read = readParkedJob(found.data);
+      const data = read.kind === 'parked' ? read.job : undefined;
+      const sequential = data !== undefined && data.mode === 'sequential' && data.key !== undefined && data.version !== undefined;
       if (sequential) await lockKey(tx, schema, consumer, data.key as string);
       const job = await options.boss.getJobById<ParkedJobData>(queue, id, { db });
       if (!job || !DISCARDABLE_STATES.has(job.state)) {

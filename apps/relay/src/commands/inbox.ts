@@ -92,6 +92,13 @@ async function parkedOutOfView(flags: ParkedFlags, ctx: CommandContext): Promise
 }
 
 function describeParked(p: ParkedEvent): string[] {
+  if (p.malformed) {
+    // Not a Ferry parked event (another role's job, in a shared pg-boss schema): its JSON, ASCII only, so a terminal shows it safely.
+    return [
+      `${p.jobId}  ${p.consumer} ${p.state} (malformed: ${p.malformed.problem}) retries=${p.retryCount} parked_at=${p.parkedAt}`,
+      `    ${p.malformed.raw}`,
+    ];
+  }
   const what = p.key === null ? '(undecodable: no key)' : `key=${p.key} v${p.version} ${p.type} id=${p.id}`;
   const lines = [`${p.jobId}  ${p.consumer} ${p.state} ${what} reason=${p.reason} retries=${p.retryCount} parked_at=${p.parkedAt}`];
   lines.push(`    ${p.error ?? ''}`);

@@ -703,10 +703,20 @@ ${bulk}${parkedTable(r, consumer, rows)}`;
   function parkedTable(r: Req, consumer: string, rows: ParkedRow[], actions = true): Html {
     return html`<table class="parked"><tr><th>job</th><th>state</th><th>key</th><th>version</th><th>type</th><th>event id</th><th>reason</th><th>error</th><th>retries</th><th>parked at</th><th></th></tr>
 ${rows.map((p) => {
-  const shown = showPayload(p.body, 'application/json');
-  return html`<tr data-job="${p.jobId}" class="${p.state === 'failed' ? 'bad' : ''}"><td class="mono">${p.jobId}</td><td>${p.state}</td><td>${p.key === null ? '(no key)' : html`<a href="/versions${qs({ key: p.key, consumer })}">${p.key}</a>`}</td><td class="n">${p.version ?? ''}</td><td>${p.type ?? ''}</td><td class="mono">${p.id ?? ''}</td><td>${p.reason ?? ''}</td><td>${p.error ?? ''}${p.lastError ? html`<br>last retry: ${p.lastError}` : ''}</td><td class="n">${p.retryCount}</td><td>${p.parkedAt}</td>
+  // A job that is not a Ferry parked event (another role's, in a shared pg-boss schema) is shown as
+  // it is, its JSON escaped, and can be discarded; it never stops the rows around it.
+  const message = p.malformed
+    ? html`<details open><summary>job data (malformed)</summary><pre class="malformed">${p.malformed.raw}</pre></details>`
+    : html`<details><summary>message</summary><table>${p.headers.map(([k, v]) => html`<tr><th>${k}</th><td>${v}</td></tr>`)}</table><pre>${showPayload(p.body, 'application/json').text.slice(0, PAYLOAD_BYTES)}</pre></details>`;
+  const key = p.malformed
+    ? '(malformed)'
+    : p.key === null
+      ? '(no key)'
+      : html`<a href="/versions${qs({ key: p.key, consumer })}">${p.key}</a>`;
+  const error = p.malformed ? `not a Ferry parked event: ${p.malformed.problem}` : (p.error ?? '');
+  return html`<tr data-job="${p.jobId}"${p.malformed ? new Html(' data-malformed') : ''} class="${p.state === 'failed' ? 'bad' : ''}"><td class="mono">${p.jobId}</td><td>${p.state}</td><td>${key}</td><td class="n">${p.version ?? ''}</td><td>${p.type ?? ''}</td><td class="mono">${p.id ?? ''}</td><td>${p.reason ?? ''}</td><td>${error}${p.lastError ? html`<br>last retry: ${p.lastError}` : ''}</td><td class="n">${p.retryCount}</td><td>${p.parkedAt}</td>
 <td>${actions && p.state !== 'active' ? html`${parkedForm(r, consumer, 'retry', [p], 'Retry…')} ${parkedForm(r, consumer, 'discard', [p], 'Discard…')}` : ''}
-<details><summary>message</summary><table>${p.headers.map(([k, v]) => html`<tr><th>${k}</th><td>${v}</td></tr>`)}</table><pre>${shown.text.slice(0, PAYLOAD_BYTES)}</pre></details></td></tr>`;
+${message}</td></tr>`;
 })}</table>`;
   }
 
