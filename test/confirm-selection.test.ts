@@ -1,28 +1,53 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { request } from 'node:http';
 import { after, before, test } from 'node:test';
-import { quoteIdentifier, withTransaction } from '@ferry/core';
+import { bossSchemaFor, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
+import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase, waitFor } from '@ferry/testkit';
+import { PgBoss } from 'pg-boss';
 import { markPublished, setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { FERRY_BIN } from './relay-helpers.js';
 
 // Issue 42, item 3: a confirmation acts on exactly the rows its preview showed, or on none. Rows A,
 // C, B in seq order; A and B back off; the operator is shown A and B; before the confirmation A is
-// published and C fails. The CLI's confirmed paths must then change nothing (the console's is in
-// console-dlq-http.test.ts).
+// published and C fails. The CLI's confirmed paths must then change nothing (the console's dlq
+// one is in console-dlq-http.test.ts); the parked actions, console and CLI, keep the same rule.
 
+const TOKEN = 'confirm-selection-token-0123456789';
+const QUEUE = 'ferry.inbox.billing.parked';
 let db: TestDatabase;
 let s: string;
+let boss: PgBoss;
+let server: ConsoleServer;
 const base = () => ['--database-url', db.url, '--schema', db.schema];
 
 before(async () => {
-  db = await createTestDatabase({ prefix: 'confirm_selection', lanes: 2 });
+  db = await createTestDatabase({ prefix: 'confirm_selection', lanes: 2, migrate: ['outbox', 'inbox'] });
   s = quoteIdentifier(db.schema);
+  boss = new PgBoss({ connectionString: db.url, schema: bossSchemaFor(db.schema), max: 2, supervise: false, schedule: false });
+  boss.on('error', () => {});
+  await boss.start();
+  await boss.createQueue(QUEUE, { policy: 'key_strict_fifo', retryLimit: 0 });
+  server = await startConsole({
+    pool: db.pool,
+    schema: db.schema,
+    bossSchema: bossSchemaFor(db.schema),
+    oldBossSchema: false,
+    host: '127.0.0.1',
+    port: 0,
+    readOnly: false,
+    token: TOKEN,
+    refreshMs: 1000,
+  });
 });
 
 after(async () => {
+  await server?.close();
+  await boss?.stop({ graceful: false, close: true }).catch(() => {});
+  await db?.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(bossSchemaFor(db.schema))} CASCADE`).catch(() => {});
   await db?.close();
 });
 
@@ -120,4 +145,132 @@ test('ferry dlq discard - --expect-selection holds a scripted confirmation to wh
     [id('C'), id('B')],
   );
   assert.equal(rows[0]?.filter.changed.digest, digest);
+});
+
+/** A failed parked event of billing's, as the inbox writes it; returns its job id. */
+async function failedParked(key: string): Promise<string> {
+  const id = (await boss.send(
+    QUEUE,
+    {
+      format: 1,
+      consumer: 'billing',
+      mode: 'latest',
+      stream: 'ORDERS',
+      streamSeq: 1,
+      natsSubject: 'orders.placed',
+      headers: [],
+      body: '',
+      reason: 'handler-failed',
+      error: 'Error: down',
+      parkedAt: new Date().toISOString(),
+      deliveries: 5,
+      key,
+      version: '1',
+      type: 'OrderPlaced',
+    },
+    { singletonKey: key },
+  )) as string;
+  await setJobState(id, 'failed');
+  return id;
+}
+
+async function setJobState(id: string, state: string): Promise<void> {
+  const r = await db.pool.query(
+    `UPDATE ${quoteIdentifier(bossSchemaFor(db.schema))}.job SET state = $2::text::${quoteIdentifier(bossSchemaFor(db.schema))}.job_state WHERE id = $1`,
+    [id, state],
+  );
+  assert.equal(r.rowCount, 1);
+}
+
+async function jobStates(ids: string[]): Promise<string[]> {
+  const { rows } = await db.pool.query<{ id: string; state: string }>(
+    `SELECT id::text AS id, state::text AS state FROM ${quoteIdentifier(bossSchemaFor(db.schema))}.job WHERE id = ANY ($1::uuid[])`,
+    [ids],
+  );
+  return ids.map((id) => rows.find((r) => r.id === id)?.state ?? 'gone');
+}
+
+function call(method: 'GET' | 'POST', path: string, form?: Array<[string, string]>): Promise<{ status: number; body: string }> {
+  const url = new URL(path, server.url);
+  const body = form ? new URLSearchParams(form).toString() : undefined;
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        method,
+        headers: {
+          authorization: `Bearer ${TOKEN}`,
+          origin: new URL(server.url).origin,
+          ...(body ? { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** The fields of the preview's confirmation form, as the browser posts them. */
+function confirmForm(html: string): Array<[string, string]> {
+  const form = /<form method="post" action="\/parked\/apply">([\s\S]*?)<\/form>/.exec(html)?.[1] ?? '';
+  return [...form.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].map((m) => [m[1] as string, m[2] as string]);
+}
+
+test('console parked retry - a confirmation whose selection changed since the preview changes nothing and shows the new preview', async () => {
+  const [a, b] = [await failedParked('p-a'), await failedParked('p-b')];
+  const page = await call('GET', '/parked?consumer=billing');
+  const csrf = /name="csrf" value="([^"]*)"/.exec(page.body)?.[1] ?? '';
+  const preview = await call('POST', '/parked/preview', [
+    ['csrf', csrf],
+    ['action', 'retry'],
+    ['consumer', 'billing'],
+    ['id', a],
+    ['id', b],
+  ]);
+  assert.equal(preview.status, 200, preview.body);
+  assert.match(preview.body, /retries <b id="count">2<\/b> parked event\(s\)/);
+  // Before the operator confirms, someone else retries A: the preview's two are no longer both failed.
+  await setJobState(a, 'retry');
+  const refused = await call('POST', '/parked/apply', confirmForm(preview.body));
+  assert.equal(refused.status, 409, refused.body);
+  assert.match(refused.body, /nothing done: the preview selected 2 parked event\(s\), now 1 match/);
+  assert.match(refused.body, /retries <b id="count">1<\/b> parked event\(s\)/, 'the answer is the new preview');
+  assert.deepEqual(await jobStates([a, b]), ['retry', 'failed'], 'B was not retried');
+  const retried = await call('POST', '/parked/apply', confirmForm(refused.body));
+  assert.equal(retried.status, 200, retried.body);
+  assert.deepEqual(await jobStates([a, b]), ['retry', 'retry']);
+  const { rows } = await db.pool.query<{ filter: { changed: { ids: string[] } }; outcome: string }>(
+    `SELECT filter, outcome FROM ${s}.operator_actions WHERE action = 'parked.retry' ORDER BY id`,
+  );
+  assert.deepEqual(
+    rows.map((r) => [r.outcome.replace(/:.*/, ''), r.filter.changed.ids]),
+    [
+      ['nothing done', []],
+      ['ok', [b]],
+    ],
+  );
+});
+
+test('ferry inbox parked discard - --expect-selection holds the discard to what --dry-run showed', async () => {
+  const [a, b] = [await failedParked('q-a'), await failedParked('q-b')];
+  const args = ['inbox', 'parked', 'discard', a, b, '--consumer', 'billing', ...base()];
+  const dry = await ferry([...args, '--dry-run', '--json']);
+  assert.equal(dry.code, 0, dry.err);
+  const shown = dry.json<{ wouldDiscard: Array<{ jobId: string }>; selection: { digest: string } }>();
+  assert.deepEqual(shown.wouldDiscard.map((p) => p.jobId).sort(), [a, b].sort());
+  // Meanwhile the park worker takes A (active): the discard must not go ahead with B alone.
+  await setJobState(a, 'active');
+  const refused = await ferry([...args, '--yes', '--expect-selection', shown.selection.digest]);
+  assert.equal(refused.code, 1, refused.out);
+  assert.match(refused.err, /nothing done: the selection changed since it was previewed/);
+  assert.deepEqual(await jobStates([a, b]), ['active', 'failed'], 'nothing was discarded');
+  await setJobState(a, 'failed');
+  const done = await ferry([...args, '--yes', '--expect-selection', shown.selection.digest]);
+  assert.equal(done.code, 0, done.err);
+  assert.deepEqual(await jobStates([a, b]), ['gone', 'gone']);
 });

@@ -1,11 +1,12 @@
 import { notifyChannel, type Queryable, quoteIdentifier, withTransaction } from '@ferry/core';
 import type pg from 'pg';
-import { CommandFailedError } from '../errors.js';
 import { NOTIFY_RELAYS_SQL } from '../sql/notify-relays.js';
 import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
 import { type AuditEntry, auditTableMissing, isUndefinedTable, type Operator, recordAction } from './audit.js';
 import { describeFilter, type EventFilter, FAILED_CONDITION, filterCondition } from './event-filter.js';
-import { auditSelection, type ExpectedSelection, type Selection, sameSelection, selectionOf } from './selection.js';
+import { auditSelection, type ExpectedSelection, type Selection, SelectionChangedError, sameSelection, selectionOf } from './selection.js';
+
+export { SelectionChangedError } from './selection.js';
 
 // One implementation of `dlq retry` and `dlq discard`, for `ferry dlq` and `ferry console` alike:
 // a preview (how many rows, of how many keys, how many rows behind them will flow), then the change,
@@ -140,24 +141,6 @@ export interface SettleFailedOptions extends Operator {
    * rows selected now, locked, are exactly these ids in this order.
    */
   expect?: ExpectedSelection;
-}
-
-/** The selection changed between the preview and the confirmation: nothing was done. */
-export class SelectionChangedError extends CommandFailedError {
-  constructor(
-    readonly expected: number | undefined,
-    readonly found: number,
-    what = 'failed row(s)',
-  ) {
-    super(
-      expected === undefined
-        ? `nothing done: the selection changed since it was previewed: ${found} ${what} match now, not the ones previewed: preview again`
-        : expected === found
-          ? `nothing done: the selection changed since the preview: ${found} ${what} match again, but not the same ones: preview again`
-          : `nothing done: the preview selected ${expected} ${what}, now ${found} match: preview again`,
-    );
-    this.name = 'SelectionChangedError';
-  }
 }
 
 /**

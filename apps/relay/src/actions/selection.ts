@@ -1,4 +1,5 @@
 import { createHash, type Hash } from 'node:crypto';
+import { CommandFailedError } from '../errors.js';
 
 // What an operator confirmed, as the server can check it again: the selection's ids in their order
 // (seq order for outbox rows, the parking lot's order for parked jobs) reduced to a digest. The
@@ -48,6 +49,11 @@ export function sameSelection(confirmed: ExpectedSelection, now: Selection): boo
   return confirmed.digest === now.digest && (confirmed.rows === undefined || confirmed.rows === now.rows);
 }
 
+/** The Selection of ids that have no order of their own (parked jobs named by id): sorted first. */
+export function selectionOfSet(ids: Iterable<string>): Selection {
+  return selectionOf([...ids].map((id) => id.toLowerCase()).sort());
+}
+
 const DIGEST = /^[0-9a-f]{64}$/;
 
 /** A digest as a form or flag carries it, or undefined when it is not one. */
@@ -63,4 +69,22 @@ export function parseDigest(v: unknown): string | undefined {
 export function auditSelection(ids: readonly string[]): { rows: number; digest: string; ids: string[] } {
   const { rows, digest } = selectionOf(ids);
   return { rows, digest, ids: [...ids] };
+}
+
+/** The selection changed between the preview and the confirmation: nothing was done. */
+export class SelectionChangedError extends CommandFailedError {
+  constructor(
+    readonly expected: number | undefined,
+    readonly found: number,
+    what = 'failed row(s)',
+  ) {
+    super(
+      expected === undefined
+        ? `nothing done: the selection changed since it was previewed: ${found} ${what} match now, not the ones previewed: preview again`
+        : expected === found
+          ? `nothing done: the selection changed since the preview: ${found} ${what} match again, but not the same ones: preview again`
+          : `nothing done: the preview selected ${expected} ${what}, now ${found} match: preview again`,
+    );
+    this.name = 'SelectionChangedError';
+  }
 }

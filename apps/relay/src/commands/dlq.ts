@@ -5,11 +5,11 @@ import type pg from 'pg';
 import { cliOperator } from '../actions/audit.js';
 import type { EventFilter } from '../actions/event-filter.js';
 import { type FailedAction, type FailedRow, previewFailed, selectFailed, settleFailed } from '../actions/failed.js';
-import { type ExpectedSelection, parseDigest, selectionOf } from '../actions/selection.js';
+import { type ExpectedSelection, selectionOf } from '../actions/selection.js';
 import { bindSubjectFix, streamsBinding } from '../actions/subject-streams.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
-import { parseIntIn } from '../cli/flag-parsers.js';
+import { parseIntIn, parseSelectionDigest } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { addDatabaseOptions, addNatsOptions, type NatsFlags } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
@@ -310,15 +310,7 @@ export function dlqCommand(ctx: CommandContext): Command {
       .addOption(new Option('--dry-run', 'show the failed events it would change and their selection digest, and change nothing'))
       .addOption(
         new Option('--expect-selection <digest>', 'change nothing unless the selection is exactly the one a --dry-run printed').argParser(
-          (v: string) => {
-            const d = parseDigest(v);
-            if (d === undefined)
-              throw new ConfigError(
-                '--expect-selection',
-                `--expect-selection takes the 64-hex digest a --dry-run printed, got ${JSON.stringify(v.slice(0, 80))}`,
-              );
-            return d;
-          },
+          parseSelectionDigest,
         ),
       );
   const selection = `

@@ -10,9 +10,9 @@ import { PgBoss } from 'pg-boss';
 import { listActions } from '../actions/audit.js';
 import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-filter.js';
 import { type FailedAction, previewFailed, SelectionChangedError, settleFailed } from '../actions/failed.js';
-import { type ParkedAction, settleParked } from '../actions/parked.js';
+import { type ParkedAction, parkedEligible, settleParked } from '../actions/parked.js';
 import { previewReplay, type ReplaySelection, replayEvents } from '../actions/replay.js';
-import { parseDigest } from '../actions/selection.js';
+import { parseDigest, selectionOfSet } from '../actions/selection.js';
 import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
@@ -977,23 +977,33 @@ ${
 
   async function parkedPreview(r: Req, form: URLSearchParams): Promise<string> {
     checkAction(r, form);
-    const action = parkedAction(form);
     const { consumer, ids } = parkedTarget(form);
+    return parkedPreviewPage(r, parkedAction(form), consumer, ids);
+  }
+
+  /** The preview of a parked action, and its confirmation form carrying the exact selection; `refused` says why a confirmation was not done. */
+  async function parkedPreviewPage(r: Req, action: ParkedAction, consumer: string, ids: string[], refused?: string): Promise<string> {
     const jobTable = await bossJobTable(o.pool, o.bossSchema);
     const rows = jobTable ? await parkedEvents(o.pool, jobTable, consumer, 1000, { ids }) : [];
-    const eligible = rows.filter((p) => (action === 'retry' ? p.state === 'failed' : p.state !== 'active'));
+    const eligible = rows.filter((p) => parkedEligible(action, p.state));
+    const selection = selectionOfSet(eligible.map((p) => p.jobId));
     const keys = new Set(eligible.map((p) => p.key));
+    const notice = refused
+      ? html`<p class="advice" id="error">${refused}</p><p class="note" id="changed">The selection changed since your preview: nothing was done. This is the new preview.</p>`
+      : '';
     const body =
       eligible.length === 0
-        ? html`<p class="note">None of these parked events can be ${action === 'retry' ? 'retried (only failed ones can)' : 'discarded now'}.</p>`
-        : html`<div class="preview"><p id="summary">This ${action === 'retry' ? 'retries' : 'discards'} <b id="count">${eligible.length}</b> parked event(s) of consumer <b>${consumer}</b> (${keys.size} key(s))${
+        ? html`${notice}<p class="note">None of these parked events can be ${action === 'retry' ? 'retried (only failed ones can)' : 'discarded now'}.</p>`
+        : html`${notice}<div class="preview"><p id="summary">This ${action === 'retry' ? 'retries' : 'discards'} <b id="count">${eligible.length}</b> parked event(s) of consumer <b>${consumer}</b> (${keys.size} key(s))${
             action === 'retry'
               ? '; the inbox applies each through the same gate, and its key unblocks once it is applied.'
               : '; in sequential mode each discarded version counts as skipped, and the key’s later events apply.'
           }</p>
+<p class="note">Only these ${eligible.length} parked event(s) change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/parked/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}"><input type="hidden" name="consumer" value="${consumer}">${eligible.map(
             (p) => html`<input type="hidden" name="id" value="${p.jobId}">`,
-          )}<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${eligible.length} parked event(s)</button> <a href="/parked${qs({ consumer })}">Cancel</a></form></div>
+          )}<input type="hidden" name="expect_rows" value="${selection.rows}"><input type="hidden" name="expect_digest" value="${selection.digest}">
+<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${eligible.length} parked event(s)</button> <a href="/parked${qs({ consumer })}">Cancel</a></form></div>
 ${parkedTable(r, consumer, eligible, false)}`;
     return layout(r, `Preview: ${action} parked events`, '/parked', body);
   }
@@ -1002,6 +1012,10 @@ ${parkedTable(r, consumer, eligible, false)}`;
     const who = checkAction(r, form);
     const action = parkedAction(form);
     const { consumer, ids } = parkedTarget(form);
+    const rows = Number(form.get('expect_rows'));
+    const digest = parseDigest(form.get('expect_digest'));
+    if (!Number.isInteger(rows) || rows < 0 || digest === undefined)
+      throw new HttpError(400, 'expect_rows and expect_digest must come from a preview: preview the action first');
     const boss = new PgBoss({
       db: pgBossDb(o.pool),
       schema: o.bossSchema,
@@ -1011,17 +1025,30 @@ ${parkedTable(r, consumer, eligible, false)}`;
       createSchema: false,
     });
     boss.on('error', () => {});
+    let done: Awaited<ReturnType<typeof settleParked>>;
     try {
       await startPgBoss(() => boss.start());
-      const done = await settleParked(action, { boss, pool: o.pool, schema: o.schema, consumer, ids, actor: who, via: 'console' }).finally(
-        changed,
-      );
-      const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${done.changed}</b> of ${ids.length} parked event(s) of ${consumer}.</p>
-${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
-      return layout(r, 'Done', '/parked', body);
+      done = await settleParked(action, {
+        boss,
+        pool: o.pool,
+        schema: o.schema,
+        bossSchema: o.bossSchema,
+        consumer,
+        ids,
+        expect: { rows, digest },
+        actor: who,
+        via: 'console',
+      }).finally(changed);
+    } catch (err) {
+      if (!(err instanceof SelectionChangedError)) throw err;
+      r.status = 409;
+      return parkedPreviewPage(r, action, consumer, ids, err.message);
     } finally {
       await boss.stop({ graceful: false, close: false }).catch(() => {});
     }
+    const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${done.changed}</b> of ${ids.length} parked event(s) of ${consumer}.</p>
+${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
+    return layout(r, 'Done', '/parked', body);
   }
 
   // ---- login ----
