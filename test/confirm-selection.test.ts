@@ -5,7 +5,8 @@ import { after, before, test } from 'node:test';
 import { bossSchemaFor, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, startConsole } from '@ferry/relay';
-import { createTestDatabase, type TestDatabase, waitFor } from '@ferry/testkit';
+import { createTestDatabase, createTestStream, natsUrl, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { PgBoss } from 'pg-boss';
 import { markPublished, setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
@@ -22,6 +23,7 @@ let db: TestDatabase;
 let s: string;
 let boss: PgBoss;
 let server: ConsoleServer;
+let stream: TestStream;
 const base = () => ['--database-url', db.url, '--schema', db.schema];
 
 before(async () => {
@@ -31,7 +33,9 @@ before(async () => {
   boss.on('error', () => {});
   await boss.start();
   await boss.createQueue(QUEUE, { policy: 'key_strict_fifo', retryLimit: 0 });
+  stream = await createTestStream({ prefix: 'CONFSEL' });
   server = await startConsole({
+    nc: stream.nc,
     pool: db.pool,
     schema: db.schema,
     bossSchema: bossSchemaFor(db.schema),
@@ -46,6 +50,7 @@ before(async () => {
 
 after(async () => {
   await server?.close();
+  await stream?.close();
   await boss?.stop({ graceful: false, close: true }).catch(() => {});
   await db?.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(bossSchemaFor(db.schema))} CASCADE`).catch(() => {});
   await db?.close();
@@ -215,10 +220,17 @@ function call(method: 'GET' | 'POST', path: string, form?: Array<[string, string
   });
 }
 
+/** The hidden fields of a page, their values as a browser reads them (the attribute's entities decoded). */
+function hiddenFields(html: string): Array<[string, string]> {
+  const decode = (v: string) =>
+    v.replace(/&(lt|gt|quot|#39|amp);/g, (_, e: string) => ({ lt: '<', gt: '>', quot: '"', '#39': "'", amp: '&' })[e] ?? '');
+  return [...html.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].map((m) => [m[1] as string, decode(m[2] as string)]);
+}
+
 /** The fields of the preview's confirmation form, as the browser posts them. */
 function confirmForm(html: string): Array<[string, string]> {
   const form = /<form method="post" action="\/parked\/apply">([\s\S]*?)<\/form>/.exec(html)?.[1] ?? '';
-  return [...form.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].map((m) => [m[1] as string, m[2] as string]);
+  return hiddenFields(form);
 }
 
 test('console parked retry - a confirmation whose selection changed since the preview changes nothing and shows the new preview', async () => {
@@ -273,4 +285,83 @@ test('ferry inbox parked discard - --expect-selection holds the discard to what 
   const done = await ferry([...args, '--yes', '--expect-selection', shown.selection.digest]);
   assert.equal(done.code, 0, done.err);
   assert.deepEqual(await jobStates([a, b]), ['gone', 'gone']);
+});
+
+/** Rows A, C, B on the stream's subjects, in seq order: A and B published, C pending. Returns their ids. */
+async function acbPublished(key: string): Promise<Record<'A' | 'B' | 'C', string>> {
+  const publisher = createPublisher({ schema: db.schema, source: 'confirm-selection' });
+  const out: Record<string, string> = {};
+  for (const name of ['A', 'C', 'B']) {
+    const [row] = await withTransaction(db.pool, (tx) =>
+      publisher.publishMany(tx, [{ subject: `${stream.prefix}.${key}.${name}`, key: `${key}-${name}`, type: 'Replayed', data: { name } }]),
+    );
+    out[name] = row?.id as string;
+  }
+  assert.equal(await markPublished(db.pool, db.schema, 'o.id = ANY ($1::uuid[])', [[out.A, out.B]]), 2);
+  return out as Record<'A' | 'B' | 'C', string>;
+}
+
+/** Before the confirmation: A is pruned (its retention ran out), C is published. Still two rows match, not the two shown. */
+async function swapAForC(ids: Record<'A' | 'B' | 'C', string>): Promise<void> {
+  const pruned = await db.pool.query(`DELETE FROM ${s}.outbox WHERE id = $1`, [ids.A]);
+  assert.equal(pruned.rowCount, 1);
+  assert.equal(await markPublished(db.pool, db.schema, 'o.id = $1', [ids.C]), 1);
+}
+
+/** The copies of this test's rows in the stream (Nats-Msg-Id ending in :replay:…). */
+async function copiesInStream(key: string): Promise<number> {
+  const jsm = await jetstreamManager(stream.nc);
+  const info = await jsm.streams.info(stream.name, { subjects_filter: `${stream.prefix}.${key}.>` });
+  return Object.values(info.state.subjects ?? {}).reduce((a, b) => a + b, 0);
+}
+
+test('console replay - a confirmation whose selection changed since the preview (A pruned, C published) sends nothing and shows the new preview', async () => {
+  const ids = await acbPublished('rc');
+  const csrf = /name="csrf" value="([^"]*)"/.exec((await call('GET', `/events?subject=${stream.prefix}.rc.`)).body)?.[1] ?? '';
+  const preview = await call('POST', '/replay/preview', [
+    ['csrf', csrf],
+    ['subject', `${stream.prefix}.rc.`],
+  ]);
+  assert.equal(preview.status, 200, preview.body);
+  assert.match(preview.body, /This replays <b id="count">2<\/b> published event\(s\)/);
+  await swapAForC(ids);
+  const form = hiddenFields(preview.body);
+  const refused = await call('POST', '/replay/apply', form);
+  assert.equal(refused.status, 409, refused.body);
+  assert.match(
+    refused.body,
+    /nothing done: the selection changed since the preview: 2 published event\(s\) match again, but not the same ones/,
+  );
+  assert.match(refused.body, /This replays <b id="count">2<\/b> published event\(s\)/, 'the answer is the new preview');
+  assert.equal(await copiesInStream('rc'), 0, 'nothing was sent');
+});
+
+test('ferry replay - --expect-selection sends exactly what --dry-run showed, or nothing', async () => {
+  const ids = await acbPublished('rx');
+  const args = ['replay', '--subject-prefix', `${stream.prefix}.rx.`, '--nats-url', natsUrl(), ...base()];
+  const dry = await ferry([...args, '--dry-run', '--json']);
+  assert.equal(dry.code, 0, dry.err);
+  const shown = dry.json<{ matched: number; selection: { rows: number; digest: string } }>();
+  assert.deepEqual([shown.matched, shown.selection.rows], [2, 2]);
+  await swapAForC(ids);
+  const refused = await ferry([...args, '--yes', '--expect-selection', shown.selection.digest]);
+  assert.equal(refused.code, 1, refused.out);
+  assert.match(refused.err, /nothing done: the selection changed/);
+  assert.equal(await copiesInStream('rx'), 0, 'nothing was sent');
+  const again = (await ferry([...args, '--dry-run', '--json'])).json<{ selection: { digest: string } }>();
+  const done = await ferry([...args, '--yes', '--expect-selection', again.selection.digest, '--json']);
+  assert.equal(done.code, 0, done.err);
+  assert.equal(done.json<{ replayed: number }>().replayed, 2);
+  await waitFor(async () => (await copiesInStream('rx')) === 2, { what: 'the copies of C and B', timeoutMs: 10_000 });
+  const { rows } = await db.pool.query<{ filter: { changed: { ids: string[] } }; outcome: string }>(
+    `SELECT filter, outcome FROM ${s}.operator_actions WHERE action = 'replay' AND filter->>'previewDigest' = $1 ORDER BY id`,
+    [again.selection.digest],
+  );
+  assert.deepEqual(
+    rows.map((r) => [r.outcome.replace(/:.*/, ''), r.filter.changed.ids]),
+    [
+      ['started', [ids.C, ids.B]],
+      ['ok', [ids.C, ids.B]],
+    ],
+  );
 });

@@ -910,20 +910,27 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
 
   async function replayPreview(r: Req, form: URLSearchParams): Promise<string> {
     checkAction(r, form);
-    const sel = replaySelection(form);
+    return replayPreviewPage(r, replaySelection(form));
+  }
+
+  /** The preview of a replay, and its confirmation form carrying the exact selection; `refused` says why a confirmation was not done. */
+  async function replayPreviewPage(r: Req, sel: ReplaySelection, refused?: string): Promise<string> {
     const p = await previewReplay(longPool, o.schema, sel);
     const described = html`<span class="mono">${JSON.stringify(Object.fromEntries(Object.entries(sel).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v])))}</span>`;
+    const notice = refused
+      ? html`<p class="advice" id="error">${refused}</p><p class="note" id="changed">The selection changed since your preview: nothing was sent. This is the new preview.</p>`
+      : '';
     let body: Html;
     if (p.matched === 0)
-      body = html`<p class="note">No published event matches ${described}: nothing to replay.</p><p><a href="/events">Back</a></p>`;
+      body = html`${notice}<p class="note">No published event matches ${described}: nothing to replay.</p><p><a href="/events">Back</a></p>`;
     else if (p.matched > REPLAY_MAX)
-      body = html`<p class="advice" id="summary">${p.matched} events match ${described}: the console replays at most ${REPLAY_MAX} at a time. Narrow the filter, or run ferry replay with the same filters (it shows progress and prints resume commands).</p>`;
+      body = html`${notice}<p class="advice" id="summary">${p.matched} events match ${described}: the console replays at most ${REPLAY_MAX} at a time. Narrow the filter, or run ferry replay with the same filters (it shows progress and prints resume commands).</p>`;
     else if (!o.nc) body = html`<p class="advice">Cannot replay: ${o.natsError ?? 'not connected to NATS (ferry console --nats-url)'}.</p>`;
     else
-      body = html`<div class="preview"><p id="summary">This replays <b id="count">${p.matched}</b> published event(s) (seq ${p.firstSeq}..${p.lastSeq}) to <b>every consumer of their subjects</b>, in seq order, each key's copies one at a time. Inboxes drop the events they already applied.</p>
-<p class="note">Filter: ${described}. Only rows up to seq ${p.lastSeq} are sent: if the count differs when you confirm, nothing is sent.</p>
+      body = html`${notice}<div class="preview"><p id="summary">This replays <b id="count">${p.matched}</b> published event(s) (seq ${p.firstSeq}..${p.lastSeq}) to <b>every consumer of their subjects</b>, in seq order, each key's copies one at a time. Inboxes drop the events they already applied.</p>
+<p class="note">Filter: ${described}. Only these ${p.selection?.rows ?? p.matched} events, up to seq ${p.lastSeq}, are sent: if the selection differs when you confirm, nothing is sent.</p>
 <form method="post" action="/replay/apply">${csrfField(r)}${replayHidden(sel)}
-<input type="hidden" name="expect_rows" value="${p.matched}"><input type="hidden" name="expect_last_seq" value="${p.lastSeq ?? ''}">
+<input type="hidden" name="expect_rows" value="${p.selection?.rows ?? p.matched}"><input type="hidden" name="expect_last_seq" value="${p.lastSeq ?? ''}"><input type="hidden" name="expect_digest" value="${p.selection?.digest ?? ''}">
 <button id="confirm" class="danger" type="submit">Replay ${p.matched} event(s)</button> <a href="/events">Cancel</a></form></div>`;
     return layout(r, 'Preview: replay events', '/events', body);
   }
@@ -933,20 +940,28 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
     const sel = replaySelection(form);
     const rows = Number(form.get('expect_rows'));
     const lastSeq = form.get('expect_last_seq') ?? '';
-    if (!Number.isInteger(rows) || rows < 1 || rows > REPLAY_MAX || !/^\d{1,19}$/.test(lastSeq))
-      throw new HttpError(400, 'expect_rows and expect_last_seq must come from a preview');
+    const digest = parseDigest(form.get('expect_digest'));
+    if (!Number.isInteger(rows) || rows < 1 || rows > REPLAY_MAX || !/^\d{1,19}$/.test(lastSeq) || digest === undefined)
+      throw new HttpError(400, 'expect_rows, expect_last_seq and expect_digest must come from a preview: preview the replay first');
     if (!o.nc) throw new HttpError(503, `cannot replay: ${o.natsError ?? 'not connected to NATS (ferry console --nats-url)'}`);
-    // Bounded by the preview's last seq, so events published since do not join; the count must match.
+    // Bounded by the preview's last seq, so events published since do not join; the selection must be the preview's.
     const bound = BigInt(lastSeq);
     const bounded: ReplaySelection = { ...sel, toSeq: sel.toSeq !== undefined && sel.toSeq < bound ? sel.toSeq : bound };
-    const p = await previewReplay(longPool, o.schema, bounded);
-    if (p.matched !== rows) throw new SelectionChangedError(rows, p.matched, 'published event(s)');
-    const report = await replayEvents(longPool, o.nc, o.schema, bounded, p, {
-      actor: who,
-      via: 'console',
-      maxInFlight: 256,
-      publishTimeoutMs: 10_000,
-    });
+    const p = { matched: rows, firstSeq: null, lastSeq };
+    let report: Awaited<ReturnType<typeof replayEvents>>;
+    try {
+      report = await replayEvents(longPool, o.nc, o.schema, bounded, p, {
+        actor: who,
+        via: 'console',
+        maxInFlight: 256,
+        publishTimeoutMs: 10_000,
+        expect: { rows, digest },
+      });
+    } catch (err) {
+      if (!(err instanceof SelectionChangedError)) throw err;
+      r.status = 409;
+      return replayPreviewPage(r, sel, err.message);
+    }
     const body = html`<p id="result">Replayed <b id="done">${report.replayed}</b> of ${report.matched} event(s) (seq ${report.firstSeq}..${report.lastSeq}) in ${(report.durationMs / 1000).toFixed(1)} s; each copy's Nats-Msg-Id is its event id followed by <span class="mono">${report.msgIdSuffix}</span>.</p>
 ${
   report.failures.length > 0
