@@ -61,14 +61,29 @@ export function parseDigest(v: unknown): string | undefined {
   return typeof v === 'string' && DIGEST.test(v) ? v : undefined;
 }
 
+/** Ids an audit row names at most (3.7 MB of jsonb); past this it holds the count, the digest and the first and last id. */
+export const AUDIT_IDS_MAX = 100_000;
+
+/** How the audit trail names the rows an action changed. */
+export interface AuditedSelection extends Selection {
+  /** Every id, in order, up to AUDIT_IDS_MAX of them. */
+  ids?: string[];
+  /** Past AUDIT_IDS_MAX: the first and last id, the ids themselves left out (a jsonb value holds at most 255 MB). */
+  first?: string;
+  last?: string;
+  idsOmitted?: number;
+}
+
 /**
  * The audit trail's record of the rows an action changed: their count and digest, and the ids
- * themselves (in order), so the trail says which rows, not only how many. Ids are 36 characters:
- * 100,000 of them are 3.8 MB of jsonb, stored compressed, for an action that rare.
+ * themselves, in order, so the trail says which rows and not only how many. Past AUDIT_IDS_MAX
+ * the ids are left out (docs/console.md says where they can be found again: a discard's rows by
+ * the stamp in their last_error, a replay's copies by their Nats-Msg-Id suffix).
  */
-export function auditSelection(ids: readonly string[]): { rows: number; digest: string; ids: string[] } {
+export function auditSelection(ids: readonly string[]): AuditedSelection {
   const { rows, digest } = selectionOf(ids);
-  return { rows, digest, ids: [...ids] };
+  if (ids.length <= AUDIT_IDS_MAX) return { rows, digest, ids: [...ids] };
+  return { rows, digest, first: ids[0] as string, last: ids.at(-1) as string, idsOmitted: ids.length };
 }
 
 /** The selection changed between the preview and the confirmation: nothing was done. */
