@@ -161,10 +161,10 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
         ...(checking ? { subjects } : {}),
       }),
     );
-  } else if (!byIds && done.length === 0 && !flags.dryRun) ctx.out(`no ${noun}s ${what}`);
+  } else if (!byIds && done.length === 0) ctx.out(`no ${noun}s ${what}`);
   else {
     for (const id of done) ctx.out(`${verb} ${id}`);
-    if (selection)
+    if (selection && done.length > 0)
       ctx.out(
         `selection ${selection.digest} (${count(selection.rows, noun)}): confirm exactly these with --yes --expect-selection ${selection.digest}`,
       );
