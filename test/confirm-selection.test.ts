@@ -16,6 +16,7 @@ import { FERRY_BIN } from './relay-helpers.js';
 // C, B in seq order; A and B back off; the operator is shown A and B; before the confirmation A is
 // published and C fails. The CLI's confirmed paths must then change nothing (the console's dlq
 // one is in console-dlq-http.test.ts); the parked actions, console and CLI, keep the same rule.
+// One file for the one rule over every confirmed action (so over 350 lines): each test sets up its own rows.
 
 const TOKEN = 'confirm-selection-token-0123456789';
 const QUEUE = 'ferry.inbox.billing.parked';

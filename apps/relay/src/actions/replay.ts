@@ -26,6 +26,8 @@ import {
 
 // One implementation of `ferry replay`, for the CLI and `ferry console` alike: the selection, its
 // preview, and the per-key pipelined publish of the copies, recorded in operator_actions.
+// Over 350 lines, kept whole: the selection, the reading a confirmation is checked against, and the
+// run that sends exactly that reading are one contract, and a split would put it in three files.
 
 /** Which retained (published, not discarded) rows a replay re-publishes; every field narrows. */
 export interface ReplaySelection {
