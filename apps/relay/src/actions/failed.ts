@@ -26,7 +26,7 @@ export interface FailedPreview {
   dead: number;
   backingOff: number;
   keys: number;
-  /** The highest seq selected: the change is bounded by it, so rows failed after the preview are not swept in. */
+  /** The highest seq selected (a confirmation is held to `selection`, the exact rows, not to this bound). */
   maxSeq: string | null;
   /** Undelivered rows of those keys behind them: they flow once the keys unblock. Counted behind `behindKeys` keys only. */
   behind: number;
