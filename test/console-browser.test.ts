@@ -231,11 +231,14 @@ describe('ferry console in Chromium', () => {
     // The overview, never reloaded, refreshed itself: no dead event left.
     await showsText(overview, '[data-card=dead] b', (t) => t === '0', 'the overview, never reloaded, to count 0 dead events');
     assert.deepEqual(problems, [], 'no script error, dialog or CSP violation');
-    const { rows } = await db.pool.query<{ filter: { maxSeq?: unknown } }>(
+    const { rows } = await db.pool.query<{ filter: { previewDigest?: unknown; changed?: unknown } }>(
       `SELECT actor, via, action, filter, rows, outcome FROM ${s}.operator_actions WHERE via = 'console'`,
     );
-    assert.match(String(rows[0]?.filter.maxSeq), /^\d+$/, "the change was bounded by the preview's highest seq");
-    delete rows[0]?.filter.maxSeq;
+    const digest = String(rows[0]?.filter.previewDigest);
+    assert.match(digest, /^[0-9a-f]{64}$/, "the confirmation carried the preview's selection digest");
+    assert.deepEqual(rows[0]?.filter.changed, { rows: 1, digest, ids: [head] }, 'the audit names the row discarded');
+    delete rows[0]?.filter.previewDigest;
+    delete rows[0]?.filter.changed;
     assert.deepEqual(rows, [
       {
         actor: 'token',

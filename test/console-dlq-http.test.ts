@@ -5,7 +5,7 @@ import { quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
-import { setFailed } from './delivery-state.js';
+import { markPublished, setFailed } from './delivery-state.js';
 
 // The console's dlq routes over plain HTTP (the Chromium test, console-browser.test.ts, covers the
 // clicking): a head the relay is backing off from, not dead, can be previewed and discarded or retried.
@@ -117,7 +117,7 @@ test('console - a backing-off head on the blocked page offers retry and discard;
     action: 'discard',
     key: 'boff',
     expect_rows: field(preview.body, 'expect_rows') ?? '',
-    expect_max_seq: field(preview.body, 'expect_max_seq') ?? '',
+    expect_digest: field(preview.body, 'expect_digest') ?? '',
   });
   assert.equal(applied.status, 200, applied.body);
   assert.equal(text(applied.body, 'done'), '1');
@@ -125,10 +125,22 @@ test('console - a backing-off head on the blocked page offers retry and discard;
   const { rows } = await db.pool.query<{ via: string; action: string; filter: Record<string, unknown>; rows: number }>(
     `SELECT via, action, filter, rows FROM ${s}.operator_actions`,
   );
-  assert.equal(rows.length, 1);
-  assert.match(String(rows[0]?.filter.maxSeq), /^\d+$/);
-  delete rows[0]?.filter.maxSeq;
-  assert.deepEqual(rows, [{ via: 'console', action: 'dlq.discard', filter: { key: 'boff', state: 'failed', previewed: 1 }, rows: 1 }]);
+  const digest = field(preview.body, 'expect_digest');
+  assert.match(digest ?? '', /^[0-9a-f]{64}$/);
+  assert.deepEqual(rows, [
+    {
+      via: 'console',
+      action: 'dlq.discard',
+      filter: {
+        key: 'boff',
+        state: 'failed',
+        previewed: 1,
+        previewDigest: digest,
+        changed: { rows: 1, digest, ids: [heads.get('boff')] },
+      },
+      rows: 1,
+    },
+  ]);
 });
 
 test('console - the events filter acts on its state: all failed, only dead, or only backing off', async () => {
@@ -149,13 +161,14 @@ test('console - the events filter acts on its state: all failed, only dead, or o
   const all = await call('POST', '/dlq/preview', { csrf, action: 'retry', subject: 'nowhere.x' });
   assert.equal(text(all.body, 'count'), '2');
   assert.match(all.body, /failed event\(s\) \(1 dead, 1 backing off\)/);
+  const backingOffOnly = await call('POST', '/dlq/preview', { csrf, action: 'retry', subject: 'nowhere.x', state: 'backing-off' });
   const applied = await call('POST', '/dlq/apply', {
     csrf,
     action: 'retry',
     subject: 'nowhere.x',
     state: 'backing-off',
     expect_rows: '1',
-    expect_max_seq: '',
+    expect_digest: field(backingOffOnly.body, 'expect_digest') ?? '',
   });
   assert.equal(applied.status, 200, applied.body);
   assert.equal(text(applied.body, 'done'), '1');
@@ -166,3 +179,85 @@ test('console - the events filter acts on its state: all failed, only dead, or o
     'the dead one was not selected',
   );
 });
+
+test('console - a confirmation whose selection changed since the preview (A published, C failed) changes nothing and shows the new preview', async () => {
+  // Rows A, C, B of one subject prefix, in seq order, each its key's head; A and B are backing off, C is pending.
+  const publisher = createPublisher({ schema: db.schema, source: 'console-dlq-http' });
+  const acb = new Map<string, string>();
+  for (const name of ['A', 'C', 'B']) {
+    const [row] = await withTransaction(db.pool, (tx) =>
+      publisher.publishMany(tx, [{ subject: `acb.${name}`, key: `acb-${name}`, type: 'Head', data: {} }]),
+    );
+    acb.set(name, row?.id as string);
+  }
+  const id = (name: string) => acb.get(name) as string;
+  const failedNow = (names: string[]) =>
+    setFailed(db.pool, db.schema, 'o.id = ANY ($1::uuid[])', [names.map(id)], {
+      attempts: 2,
+      nextAttemptAt: `now() + interval '1 hour'`,
+      lastError: 'no_responders: no stream binds subject acb.x',
+    });
+  assert.equal(await failedNow(['A', 'B']), 2);
+  const csrf = field((await call('GET', '/blocked')).body, 'csrf') ?? '';
+  const preview = await call('POST', '/dlq/preview', { csrf, action: 'discard', subject: 'acb.' });
+  assert.equal(preview.status, 200, preview.body);
+  assert.equal(text(preview.body, 'count'), '2');
+  assert.deepEqual(shownIds(preview.body), [id('A'), id('B')]);
+  assert.match(preview.body, /Only these 2 rows change: if the selection differs when you confirm, nothing is done/);
+
+  // Before the operator confirms: A is published, C fails. Still two failed rows, but C was never shown.
+  assert.equal(await markPublished(db.pool, db.schema, 'o.id = $1', [id('A')]), 1);
+  assert.equal(await failedNow(['C']), 1);
+  const confirm = {
+    csrf,
+    action: 'discard',
+    subject: 'acb.',
+    expect_rows: field(preview.body, 'expect_rows') ?? '',
+    expect_digest: field(preview.body, 'expect_digest') ?? '',
+  };
+  const refused = await call('POST', '/dlq/apply', confirm);
+  assert.equal(refused.status, 409, refused.body);
+  assert.match(
+    text(refused.body, 'error') ?? '',
+    /nothing done: the selection changed since the preview: 2 failed row\(s\) match again, but not the same ones/,
+  );
+  assert.match(refused.body, /The selection changed since your preview: nothing was done/);
+  assert.deepEqual(shownIds(refused.body), [id('C'), id('B')], 'the answer is the new preview: C and B');
+  assert.equal(text(refused.body, 'count'), '2');
+  const acbState = async () => {
+    const { rows } = await db.pool.query<{ id: string; state: string }>(
+      `SELECT id::text AS id, CASE WHEN published_at IS NULL THEN 'pending' WHEN dead_at IS NULL THEN 'published' ELSE 'discarded' END AS state
+         FROM ${s}.outbox_events WHERE subject LIKE 'acb.%' ORDER BY seq`,
+    );
+    return rows.map((r) => `${r.id === id('A') ? 'A' : r.id === id('C') ? 'C' : 'B'}:${r.state}`);
+  };
+  assert.deepEqual(await acbState(), ['A:published', 'C:pending', 'B:pending'], 'nothing was discarded');
+
+  // The new preview's confirmation discards exactly C and B, and the audit row names them.
+  const applied = await call('POST', '/dlq/apply', {
+    ...confirm,
+    expect_rows: field(refused.body, 'expect_rows') ?? '',
+    expect_digest: field(refused.body, 'expect_digest') ?? '',
+  });
+  assert.equal(applied.status, 200, applied.body);
+  assert.equal(text(applied.body, 'done'), '2');
+  assert.deepEqual(await acbState(), ['A:published', 'C:discarded', 'B:discarded']);
+  const { rows } = await db.pool.query<{
+    filter: { subject?: string; changed?: { rows: number; digest: string; ids: string[] } };
+    rows: number;
+    outcome: string;
+  }>(`SELECT filter, rows, outcome FROM ${s}.operator_actions WHERE filter->>'subject' = 'acb.' ORDER BY id`);
+  assert.deepEqual(
+    rows.map((r) => [r.rows, r.filter.changed?.ids, r.outcome.replace(/:.*/, '')]),
+    [
+      [0, [], 'nothing done'],
+      [2, [id('C'), id('B')], 'ok'],
+    ],
+  );
+  assert.equal(rows[1]?.filter.changed?.digest, field(refused.body, 'expect_digest'), 'the digest of what changed is the one confirmed');
+});
+
+/** The event ids a preview's table shows, in order. */
+function shownIds(html: string): string[] {
+  return [...html.matchAll(/href="\/event\?id=([0-9a-f-]{36})"/g)].map((m) => m[1] as string);
+}

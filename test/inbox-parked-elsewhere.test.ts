@@ -38,7 +38,15 @@ before(async () => {
     (await boss.send(
       parkQueueName('billing'),
       {
+        // A parked job as every release writes it (format 1): read through the inbox's one decoder, which shows anything less as malformed.
         format: 1,
+        consumer: 'billing',
+        stream: 'ORDERS',
+        streamSeq: 1,
+        natsSubject: 'orders.set',
+        headers: [],
+        body: '',
+        deliveries: 1,
         reason: 'handler-failed',
         error: 'billing was down',
         mode: 'sequential',

@@ -166,9 +166,13 @@ test('ferry dlq - retry --dry-run names a subject no stream binds (exit 1); once
   const { rows } = await db.pool.query<{ action: string; filter: Record<string, unknown>; rows: number }>(
     `SELECT action, filter, rows FROM ${s}.operator_actions ORDER BY id`,
   );
-  assert.deepEqual(rows, [
-    { action: 'dlq.discard', filter: { key: 'a', state: 'failed' }, rows: 1 },
-    { action: 'dlq.discard', filter: { ids: [discardedHead], state: 'failed' }, rows: 0 },
-    { action: 'dlq.retry', filter: { ids: [head], state: 'failed' }, rows: 1 },
-  ]);
+  // Each names the ids it changed (issue 42); their digest is covered in confirm-selection.test.ts.
+  assert.deepEqual(
+    rows.map((r) => ({ ...r, filter: { ...r.filter, changed: (r.filter.changed as { ids: string[] }).ids } })),
+    [
+      { action: 'dlq.discard', filter: { key: 'a', state: 'failed', changed: [discardedHead] }, rows: 1 },
+      { action: 'dlq.discard', filter: { ids: [discardedHead], state: 'failed', changed: [] }, rows: 0 },
+      { action: 'dlq.retry', filter: { ids: [head], state: 'failed', changed: [head] }, rows: 1 },
+    ],
+  );
 });

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
@@ -78,7 +79,10 @@ test('ferry dlq - retry and discard of event ids also need --yes without a termi
   assert.deepEqual(await dead(), ['k0', 'k1', 'k2', 'k3']);
   const dry = await ferry(['dlq', 'discard', ids[0] as string, ids[1] as string, '--dry-run', '--json', ...base()]);
   assert.equal(dry.code, 0, dry.err);
-  assert.deepEqual(dry.json(), { discarded: [], notFailed: [], notDead: [], dryRun: true, wouldChange: [ids[0], ids[1]] });
+  const { selection, ...listed } = dry.json<{ selection: { rows: number; digest: string } }>();
+  assert.deepEqual(listed, { discarded: [], notFailed: [], notDead: [], dryRun: true, wouldChange: [ids[0], ids[1]] });
+  // The digest a confirmation is held to (--yes --expect-selection): sha256 over the ids in seq order, one per line.
+  assert.deepEqual(selection, { rows: 2, digest: createHash('sha256').update(`${ids[0]}\n${ids[1]}\n`).digest('hex') });
   const bulk = await ferry(['dlq', 'retry', '--all-dead', '--dry-run', '--no-check-streams', ...base()]);
   assert.equal(bulk.code, 0, bulk.err);
   assert.equal(bulk.out.split('\n').filter((l) => l.startsWith('would retry ')).length, 4);
@@ -109,6 +113,17 @@ test('ferry dlq - retry --key K --yes retries only that key; discard --all-dead 
   assert.match(String(shown.lastError), /^discarded by ferry dlq discard/);
 });
 
+/** The audit trail's `changed`: the ids, their count, and sha256 over them in order, one per line. */
+function changed(list: string[]) {
+  return {
+    rows: list.length,
+    digest: createHash('sha256')
+      .update(list.map((id) => `${id}\n`).join(''))
+      .digest('hex'),
+    ids: list,
+  };
+}
+
 test('ferry dlq - every retry and discard is recorded in operator_actions: who, via the CLI, what filter, how many rows', async () => {
   const { rows } = await db.pool.query<{
     actor: string;
@@ -122,8 +137,9 @@ test('ferry dlq - every retry and discard is recorded in operator_actions: who, 
   assert.deepEqual(
     rows.map((r) => [r.via, r.action, r.filter, r.rows, r.outcome]),
     [
-      ['cli', 'dlq.retry', { key: 'k1', state: 'failed' }, 1, 'ok'],
-      ['cli', 'dlq.discard', { state: 'dead' }, 3, 'ok'],
+      // Each names the rows it changed, in seq order, with their count and digest (issue 42).
+      ['cli', 'dlq.retry', { key: 'k1', state: 'failed', changed: changed([ids[1] as string]) }, 1, 'ok'],
+      ['cli', 'dlq.discard', { state: 'dead', changed: changed([ids[0], ids[2], ids[3]] as string[]) }, 3, 'ok'],
     ],
   );
   assert.match(rows[0]?.actor ?? '', /.@./, 'user@host');

@@ -16,9 +16,9 @@ export {
 } from './errors.js';
 export { createInbox, migrateInbox } from './inbox.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
-export { discardParked, listParked, type ParkedAdminOptions, type ParkedEvent, retryParked } from './parked.js';
+export { discardParked, listParked, type ParkedAdminOptions, type ParkedConfirmation, type ParkedEvent, retryParked } from './parked.js';
 export { type FindParkedElsewhereOptions, findParkedElsewhere, type ParkedElsewhere } from './parked-elsewhere.js';
-export type { ParkedJobData } from './parked-job.js';
+export { type ParkedJobData, type ParkedJobRead, RAW_JSON_MAX, readParkedJob } from './parked-job.js';
 export {
   type EventMap,
   type Handler,

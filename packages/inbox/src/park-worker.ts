@@ -6,7 +6,7 @@ import type { Gate } from './gate.js';
 import { boundedTransaction, type CompiledInboxOptions } from './options.js';
 import type { OutcomeReporter } from './outcomes.js';
 import { errorText } from './outcomes.js';
-import { decodeParked, isParkedJobData, PARK_HEARTBEAT_SECONDS, type ParkedJobData } from './parked-job.js';
+import { decodeParked, PARK_HEARTBEAT_SECONDS, type ParkedJobData, readParkedJob } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { orderParked } from './sql/park-order.js';
@@ -84,13 +84,16 @@ export class ParkWorker {
   async retry(job: Job<ParkedJobData>): Promise<void> {
     const o = this.#o;
     const boss = this.#boss();
-    if (!isParkedJobData(job.data)) throw new PoisonMessageError('undecodable-headers', `parked job ${job.id} is not a Ferry parked event`);
-    const key = o.mode === 'sequential' ? job.data.key : undefined;
-    if (key === undefined || job.data.version === undefined) {
-      await this.#retryOnce(job, job.data, boss);
+    // The parking lot is a table other roles may write (docs/security.md): read, never trusted.
+    const read = readParkedJob(job.data);
+    if (read.kind === 'malformed')
+      throw new PoisonMessageError('undecodable-headers', `parked job ${job.id} is not a Ferry parked event: ${read.problem}`);
+    const key = o.mode === 'sequential' ? read.job.key : undefined;
+    if (key === undefined || read.job.version === undefined) {
+      await this.#retryOnce(job, read.job, boss);
       return;
     }
-    let data = job.data;
+    let data = read.job;
     // Each turn runs a strictly lower version than the one before: bounded by the key's recorded version.
     for (;;) {
       try {

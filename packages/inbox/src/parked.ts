@@ -2,6 +2,7 @@ import {
   type ConnectionPool,
   describeValue,
   pgBossDb,
+  type Queryable,
   quoteIdentifier,
   ValidationError,
   validateIdentifier,
@@ -9,7 +10,7 @@ import {
 } from '@ferry/core';
 import type { JobWithMetadata, PgBoss } from 'pg-boss';
 import { parkQueueName } from './options.js';
-import { isParkedJobData, type ParkedJobData } from './parked-job.js';
+import { type ParkedJobData, readParkedJob } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked, skipVersion } from './sql/park-count.js';
 import type { ParkReason } from './types.js';
@@ -31,6 +32,8 @@ export interface ParkedEvent {
   readonly lastError: string | null;
   readonly retryCount: number;
   readonly parkedAt: string;
+  /** Set when the job is not a Ferry parked event (written by another role into a shared pg-boss schema): why, and its JSON. */
+  readonly malformed?: { readonly problem: string; readonly raw: string };
 }
 
 export interface ParkedAdminOptions {
@@ -54,7 +57,8 @@ async function consumersOf(options: ParkedAdminOptions): Promise<string[]> {
 }
 
 function toParked(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent {
-  const data: Partial<ParkedJobData> = isParkedJobData(job.data) ? job.data : {};
+  const read = readParkedJob(job.data);
+  const data: Partial<ParkedJobData> = read.kind === 'parked' ? read.job : {};
   const output = job.output as { message?: unknown } | null | undefined;
   return {
     consumer,
@@ -69,6 +73,7 @@ function toParked(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent 
     lastError: typeof output?.message === 'string' ? output.message : null,
     retryCount: job.retryCount,
     parkedAt: data.parkedAt ?? new Date(job.createdOn).toISOString(),
+    ...(read.kind === 'malformed' ? { malformed: { problem: read.problem, raw: read.raw } } : {}),
   };
 }
 
@@ -106,11 +111,49 @@ function requireConsumer(options: ParkedAdminOptions): string {
   return validateIdentifier(options.consumer, 'consumer');
 }
 
-/** Makes failed parked events eligible again now; the park worker retries them through the gate. Returns how many changed. */
-export async function retryParked(options: ParkedAdminOptions & { ids: string[] }): Promise<number> {
+/**
+ * A confirmation's check of the exact selection, run inside the change's transaction on the jobs
+ * it locked: the ids (sorted) of the given jobs that the action can change now (failed ones for a
+ * retry; waiting or failed ones for a discard). It throws to change nothing.
+ */
+export interface ParkedConfirmation {
+  /** The inbox's pg-boss schema (where the jobs are locked). */
+  bossSchema: string;
+  /** The pool of the transaction (the inbox's database). */
+  pool: ConnectionPool;
+  check(eligible: readonly string[]): void;
+}
+
+/** Locks the given jobs of `queue` in `states`, and returns their ids, sorted. */
+async function lockJobs(tx: Queryable, bossSchema: string, queue: string, ids: string[], states: readonly string[]): Promise<string[]> {
+  const b = quoteIdentifier(validateIdentifier(bossSchema, 'bossSchema'));
+  const { rows } = await tx.query<{ id: string }>(
+    `SELECT id::text AS id FROM ${b}.job WHERE name = $1 AND id = ANY ($2::uuid[]) AND state::text = ANY ($3::text[]) ORDER BY id FOR UPDATE`,
+    [queue, ids, states],
+  );
+  return rows.map((r) => r.id).sort();
+}
+
+/**
+ * Makes failed parked events eligible again now; the park worker retries them through the gate.
+ * Returns how many changed. With `confirm`, the failed ones among `ids` are locked and checked in
+ * the same transaction as the retry, which then retries exactly those.
+ */
+export async function retryParked(options: ParkedAdminOptions & { ids: string[]; confirm?: ParkedConfirmation }): Promise<number> {
   const consumer = requireConsumer(options);
+  const queue = parkQueueName(consumer);
+  const { confirm } = options;
+  if (confirm) {
+    return withTransaction(confirm.pool, async (tx) => {
+      const eligible = await lockJobs(tx, confirm.bossSchema, queue, options.ids, ['failed']);
+      confirm.check(eligible);
+      if (eligible.length === 0) return 0;
+      const result = await options.boss.retry(queue, eligible, { db: pgBossDb(tx) });
+      return (result as { affected?: number }).affected ?? 0;
+    });
+  }
   if (options.ids.length === 0) return 0;
-  const result = await options.boss.retry(parkQueueName(consumer), options.ids);
+  const result = await options.boss.retry(queue, options.ids);
   return (result as { affected?: number }).affected ?? 0;
 }
 
@@ -124,38 +167,64 @@ export async function retryParked(options: ParkedAdminOptions & { ids: string[] 
  * a parked event and completes its job, so the job's state read under it is
  * final. A completed job is not discarded (its event applied and its parked
  * count was already taken off); one the worker is running now is refused.
+ *
+ * With `confirm`, every id is discarded in one transaction: the keys' locks
+ * (in key order), then the jobs' (the park worker's order), then the check of
+ * the exact selection, then the discards, so nothing changes unless the
+ * selection is the one confirmed.
  */
 export async function discardParked(
-  options: ParkedAdminOptions & { ids: string[]; pool: ConnectionPool; schema?: string },
+  options: ParkedAdminOptions & { ids: string[]; pool: ConnectionPool; schema?: string; confirm?: ParkedConfirmation },
 ): Promise<number> {
   const consumer = requireConsumer(options);
   const schema = quoteIdentifier(validateIdentifier(options.schema ?? 'ferry', 'schema'));
   const queue = parkQueueName(consumer);
+  const found = new Map<string, ParkedJobData | undefined>();
+  for (const id of options.ids) {
+    const job = await options.boss.getJobById<unknown>(queue, id);
+    if (!job) throw new ValidationError('ids', `no parked event ${describeValue(id)} for consumer ${consumer}`);
+    // A malformed job (docs/security.md: another role's) counts nothing and skips nothing: it is only deleted.
+    const read = readParkedJob(job.data);
+    found.set(id, read.kind === 'parked' && read.job.mode === 'sequential' && read.job.version !== undefined ? read.job : undefined);
+  }
+  /** Discards one job in `tx`, whose key (when sequential) is locked already; returns 1 or 0. */
+  const discardOne = async (tx: Queryable, id: string): Promise<number> => {
+    const db = pgBossDb(tx);
+    const job = await options.boss.getJobById<unknown>(queue, id, { db });
+    if (!job || !DISCARDABLE_STATES.has(job.state)) {
+      if (job?.state === 'active') {
+        throw new ValidationError('ids', `parked event ${id} is being retried by the park worker right now: discard it again in a moment`);
+      }
+      return 0; // applied (completed) or gone meanwhile: nothing to discard, nothing to count
+    }
+    // Read again under the key's lock: the key's versions may have been sorted into other slots meanwhile.
+    const read = readParkedJob(job.data);
+    const data = read.kind === 'parked' ? read.job : undefined;
+    if (found.get(id) !== undefined && data?.key !== undefined && data.version !== undefined) {
+      await addParked(tx, schema, consumer, data.key, -1);
+      await skipVersion(tx, schema, consumer, data.key, BigInt(data.version));
+    }
+    const r = await options.boss.deleteJob(queue, id, { db });
+    return (r as { affected?: number }).affected ?? 0;
+  };
+  const keyOf = (id: string) => found.get(id)?.key;
+  const { confirm } = options;
+  if (confirm) {
+    return withTransaction(options.pool, async (tx) => {
+      const keys = [...new Set(options.ids.map(keyOf).filter((k): k is string => k !== undefined))].sort();
+      for (const key of keys) await lockKey(tx, schema, consumer, key);
+      confirm.check(await lockJobs(tx, confirm.bossSchema, queue, options.ids, [...DISCARDABLE_STATES]));
+      let discarded = 0;
+      for (const id of options.ids) discarded += await discardOne(tx, id);
+      return discarded;
+    });
+  }
   let discarded = 0;
   for (const id of options.ids) {
-    const found = await options.boss.getJobById<ParkedJobData>(queue, id);
-    if (!found) throw new ValidationError('ids', `no parked event ${describeValue(id)} for consumer ${consumer}`);
-    await withTransaction(options.pool, async (tx) => {
-      const db = pgBossDb(tx);
-      const data = found.data;
-      const sequential = isParkedJobData(data) && data.mode === 'sequential' && data.key !== undefined && data.version !== undefined;
-      if (sequential) await lockKey(tx, schema, consumer, data.key as string);
-      const job = await options.boss.getJobById<ParkedJobData>(queue, id, { db });
-      if (!job || !DISCARDABLE_STATES.has(job.state)) {
-        if (job?.state === 'active') {
-          throw new ValidationError(
-            'ids',
-            `parked event ${id} is being retried by the park worker right now: discard it again in a moment`,
-          );
-        }
-        return; // applied (completed) or gone meanwhile: nothing to discard, nothing to count
-      }
-      if (sequential) {
-        await addParked(tx, schema, consumer, data.key as string, -1);
-        await skipVersion(tx, schema, consumer, data.key as string, BigInt(data.version as string));
-      }
-      const r = await options.boss.deleteJob(queue, id, { db });
-      discarded += (r as { affected?: number }).affected ?? 0;
+    discarded += await withTransaction(options.pool, async (tx) => {
+      const key = keyOf(id);
+      if (key !== undefined) await lockKey(tx, schema, consumer, key);
+      return discardOne(tx, id);
     });
   }
   return discarded;

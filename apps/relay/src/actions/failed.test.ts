@@ -8,6 +8,7 @@ import { markPublishedSql } from '../sql/mark-published.js';
 import { outboxWithState } from '../sql/outbox-state.js';
 import { FAILED_CONDITION } from './event-filter.js';
 import { previewFailed, SelectionChangedError, selectFailed, settleFailed } from './failed.js';
+import { selectionOf } from './selection.js';
 
 // The dlq actions (ferry dlq retry/discard and the console) on failed rows, dead or backing off, against the
 // real database; and the relay's marks of a row an operator settled while a relay had it on the wire.
@@ -142,18 +143,30 @@ test('dlq actions - retry makes a backing-off head due now; discard marks one di
     `SELECT action, filter, rows FROM ${s}.operator_actions ORDER BY id`,
   );
   assert.deepEqual(rows, [
-    { action: 'dlq.retry', filter: { key: 'backoff', state: 'failed' }, rows: 1 },
-    { action: 'dlq.discard', filter: { ids: [later], state: 'failed' }, rows: 0 },
-    { action: 'dlq.discard', filter: { key: 'gone', state: 'failed' }, rows: 1 },
+    // Each names the rows it changed: their ids in seq order, with their count and digest.
+    { action: 'dlq.retry', filter: { key: 'backoff', state: 'failed', changed: changed([head('backoff')]) }, rows: 1 },
+    { action: 'dlq.discard', filter: { ids: [later], state: 'failed', changed: changed([]) }, rows: 0 },
+    { action: 'dlq.discard', filter: { key: 'gone', state: 'failed', changed: changed([head('gone')]) }, rows: 1 },
   ]);
 });
+
+function changed(list: string[]) {
+  return { ...selectionOf(list), ids: list };
+}
 
 test('dlq actions - a confirmation whose selection changed since the preview changes nothing', async () => {
   const p = await previewFailed(db.pool, db.schema, { key: 'dead' });
   assert.equal(p.rows, 1);
+  assert.deepEqual(p.selection, selectionOf([head('dead')]), 'the preview carries the digest of its ids, in seq order');
   await assert.rejects(
-    settleFailed(db.pool, db.schema, 'retry', { key: 'dead' }, { ...operator, expect: { rows: 2, maxSeq: p.maxSeq } }),
+    settleFailed(db.pool, db.schema, 'retry', { key: 'dead' }, { ...operator, expect: { rows: 2, digest: p.selection.digest } }),
     (err: Error) => err instanceof SelectionChangedError && /the preview selected 2 failed row\(s\), now 1 match/.test(err.message),
+  );
+  // The same count of other rows is refused too: the digest names the rows, not how many.
+  const other = selectionOf([head('backoff')]);
+  await assert.rejects(
+    settleFailed(db.pool, db.schema, 'retry', { key: 'dead' }, { ...operator, expect: other }),
+    (err: Error) => err instanceof SelectionChangedError && /1 failed row\(s\) match again, but not the same ones/.test(err.message),
   );
   assert.equal((await row(head('dead')))?.dead, true, 'still dead');
 });

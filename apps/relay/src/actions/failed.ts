@@ -1,10 +1,12 @@
 import { notifyChannel, type Queryable, quoteIdentifier, withTransaction } from '@ferry/core';
 import type pg from 'pg';
-import { CommandFailedError } from '../errors.js';
 import { NOTIFY_RELAYS_SQL } from '../sql/notify-relays.js';
 import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
 import { type AuditEntry, auditTableMissing, isAuditMissing, type Operator, recordAction } from './audit.js';
 import { describeFilter, type EventFilter, FAILED_CONDITION, filterCondition } from './event-filter.js';
+import { auditSelection, type ExpectedSelection, type Selection, SelectionChangedError, sameSelection, selectionOf } from './selection.js';
+
+export { SelectionChangedError } from './selection.js';
 
 // One implementation of `dlq retry` and `dlq discard`, for `ferry dlq` and `ferry console` alike:
 // a preview (how many rows, of how many keys, how many rows behind them will flow), then the change,
@@ -24,12 +26,14 @@ export interface FailedPreview {
   dead: number;
   backingOff: number;
   keys: number;
-  /** The highest seq selected: the change is bounded by it, so rows failed after the preview are not swept in. */
+  /** The highest seq selected (a confirmation is held to `selection`, the exact rows, not to this bound). */
   maxSeq: string | null;
   /** Undelivered rows of those keys behind them: they flow once the keys unblock. Counted behind `behindKeys` keys only. */
   behind: number;
   /** The keys `behind` was counted behind: all of them (`keys`), or the first BEHIND_KEYS_COUNTED, so `behind` is a lower bound. */
   behindKeys: number;
+  /** Every selected row's id in seq order, as a digest: what a confirmation carries (`SettleFailedOptions.expect`). */
+  selection: Selection;
   /** The first selected rows, oldest first. */
   sample: Array<{ id: string; key: string; version: string; subject: string; type: string; state: FailedState; last_error: string | null }>;
 }
@@ -84,6 +88,9 @@ export async function previewFailed(
       WHERE ${sql} ORDER BY o.seq LIMIT ${Math.max(0, Math.trunc(sample))}`,
     params,
   );
+  // Read apart from the counts: a row that changed between the two reads makes the confirmation
+  // refuse, which is the safe side.
+  const selection = selectionOf((await selectFailedIds(q, schema, filter)).map((x) => x.id));
   const r = rows[0];
   const n = Number(r?.n ?? 0);
   const dead = Number(r?.dead ?? 0);
@@ -95,6 +102,7 @@ export async function previewFailed(
     maxSeq: r?.maxseq ?? null,
     behind: Number(r?.behind ?? 0),
     behindKeys: Number(r?.counted ?? 0),
+    selection,
     sample: first.rows,
   };
 }
@@ -117,17 +125,22 @@ export async function selectFailed(q: Queryable, schema: string, filter: EventFi
   return rows;
 }
 
-export interface SettleFailedOptions extends Operator {
-  /** From the preview the operator confirmed: refuse (and change nothing) when the selection no longer has exactly this many rows up to maxSeq. */
-  expect?: { rows: number; maxSeq: string | null };
+/** Every failed row's id the filter selects, in seq order (the digest's input). */
+async function selectFailedIds(q: Queryable, schema: string, filter: EventFilter): Promise<Array<{ id: string }>> {
+  const { sql, params } = failedSelection(filter);
+  const { rows } = await q.query<{ id: string }>(
+    `SELECT o.id::text AS id FROM ${outboxWithState(quoteIdentifier(schema))} WHERE ${sql} ORDER BY o.seq`,
+    params,
+  );
+  return rows;
 }
 
-/** The selection changed between the preview and the confirmation: nothing was done. */
-export class SelectionChangedError extends CommandFailedError {
-  constructor(expected: number, found: number, what = 'failed row(s)') {
-    super(`nothing done: the preview selected ${expected} ${what}, now ${found} match: preview again`);
-    this.name = 'SelectionChangedError';
-  }
+export interface SettleFailedOptions extends Operator {
+  /**
+   * The selection of the preview the operator confirmed: refuse, and change nothing, unless the
+   * rows selected now, locked, are exactly these ids in this order.
+   */
+  expect?: ExpectedSelection;
 }
 
 /**
@@ -158,18 +171,20 @@ export async function settleFailed(
   const s = quoteIdentifier(schema);
   const { sql, params } = failedSelection(filter);
   const by = options.via === 'cli' ? 'ferry dlq discard' : `ferry console (${options.actor.slice(0, 100)})`;
-  let where = sql;
-  const values = [...params];
-  if (options.expect?.maxSeq != null) {
-    values.push(options.expect.maxSeq);
-    where += ` AND o.seq <= $${values.length}::bigint`;
-  }
-  // The change on the pending rows the filter selects: a retry makes them due at once; a discard
-  // deletes them and records each as published and dead (outbox migration 000015). The filter is
-  // the UPDATE's or DELETE's own condition on the pending row `p`, so PostgreSQL checks it again on
-  // a row another transaction changed meanwhile: a row retried and delivered, or retried by another
-  // operator, while this waited for its lock no longer matches and is left as it is.
   const state = `${s}.outbox o LEFT JOIN ${s}.outbox_published d ON d.seq = o.seq`;
+  // The selection, locked: the pending rows the filter selects now, in seq order. Locking re-checks
+  // the filter on a row another transaction changed meanwhile (a row retried and delivered, or
+  // retried by another operator, while this waited no longer matches); the change below is then
+  // bounded by exactly these rows, so a row that fails after this read (C) is never swept in, and
+  // the confirmation's check and the change see the same rows.
+  const lock = `SELECT p.seq::text AS seq, o.id::text AS id FROM ${s}.outbox_pending p JOIN ${state} ON o.seq = p.seq
+     WHERE ${sql} ORDER BY o.seq FOR UPDATE OF p`;
+  const values = [...params];
+  values.push(null); // the locked seqs, set in the transaction
+  const locked = `p.seq = ANY ($${values.length}::bigint[])`;
+  const where = `${sql} AND ${locked}`;
+  // The change on the locked rows: a retry makes them due at once; a discard deletes them and
+  // records each as published and dead (outbox migration 000015).
   let change: string;
   if (action === 'retry') {
     change = `WITH done AS (UPDATE ${s}.outbox_pending p SET dead_at = NULL, attempts = 0, next_attempt_at = '-infinity'
@@ -184,7 +199,7 @@ export async function settleFailed(
                     FROM gone g RETURNING seq)
     SELECT g.id::text AS id FROM gone g JOIN done USING (seq) ORDER BY g.seq`;
   }
-  const entry = (rows: number, outcome: string): AuditEntry => ({
+  const entry = (ids: readonly string[], outcome: string): AuditEntry => ({
     actor: options.actor,
     via: options.via,
     action: action === 'retry' ? 'dlq.retry' : 'dlq.discard',
@@ -192,24 +207,29 @@ export async function settleFailed(
       // The state acted on: the filter's own (dead, backing-off), or every failed one.
       state: 'failed',
       ...describeFilter(filter),
-      ...(options.expect ? { previewed: options.expect.rows, maxSeq: options.expect.maxSeq } : {}),
+      ...(options.expect ? { previewed: options.expect.rows ?? null, previewDigest: options.expect.digest } : {}),
+      changed: auditSelection(ids),
     },
-    rows,
+    rows: ids.length,
     outcome,
   });
   try {
     return await withTransaction(pool, async (tx) => {
+      const selected = await tx.query<{ seq: string; id: string }>(lock, params);
+      if (options.expect && !sameSelection(options.expect, selectionOf(selected.rows.map((r) => r.id))))
+        throw new SelectionChangedError(options.expect.rows, selected.rows.length);
+      values[params.length] = selected.rows.map((r) => r.seq);
       const { rows } = await tx.query<{ id: string }>(change, values);
-      if (options.expect && rows.length !== options.expect.rows) throw new SelectionChangedError(options.expect.rows, rows.length);
-      await recordAction(tx, s, entry(rows.length, 'ok'));
+      const ids = rows.map((r) => r.id);
+      await recordAction(tx, s, entry(ids, 'ok'));
       if (rows.length > 0) await tx.query(NOTIFY_RELAYS_SQL, [notifyChannel(schema), 'dlq']);
-      return rows.map((r) => r.id);
+      return ids;
     });
   } catch (err) {
     if (isAuditMissing(err)) throw auditTableMissing(schema, err);
     if (err instanceof SelectionChangedError) {
       // Recorded apart: the change rolled back, the refusal is part of the trail.
-      await recordAction(pool, s, entry(0, err.message)).catch(() => {});
+      await recordAction(pool, s, entry([], err.message)).catch(() => {});
     }
     throw err;
   }

@@ -3,6 +3,7 @@ import { discardParked, retryParked } from '@ferry/inbox';
 import type pg from 'pg';
 import type { PgBoss } from 'pg-boss';
 import { auditMissingReason, isAuditMissing, type Operator, recordAction } from './audit.js';
+import { auditSelection, type ExpectedSelection, SelectionChangedError, sameSelection, selectionOfSet } from './selection.js';
 
 // One implementation of `inbox parked retry|discard`, for `ferry inbox` and `ferry console` alike.
 
@@ -13,8 +14,17 @@ export interface SettleParkedOptions extends Operator {
   pool: pg.Pool;
   /** The schema of the inbox tables (and of operator_actions). */
   schema: string;
+  /** The inbox's pg-boss schema (the parking lot). */
+  bossSchema: string;
   consumer: string;
   ids: string[];
+  /** The selection the operator confirmed (`selectionOfSet` of the eligible ids a preview showed): anything else changes nothing. */
+  expect?: ExpectedSelection;
+}
+
+/** The jobs of `ids` a parked action can change now, as a preview shows them: failed ones for a retry, any but the running one for a discard. */
+export function parkedEligible(action: ParkedAction, state: string): boolean {
+  return action === 'retry' ? state === 'failed' : state === 'created' || state === 'retry' || state === 'failed';
 }
 
 export interface SettledParked {
@@ -28,16 +38,33 @@ export interface SettledParked {
  * events of one consumer, then records the action in operator_actions. The
  * parking lot is pg-boss's, outside the audit's transaction: a record that
  * cannot be written is reported, not fatal, since the change is already made.
+ *
+ * The jobs are locked and checked against \`expect\` in the change's own
+ * transaction (the inbox's ParkedConfirmation): a job retried, applied or
+ * failed since the preview makes the whole action change nothing. The audit
+ * row names the jobs the action found eligible, locked, and changed.
  */
 export async function settleParked(action: ParkedAction, o: SettleParkedOptions): Promise<SettledParked> {
   let changed = 0;
   let outcome = 'ok';
   let failure: unknown;
+  let eligible: readonly string[] = [];
+  const confirm = {
+    bossSchema: o.bossSchema,
+    pool: o.pool,
+    check(ids: readonly string[]) {
+      eligible = ids;
+      if (o.expect && !sameSelection(o.expect, selectionOfSet(ids))) {
+        eligible = [];
+        throw new SelectionChangedError(o.expect.rows, ids.length, 'parked event(s)');
+      }
+    },
+  };
   try {
     changed =
       action === 'retry'
-        ? await retryParked({ boss: o.boss, consumer: o.consumer, ids: o.ids })
-        : await discardParked({ boss: o.boss, pool: o.pool, schema: o.schema, consumer: o.consumer, ids: o.ids });
+        ? await retryParked({ boss: o.boss, consumer: o.consumer, ids: o.ids, confirm })
+        : await discardParked({ boss: o.boss, pool: o.pool, schema: o.schema, consumer: o.consumer, ids: o.ids, confirm });
   } catch (err) {
     failure = err;
     outcome = (err as Error).message ?? String(err);
@@ -48,7 +75,12 @@ export async function settleParked(action: ParkedAction, o: SettleParkedOptions)
       actor: o.actor,
       via: o.via,
       action: action === 'retry' ? 'parked.retry' : 'parked.discard',
-      filter: { consumer: o.consumer, ids: o.ids },
+      filter: {
+        consumer: o.consumer,
+        ids: o.ids,
+        ...(o.expect ? { previewed: o.expect.rows ?? null, previewDigest: o.expect.digest } : {}),
+        changed: auditSelection(failure === undefined ? [...eligible].sort() : []),
+      },
       rows: changed,
       outcome,
     });

@@ -15,11 +15,21 @@ import type pg from 'pg';
 import { type ReplayFailure, resumeCommands } from '../commands/replay-resume.js';
 import { PubAcks } from '../daemon/pub-acks.js';
 import type { BoundedOutboxEventRow } from '../sql/outbox-event-columns.js';
-import { countReplaySql, replayPageSql } from '../sql/replay-rows.js';
+import { countReplaySql, replayPageSql, replaySelectionPageSql } from '../sql/replay-rows.js';
 import { auditMissingReason, isAuditMissing, type Operator, recordAction } from './audit.js';
+import {
+  auditSelection,
+  type ExpectedSelection,
+  type Selection,
+  SelectionChangedError,
+  SelectionHasher,
+  sameSelection,
+} from './selection.js';
 
 // One implementation of `ferry replay`, for the CLI and `ferry console` alike: the selection, its
 // preview, and the per-key pipelined publish of the copies, recorded in operator_actions.
+// Over 350 lines, kept whole: the selection, the reading a confirmation is checked against, and the
+// run that sends exactly that reading are one contract, and a split would put it in three files.
 
 /** Which retained (published, not discarded) rows a replay re-publishes; every field narrows. */
 export interface ReplaySelection {
@@ -43,6 +53,8 @@ export interface ReplayPreview {
   matched: number;
   firstSeq: string | null;
   lastSeq: string | null;
+  /** The selected rows' ids up to lastSeq, in seq order, as a digest: what a confirmation carries (`ReplayOptions.expect`). */
+  selection?: Selection;
 }
 
 /** The outcome of a replay (`ferry replay --json`). */
@@ -124,7 +136,48 @@ export async function previewReplay(q: Queryable, schema: string, sel: ReplaySel
     countReplaySql(quoteIdentifier(schema), where),
     values,
   );
-  return { matched: Number(rows[0]?.n ?? 0), firstSeq: rows[0]?.first ?? null, lastSeq: rows[0]?.last ?? null };
+  const lastSeq = rows[0]?.last ?? null;
+  const { selection } = await readSelection(q, quoteIdentifier(schema), sel, lastSeq, false);
+  return { matched: Number(rows[0]?.n ?? 0), firstSeq: rows[0]?.first ?? null, lastSeq, selection };
+}
+
+/** Rows the selection's ids are read in, per statement. */
+const SELECTION_PAGE = 10_000;
+
+/**
+ * The selection's rows up to `lastSeq`, in seq order: the Selection of their ids, and (`keep`) their
+ * seqs and ids. Read in pages by seq, each its own statement: what is hashed is what each page
+ * saw, and a confirmation compares it with the preview's, so a difference refuses, never sends.
+ */
+async function readSelection(
+  q: Queryable,
+  schemaSql: string,
+  sel: ReplaySelection,
+  lastSeq: string | null,
+  keep: boolean,
+): Promise<{ selection: Selection; seqs: string[]; ids: string[] }> {
+  const { where, values } = replayCondition(schemaSql, sel);
+  const hasher = new SelectionHasher();
+  const seqs: string[] = [];
+  const ids: string[] = [];
+  let cursor = '0';
+  while (lastSeq !== null) {
+    const { rows } = await q.query<{ seq: string; id: string }>(replaySelectionPageSql(schemaSql, where, values.length, SELECTION_PAGE), [
+      ...values,
+      cursor,
+      lastSeq,
+    ]);
+    for (const r of rows) {
+      hasher.add(r.id);
+      if (keep) {
+        seqs.push(r.seq);
+        ids.push(r.id);
+      }
+    }
+    if (rows.length < SELECTION_PAGE) break;
+    cursor = rows.at(-1)?.seq ?? cursor;
+  }
+  return { selection: hasher.selection(), seqs, ids };
 }
 
 export interface ReplayOptions extends Operator {
@@ -136,6 +189,8 @@ export interface ReplayOptions extends Operator {
   keepGoing?: boolean;
   /** Called with the count of acknowledged copies, after each. */
   onAck?: (replayed: number) => void;
+  /** The selection the operator confirmed (the preview's): refuse, and send nothing, unless the rows selected now are exactly these. */
+  expect?: ExpectedSelection;
 }
 
 interface Row extends BoundedOutboxEventRow {
@@ -157,6 +212,12 @@ const PAGE_ROWS = 500;
  * when it ends, with the copies sent and the outcome. A record that cannot be
  * written is reported in `notRecorded` (the copies are sent regardless, as a
  * parked action's are).
+ *
+ * Before the first copy the selection is read again (its ids up to the last
+ * seq, in seq order) and, with `expect`, compared with the confirmed one: any
+ * difference sends nothing (SelectionChangedError, recorded). The run then
+ * sends only the rows of that reading, so a row published meanwhile inside
+ * the seq range never joins; the audit rows name them (`changed`).
  */
 export async function replayEvents(
   pool: pg.Pool,
@@ -181,7 +242,13 @@ export async function replayEvents(
     resume: [],
   };
   const schemaSql = quoteIdentifier(schema);
-  const filter = { ...describeSelection(sel), firstSeq: preview.firstSeq, lastSeq: preview.lastSeq, msgIdSuffix: report.msgIdSuffix };
+  const filter: Record<string, unknown> = {
+    ...describeSelection(sel),
+    firstSeq: preview.firstSeq,
+    lastSeq: preview.lastSeq,
+    msgIdSuffix: report.msgIdSuffix,
+    ...(o.expect ? { previewed: o.expect.rows ?? null, previewDigest: o.expect.digest } : {}),
+  };
   let startRecorded = false;
   const record = async (which: 'start' | 'end', rows: number, outcome: string) => {
     try {
@@ -193,11 +260,23 @@ export async function replayEvents(
       report.notRecorded = report.notRecorded === undefined ? `${what}: ${why}` : `${report.notRecorded}; ${what}: ${why}`;
     }
   };
+  const now = await readSelection(pool, schemaSql, sel, preview.lastSeq, true);
+  filter.changed = auditSelection(now.ids);
+  report.selection = now.selection;
+  if (o.expect && !sameSelection(o.expect, now.selection)) {
+    const refused = new SelectionChangedError(o.expect.rows, now.selection.rows, 'published event(s)');
+    filter.changed = auditSelection([]);
+    await record('end', 0, refused.message);
+    throw refused;
+  }
+  // What this run sends: the rows just read (the same as the preview's when it was confirmed).
+  report.matched = now.seqs.length;
+  report.firstSeq = now.seqs[0] ?? null;
   let error: unknown;
-  if (preview.matched > 0) {
-    await record('start', 0, `started: ${preview.matched} copies to send (a run that ends records another row)`);
+  if (now.seqs.length > 0) {
+    await record('start', 0, `started: ${now.seqs.length} copies to send (a run that ends records another row)`);
     try {
-      await publishAll(pool, nc, schemaSql, sel, report, o);
+      await publishAll(pool, nc, schemaSql, sel, now.seqs, report, o);
     } catch (err) {
       error = err;
     }
@@ -218,10 +297,11 @@ async function publishAll(
   nc: NatsConnection,
   schemaSql: string,
   sel: ReplaySelection,
+  only: readonly string[],
   report: ReplayReport,
   o: ReplayOptions,
 ): Promise<void> {
-  const { where, values } = replayCondition(schemaSql, sel);
+  const selected = replayCondition(schemaSql, sel);
   const acks = new PubAcks(nc, o.publishTimeoutMs);
   const inFlight = new Set<Promise<void>>();
   /** Each key's latest send, settled once its outcome is recorded. */
@@ -236,70 +316,79 @@ async function publishAll(
     failedKeys.add(row.key);
     if (!o.keepGoing) stop = true;
   };
-  // The run's upper bound is the last seq counted, so rows published meanwhile do not join it
-  // and every counted row that is not read was deleted during the run (vanished).
-  const upTo = report.lastSeq ?? '0';
-  let cursor = '0';
+  // The run sends the rows read before it (`only`, seq order), a chunk at a time: a row published
+  // meanwhile inside the seq range does not join it, and every row read but not found again was
+  // deleted during the run (vanished).
   const sendPages = async (): Promise<void> => {
-    pages: while (!stop) {
-      const maxPayload = nc.info?.max_payload ?? LIMITS.maxEventBytes;
-      const { rows } = await pool.query<Row>(replayPageSql(schemaSql, where, values.length, PAGE_ROWS), [
-        ...values,
-        cursor,
-        upTo,
-        Math.min(maxPayload, LIMITS.maxEventBytes),
-        PAGE_BYTES,
-      ]);
-      for (const row of rows) {
-        read++;
-        // A key's next row goes out only after its previous one is acknowledged: a failure
-        // (refused here, rejected by the server, or timed out) must stop the key's later rows
-        // before they are sent, or they reach the stream ahead of it.
-        const previous = lastOfKey.get(row.key);
-        if (previous) await previous;
-        if (stop) break pages;
-        if (failedKeys.has(row.key)) continue; // keepGoing: this key stopped at its failure
-        while (inFlight.size >= o.maxInFlight) await Promise.race(inFlight);
-        if (stop) break pages;
-        lastAttempted = BigInt(row.seq);
-        // Never sent (it would be a command to the server, e.g. $JS.API.STREAM.DELETE.…), however it was stored.
-        if (reservedSubjectToken(row.subject) !== undefined) {
-          fail(row, `${reservedSubjectMessage(row.subject)}; it was not sent`);
-          continue;
+    for (let at = 0; at < only.length && !stop; at += PAGE_ROWS) {
+      const chunk = only.slice(at, at + PAGE_ROWS);
+      const values = [...selected.values, chunk];
+      const where = `${selected.where} AND o.seq = ANY ($${values.length}::bigint[])`;
+      const upTo = chunk.at(-1) ?? '0';
+      let cursor = (BigInt(chunk[0] ?? '1') - 1n).toString();
+      pages: while (!stop) {
+        const maxPayload = nc.info?.max_payload ?? LIMITS.maxEventBytes;
+        const { rows } = await pool.query<Row>(replayPageSql(schemaSql, where, values.length, PAGE_ROWS), [
+          ...values,
+          cursor,
+          upTo,
+          Math.min(maxPayload, LIMITS.maxEventBytes),
+          PAGE_BYTES,
+        ]);
+        for (const row of rows) {
+          read++;
+          // A key's next row goes out only after its previous one is acknowledged: a failure
+          // (refused here, rejected by the server, or timed out) must stop the key's later rows
+          // before they are sent, or they reach the stream ahead of it.
+          const previous = lastOfKey.get(row.key);
+          if (previous) await previous;
+          if (stop) break pages;
+          if (failedKeys.has(row.key)) continue; // keepGoing: this key stopped at its failure
+          while (inFlight.size >= o.maxInFlight) await Promise.race(inFlight);
+          if (stop) break pages;
+          lastAttempted = BigInt(row.seq);
+          // Never sent (it would be a command to the server, e.g. $JS.API.STREAM.DELETE.…), however it was stored.
+          if (reservedSubjectToken(row.subject) !== undefined) {
+            fail(row, `${reservedSubjectMessage(row.subject)}; it was not sent`);
+            continue;
+          }
+          if (row.data === null) {
+            fail(
+              row,
+              `the event's data is ${row.data_bytes} bytes, over the NATS server's max_payload of ${maxPayload}; it was not loaded`,
+            );
+            continue;
+          }
+          const event = eventFromOutboxRow({ ...row, data: row.data });
+          const encoded = encodeEvent(event, { msgId: `${row.id}${report.msgIdSuffix}` });
+          // Checked here, before sending, on the copy's real wire size (its longer Nats-Msg-Id counted).
+          const size = encodedSize(encoded);
+          if (size > maxPayload) {
+            fail(row, `the copy encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`);
+            continue;
+          }
+          const h = natsHeaders();
+          for (const [name, value] of encoded.headers) h.append(name, value);
+          // Sent in seq order on one connection, so the copies reach the stream in seq order.
+          const p = acks.publish(encoded.subject, encoded.body, h).then(
+            () => {
+              report.replayed++;
+              const seq = BigInt(row.seq);
+              if (maxAcked === null || seq > maxAcked) maxAcked = seq;
+              o.onAck?.(report.replayed);
+            },
+            (err: Error) => fail(row, err.message),
+          );
+          const tracked = p.finally(() => {
+            inFlight.delete(tracked);
+            if (lastOfKey.get(row.key) === tracked) lastOfKey.delete(row.key);
+          });
+          inFlight.add(tracked);
+          lastOfKey.set(row.key, tracked);
         }
-        if (row.data === null) {
-          fail(row, `the event's data is ${row.data_bytes} bytes, over the NATS server's max_payload of ${maxPayload}; it was not loaded`);
-          continue;
-        }
-        const event = eventFromOutboxRow({ ...row, data: row.data });
-        const encoded = encodeEvent(event, { msgId: `${row.id}${report.msgIdSuffix}` });
-        // Checked here, before sending, on the copy's real wire size (its longer Nats-Msg-Id counted).
-        const size = encodedSize(encoded);
-        if (size > maxPayload) {
-          fail(row, `the copy encodes to ${size} bytes, over the NATS server's max_payload of ${maxPayload}`);
-          continue;
-        }
-        const h = natsHeaders();
-        for (const [name, value] of encoded.headers) h.append(name, value);
-        // Sent in seq order on one connection, so the copies reach the stream in seq order.
-        const p = acks.publish(encoded.subject, encoded.body, h).then(
-          () => {
-            report.replayed++;
-            const seq = BigInt(row.seq);
-            if (maxAcked === null || seq > maxAcked) maxAcked = seq;
-            o.onAck?.(report.replayed);
-          },
-          (err: Error) => fail(row, err.message),
-        );
-        const tracked = p.finally(() => {
-          inFlight.delete(tracked);
-          if (lastOfKey.get(row.key) === tracked) lastOfKey.delete(row.key);
-        });
-        inFlight.add(tracked);
-        lastOfKey.set(row.key, tracked);
+        if (rows.length === 0) break; // a page cut by bytes is short, and not the last one
+        cursor = rows.at(-1)?.seq ?? cursor;
       }
-      if (rows.length === 0) break; // a page cut by bytes is short, and not the last one
-      cursor = rows.at(-1)?.seq ?? cursor;
     }
     await Promise.all(inFlight);
   };
@@ -310,8 +399,8 @@ async function publishAll(
   }
   report.failures.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
   report.failed = report.failures[0] ?? null;
-  if (!stop) report.vanished = Math.max(0, report.matched - read);
-  report.skipped = Math.max(0, report.matched - report.vanished - report.replayed - report.failures.length);
+  if (!stop) report.vanished = Math.max(0, only.length - read);
+  report.skipped = Math.max(0, only.length - report.vanished - report.replayed - report.failures.length);
   // The CLI has no --subject or --type: a console selection with them gets no resume commands.
   if (sel.subject !== undefined || sel.type !== undefined) return;
   report.resume = resumeCommands(

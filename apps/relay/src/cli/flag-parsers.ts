@@ -148,3 +148,11 @@ export function validatorParser<T>(validate: (value: string) => T): (value: stri
     }
   };
 }
+
+/** `--expect-selection`: the 64-hex selection digest a `--dry-run` printed. */
+export function parseSelectionDigest(value: string): string {
+  if (!/^[0-9a-f]{64}$/.test(value)) {
+    throw new InvalidArgumentError(`${describeValue(value, 80)} is not a selection digest: pass the 64 hex digits a --dry-run printed`);
+  }
+  return value;
+}

@@ -5,10 +5,11 @@ import type pg from 'pg';
 import { cliOperator } from '../actions/audit.js';
 import type { EventFilter } from '../actions/event-filter.js';
 import { type FailedAction, type FailedRow, previewFailed, selectFailed, settleFailed } from '../actions/failed.js';
+import { type ExpectedSelection, selectionOf } from '../actions/selection.js';
 import { bindSubjectFix, streamsBinding } from '../actions/subject-streams.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
-import { parseIntIn } from '../cli/flag-parsers.js';
+import { parseIntIn, parseSelectionDigest } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { addDatabaseOptions, addNatsOptions, type NatsFlags } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
@@ -32,6 +33,8 @@ interface DlqFlags extends Partial<NatsFlags> {
   failed?: boolean;
   /** retry --dry-run: ask NATS whether a stream binds each subject (default; --no-check-streams turns it off). */
   checkStreams?: boolean;
+  /** The selection digest a --dry-run printed: change nothing unless the selection is still exactly that. */
+  expectSelection?: string;
 }
 
 interface DeadRow {
@@ -119,20 +122,28 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
   const noun = flags.allDead ? 'dead event' : 'failed event';
   const what = flags.key !== undefined ? `of key ${JSON.stringify(flags.key)}` : 'of every key';
   const checking = action === 'retry' && Boolean(flags.dryRun) && flags.checkStreams !== false;
-  const { done, subjects } = await withPool(flags, ctx, async (pool) => {
+  const { done, subjects, selection } = await withPool(flags, ctx, async (pool) => {
     if (flags.dryRun) {
       const rows = await selectFailed(pool, flags.schema, filter);
-      return { done: rows.map((r) => r.id), subjects: checking ? await checkSubjects(rows, flags) : [] };
+      return {
+        done: rows.map((r) => r.id),
+        subjects: checking ? await checkSubjects(rows, flags) : [],
+        selection: selectionOf(rows.map((r) => r.id)),
+      };
     }
     const p = await previewFailed(pool, flags.schema, filter, 0, 0); // the question names no rows behind: none counted
-    if (p.rows === 0 && !byIds) return { done: [], subjects: [] };
+    // What the operator confirms is this exact selection: the change refuses unless it is still the same rows.
+    let expect: ExpectedSelection | undefined = flags.expectSelection !== undefined ? { digest: flags.expectSelection } : undefined;
+    if (p.rows === 0 && !byIds && expect === undefined) return { done: [], subjects: [] };
     if (p.rows > 0 && !flags.yes) {
       const states = p.backingOff === 0 ? '' : p.dead === 0 ? ', backing off' : `: ${p.dead} dead, ${p.backingOff} backing off`;
-      const question = `${action} ${count(p.rows, noun)} ${byIds ? '' : `${what} `}(${count(p.keys, 'key')}${states})`;
+      const question = `${action} ${count(p.selection.rows, noun)} ${byIds ? '' : `${what} `}(${count(p.keys, 'key')}${states}; selection ${p.selection.digest.slice(0, 12)})`;
       if (!(await confirm(question))) throw new NotConfirmedError();
+      expect ??= p.selection;
     }
     // The change itself is the shared action (the console calls it too), recorded in operator_actions.
-    return { done: await settleFailed(pool, flags.schema, action, filter, cliOperator()), subjects: [] };
+    const operator = { ...cliOperator(), ...(expect ? { expect } : {}) };
+    return { done: await settleFailed(pool, flags.schema, action, filter, operator), subjects: [] };
   });
   const changed = new Set(done);
   const missing = valid.filter((id) => !changed.has(id.toLowerCase()));
@@ -146,13 +157,17 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
         /** @deprecated the same list as notFailed, kept for scripts written when only dead events could be settled. */
         notDead: missing,
         dryRun: Boolean(flags.dryRun),
-        ...(flags.dryRun ? { wouldChange: done } : {}),
+        ...(flags.dryRun ? { wouldChange: done, selection } : {}),
         ...(checking ? { subjects } : {}),
       }),
     );
   } else if (!byIds && done.length === 0) ctx.out(`no ${noun}s ${what}`);
   else {
     for (const id of done) ctx.out(`${verb} ${id}`);
+    if (selection && done.length > 0)
+      ctx.out(
+        `selection ${selection.digest} (${count(selection.rows, noun)}): confirm exactly these with --yes --expect-selection ${selection.digest}`,
+      );
     for (const x of subjects) {
       if (x.stream !== null) ctx.out(`subject ${x.subject} (${count(x.events, 'event')}): stream ${x.stream} binds it`);
       else ctx.err(`no stream binds subject ${x.subject} (${count(x.events, 'event')} would fail again): ${x.fix}`);
@@ -292,13 +307,20 @@ export function dlqCommand(ctx: CommandContext): Command {
       .addOption(new Option('--all-dead', 'every dead event'))
       .addOption(new Option('--all-failed', 'every failed event: dead, or backing off between attempts'))
       .addOption(new Option('--yes', 'do not ask for confirmation'))
-      .addOption(new Option('--dry-run', 'show the failed events it would change, and change nothing'));
+      .addOption(new Option('--dry-run', 'show the failed events it would change and their selection digest, and change nothing'))
+      .addOption(
+        new Option('--expect-selection <digest>', 'change nothing unless the selection is exactly the one a --dry-run printed').argParser(
+          parseSelectionDigest,
+        ),
+      );
   const selection = `
 Give event ids, or --key K, --all-dead or --all-failed. Failed events are dead ones and ones the
 relay is backing off from between attempts: a head that will never go through (a subject no stream
 binds) need not wait for its last attempt. It asks for confirmation on a terminal; elsewhere pass
---yes (without it nothing changes, exit 2). --dry-run lists what it would change. Exit 1 naming
-the ids that are not failed (unknown, published, discarded, or never failed).`;
+--yes (without it nothing changes, exit 2). --dry-run lists what it would change and the selection's
+digest; --expect-selection DIGEST (with --yes) then changes exactly those events or nothing (exit 1
+when the selection changed). A confirmation on a terminal is held to the selection it asked about
+the same way. Exit 1 naming the ids that are not failed (unknown, published, discarded, or never failed).`;
   dlq.addCommand(
     addNatsOptions(bulk(new Command('retry').description('make failed events (dead or backing off) due now: their keys unblock')))
       .addOption(new Option('--no-check-streams', 'with --dry-run, do not ask NATS whether a stream binds each subject'))

@@ -4,10 +4,11 @@ import { Command, Option } from 'commander';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { cliOperator } from '../actions/audit.js';
-import { type SettledParked, settleParked } from '../actions/parked.js';
+import { type ParkedAction, parkedEligible, type SettledParked, settleParked } from '../actions/parked.js';
+import { type ExpectedSelection, selectionOfSet } from '../actions/selection.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
-import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
+import { parseIntIn, parseSchema, parseSelectionDigest } from '../cli/flag-parsers.js';
 import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
@@ -25,6 +26,8 @@ interface ParkedFlags {
   limit?: number;
   yes?: boolean;
   dryRun?: boolean;
+  /** The selection digest a --dry-run printed: change nothing unless the selection is still exactly that. */
+  expectSelection?: string;
 }
 
 function validateJobIds(ids: string[]): string[] {
@@ -92,6 +95,13 @@ async function parkedOutOfView(flags: ParkedFlags, ctx: CommandContext): Promise
 }
 
 function describeParked(p: ParkedEvent): string[] {
+  if (p.malformed) {
+    // Not a Ferry parked event (another role's job, in a shared pg-boss schema): its JSON, ASCII only, so a terminal shows it safely.
+    return [
+      `${p.jobId}  ${p.consumer} ${p.state} (malformed: ${p.malformed.problem}) retries=${p.retryCount} parked_at=${p.parkedAt}`,
+      `    ${p.malformed.raw}`,
+    ];
+  }
   const what = p.key === null ? '(undecodable: no key)' : `key=${p.key} v${p.version} ${p.type} id=${p.id}`;
   const lines = [`${p.jobId}  ${p.consumer} ${p.state} ${what} reason=${p.reason} retries=${p.retryCount} parked_at=${p.parkedAt}`];
   lines.push(`    ${p.error ?? ''}`);
@@ -101,29 +111,41 @@ function describeParked(p: ParkedEvent): string[] {
 
 /**
  * Before `retry` or `discard` changes anything: the named consumer's parked
- * events among the ids are listed (--dry-run, then nothing changes) or
- * confirmed (on a terminal; elsewhere --yes is required). Returns false when
- * the command must stop here.
+ * events among the ids that the action can change are listed (--dry-run,
+ * with their selection digest; then nothing changes) or confirmed (on a
+ * terminal; elsewhere --yes is required). Returns false when the command must
+ * stop here, else the selection the change is held to: the one the terminal
+ * asked about, or --expect-selection's (none with a bare --yes).
  */
 async function confirmParked(
-  action: 'retry' | 'discard',
+  action: ParkedAction,
   ids: string[],
   flags: ParkedFlags,
   ctx: CommandContext,
   boss: PgBoss,
-): Promise<boolean> {
+): Promise<false | { expect?: ExpectedSelection }> {
   if (flags.consumer === undefined)
     throw new ValidationError('consumer', 'name the consumer whose parked events to change (--consumer NAME)');
-  if (!flags.dryRun && flags.yes) return true;
+  const given: ExpectedSelection | undefined = flags.expectSelection !== undefined ? { digest: flags.expectSelection } : undefined;
+  if (!flags.dryRun && flags.yes) return given ? { expect: given } : {};
   const wanted = new Set(ids.map((id) => id.toLowerCase()));
-  const found = (await listParked({ boss, consumer: flags.consumer, limit: 100_000 })).filter((p) => wanted.has(p.jobId.toLowerCase()));
+  const found = (await listParked({ boss, consumer: flags.consumer, limit: 100_000 })).filter(
+    (p) => wanted.has(p.jobId.toLowerCase()) && parkedEligible(action, p.state),
+  );
+  const selection = selectionOfSet(found.map((p) => p.jobId));
   if (flags.dryRun) {
-    if (flags.json) ctx.out(JSON.stringify({ dryRun: true, [action === 'retry' ? 'wouldRetry' : 'wouldDiscard']: found }));
-    else for (const p of found) for (const line of describeParked(p)) ctx.out(`would ${action} ${line}`);
+    if (flags.json) ctx.out(JSON.stringify({ dryRun: true, [action === 'retry' ? 'wouldRetry' : 'wouldDiscard']: found, selection }));
+    else {
+      for (const p of found) for (const line of describeParked(p)) ctx.out(`would ${action} ${line}`);
+      ctx.out(
+        `selection ${selection.digest} (${found.length} parked event(s)): confirm exactly these with --yes --expect-selection ${selection.digest}`,
+      );
+    }
     return false;
   }
-  if (!(await confirm(`${action} ${found.length} parked event(s) of consumer ${flags.consumer}`))) throw new NotConfirmedError();
-  return true;
+  const question = `${action} ${found.length} parked event(s) of consumer ${flags.consumer} (selection ${selection.digest.slice(0, 12)})`;
+  if (!(await confirm(question))) throw new NotConfirmedError();
+  return { expect: given ?? selection };
 }
 
 /** How many changed; a warning on stderr when the action could not be recorded in the audit trail. */
@@ -197,27 +219,41 @@ with where it is and what to do, and the exit code is 1.`,
   const changing = (cmd: Command) =>
     common(cmd)
       .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
-      .addOption(new Option('--dry-run', 'list the parked events it would change, and change nothing'));
+      .addOption(new Option('--dry-run', 'list the parked events it would change and their selection digest, and change nothing'))
+      .addOption(
+        new Option('--expect-selection <digest>', 'change nothing unless the selection is exactly the one a --dry-run printed').argParser(
+          parseSelectionDigest,
+        ),
+      )
+      .addHelpText(
+        'after',
+        `
+A confirmation (the terminal's yes, or --yes --expect-selection DIGEST after a --dry-run) changes
+exactly the parked events it was shown, or nothing (exit 1) when one of them was retried, applied,
+failed or discarded meanwhile.`,
+      );
   parked.addCommand(
     changing(new Command('retry').description('retry parked events now, through the same gate (a failed one unblocks its key)'))
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
-        const n = await withBoss(flags, ctx, async (boss, pool) =>
-          (await confirmParked('retry', valid, flags, ctx, boss))
-            ? settled(
-                ctx,
-                await settleParked('retry', {
-                  boss,
-                  pool,
-                  schema: flags.schema,
-                  consumer: flags.consumer as string,
-                  ids: valid,
-                  ...cliOperator(),
-                }),
-              )
-            : undefined,
-        );
+        const n = await withBoss(flags, ctx, async (boss, pool) => {
+          const go = await confirmParked('retry', valid, flags, ctx, boss);
+          if (go === false) return undefined;
+          return settled(
+            ctx,
+            await settleParked('retry', {
+              boss,
+              pool,
+              schema: flags.schema,
+              bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
+              consumer: flags.consumer as string,
+              ids: valid,
+              ...(go.expect ? { expect: go.expect } : {}),
+              ...cliOperator(),
+            }),
+          );
+        });
         if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ retried: n, requested: valid.length }));
         else ctx.out(`retried ${n} of ${valid.length} parked event(s)`);
@@ -233,21 +269,23 @@ with where it is and what to do, and the exit code is 1.`,
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
-        const n = await withBoss(flags, ctx, async (boss, pool) =>
-          (await confirmParked('discard', valid, flags, ctx, boss))
-            ? settled(
-                ctx,
-                await settleParked('discard', {
-                  boss,
-                  pool,
-                  schema: flags.schema,
-                  consumer: flags.consumer as string,
-                  ids: valid,
-                  ...cliOperator(),
-                }),
-              )
-            : undefined,
-        );
+        const n = await withBoss(flags, ctx, async (boss, pool) => {
+          const go = await confirmParked('discard', valid, flags, ctx, boss);
+          if (go === false) return undefined;
+          return settled(
+            ctx,
+            await settleParked('discard', {
+              boss,
+              pool,
+              schema: flags.schema,
+              bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
+              consumer: flags.consumer as string,
+              ids: valid,
+              ...(go.expect ? { expect: go.expect } : {}),
+              ...cliOperator(),
+            }),
+          );
+        });
         if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ discarded: n, requested: valid.length }));
         else ctx.out(`discarded ${n} of ${valid.length} parked event(s)`);

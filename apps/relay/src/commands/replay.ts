@@ -4,9 +4,10 @@ import { replayMsgIdSuffix } from '@ferry/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { cliOperator } from '../actions/audit.js';
 import { checkReplaySelection, previewReplay, type ReplayReport, type ReplaySelection, replayEvents } from '../actions/replay.js';
+import type { ExpectedSelection } from '../actions/selection.js';
 import { commandPool, requireOutbox } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
-import { parseIntIn } from '../cli/flag-parsers.js';
+import { parseIntIn, parseSelectionDigest } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { addDatabaseOptions, addNatsOptions, type DatabaseFlags, type NatsFlags } from '../cli/shared-options.js';
 import { parseTimeFlag } from '../cli/time-flag.js';
@@ -28,6 +29,8 @@ interface ReplayFlags
   publishTimeoutMs: number;
   dryRun?: boolean;
   keepGoing?: boolean;
+  /** The selection digest a --dry-run printed: send nothing unless the selection is still exactly that. */
+  expectSelection?: string;
   yes?: boolean;
   progress: ProgressMode;
 }
@@ -65,7 +68,10 @@ copies acknowledged, the outcome), as the console's replays are.
 
 It counts the selected events, then asks for confirmation on a terminal;
 elsewhere pass --yes (without it nothing is sent, exit 2). --dry-run only
-counts. An empty --subject-prefix is refused (it would select everything).
+counts, and prints the selection's digest: --yes --expect-selection DIGEST
+then sends exactly those events or nothing (exit 1 when the selection
+changed), as the terminal's yes does with what it asked about. An empty
+--subject-prefix is refused (it would select everything).
 
 Exit codes:
   0  every selected event was replayed (or counted, with --dry-run)
@@ -111,6 +117,11 @@ export function replayCommand(ctx: CommandContext): Command {
     )
     .addOption(new Option('--dry-run', 'count the selected events and publish nothing'))
     .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
+    .addOption(
+      new Option('--expect-selection <digest>', 'send nothing unless the selection is exactly the one a --dry-run printed').argParser(
+        parseSelectionDigest,
+      ),
+    )
     .addOption(new Option('--keep-going', "after a failure, go on with the other keys (the failed key's later events are not sent)"))
     .addOption(
       new Option('--progress <mode>', 'auto: a bar on a terminal, plain lines otherwise (on stderr)')
@@ -152,10 +163,15 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
     // The count and the run are the shared action's (the console calls them too).
     const preview = await previewReplay(pool, flags.schema, sel);
     report = { ...report, ...preview };
-    if (!flags.dryRun && preview.matched > 0) {
+    // What a confirmation holds the run to: the selection it asked about, or the one --dry-run printed.
+    let expect: ExpectedSelection | undefined = flags.expectSelection !== undefined ? { digest: flags.expectSelection } : undefined;
+    if (!flags.dryRun && (preview.matched > 0 || expect !== undefined)) {
       // Every consumer of these subjects receives the copies again: asked on a terminal, --yes elsewhere.
-      const question = `replay ${preview.matched} events (seq ${preview.firstSeq}..${preview.lastSeq}) to every consumer of their subjects`;
-      if (!flags.yes && !(await confirm(question))) throw new NotConfirmedError();
+      const question = `replay ${preview.matched} events (seq ${preview.firstSeq}..${preview.lastSeq}) to every consumer of their subjects (selection ${preview.selection?.digest.slice(0, 12)})`;
+      if (!flags.yes) {
+        if (!(await confirm(question))) throw new NotConfirmedError();
+        expect ??= preview.selection;
+      }
       const nc = await connectNats(flags, 'ferry-replay');
       const progress = new Progress(flags.progress, preview.matched, ctx);
       try {
@@ -165,6 +181,7 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
           publishTimeoutMs: flags.publishTimeoutMs,
           keepGoing: Boolean(flags.keepGoing),
           onAck: (n) => progress.update(n),
+          ...(expect ? { expect } : {}),
         });
         progress.update(report.replayed, true);
       } finally {
@@ -178,7 +195,9 @@ async function runReplay(flags: ReplayFlags, ctx: CommandContext): Promise<void>
   report.durationMs = Date.now() - started;
   if (flags.json) ctx.out(JSON.stringify(report));
   else if (flags.dryRun)
-    ctx.out(`would replay ${count(report.matched, 'event')} (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'})`);
+    ctx.out(
+      `would replay ${count(report.matched, 'event')} (seq ${report.firstSeq ?? '-'}..${report.lastSeq ?? '-'}); selection ${report.selection?.digest}: confirm exactly these with --yes --expect-selection ${report.selection?.digest}`,
+    );
   else {
     const rate = Math.round(report.replayed / Math.max(0.001, report.durationMs / 1000));
     ctx.out(

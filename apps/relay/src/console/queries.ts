@@ -1,5 +1,5 @@
 import { quoteIdentifier } from '@ferry/core';
-import type { ParkedJobData } from '@ferry/inbox';
+import { type ParkedJobData, readParkedJob } from '@ferry/inbox';
 import type pg from 'pg';
 import { type EventFilter, filterCondition, REASON_CHARS, STATE_SQL } from '../actions/event-filter.js';
 import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
@@ -97,8 +97,6 @@ export async function bossJobTable(pool: pg.Pool, bossSchema: string): Promise<s
   return rows[0]?.t ? table : null;
 }
 
-const isParkedJobData = (d: unknown): d is ParkedJobData => typeof d === 'object' && d !== null && (d as { format?: unknown }).format === 1;
-
 const LIVE = `('created', 'retry', 'active', 'failed')`;
 const PARK_QUEUE = /^ferry\.inbox\.([a-z_][a-z0-9_]{0,62})\.parked$/;
 
@@ -136,6 +134,8 @@ export interface ParkedRow {
   subject: string | null;
   headers: ReadonlyArray<readonly [string, string]>;
   body: Buffer;
+  /** Set when the job is not a Ferry parked event (another role's, in a shared pg-boss schema): why, and its JSON. */
+  malformed?: { problem: string; raw: string };
 }
 
 /** A consumer's parked events not yet applied or discarded, oldest first; `ids` or `key` narrow them. */
@@ -163,7 +163,9 @@ export async function parkedEvents(
     params,
   );
   return rows.map((r) => {
-    const d: Partial<ParkedJobData> = isParkedJobData(r.data) ? r.data : {};
+    // The inbox's one decoder: total, so one job another role wrote cannot break the page.
+    const read = readParkedJob(r.data);
+    const d: Partial<ParkedJobData> = read.kind === 'parked' ? read.job : {};
     const out = r.output as { message?: unknown } | null;
     return {
       jobId: r.id,
@@ -179,8 +181,9 @@ export async function parkedEvents(
       parkedAt: d.parkedAt ?? r.created_on.toISOString(),
       mode: d.mode ?? null,
       subject: d.natsSubject ?? null,
-      headers: Array.isArray(d.headers) ? d.headers : [],
-      body: typeof d.body === 'string' ? Buffer.from(d.body, 'base64') : Buffer.alloc(0),
+      headers: d.headers ?? [],
+      body: d.body !== undefined ? Buffer.from(d.body, 'base64') : Buffer.alloc(0),
+      ...(read.kind === 'malformed' ? { malformed: { problem: read.problem, raw: read.raw } } : {}),
     };
   });
 }

@@ -10,8 +10,9 @@ import { PgBoss } from 'pg-boss';
 import { listActions } from '../actions/audit.js';
 import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-filter.js';
 import { type FailedAction, previewFailed, SelectionChangedError, settleFailed } from '../actions/failed.js';
-import { type ParkedAction, settleParked } from '../actions/parked.js';
+import { type ParkedAction, parkedEligible, settleParked } from '../actions/parked.js';
 import { previewReplay, type ReplaySelection, replayEvents } from '../actions/replay.js';
+import { parseDigest, selectionOfSet } from '../actions/selection.js';
 import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { readStatus, type StatusReport } from '../commands/status.js';
@@ -117,6 +118,8 @@ interface Req {
   url: URL;
   who: string | null;
   csrf: string;
+  /** The answer's status when not 200 (a refused confirmation that shows the new preview: 409). */
+  status?: number;
 }
 
 /** The console's pages and actions, for an HTTP server of its own or the relay's (`ferry relay --console`). */
@@ -695,10 +698,20 @@ ${bulk}${parkedTable(r, consumer, rows)}`;
   function parkedTable(r: Req, consumer: string, rows: ParkedRow[], actions = true): Html {
     return html`<table class="parked"><tr><th>job</th><th>state</th><th>key</th><th>version</th><th>type</th><th>event id</th><th>reason</th><th>error</th><th>retries</th><th>parked at</th><th></th></tr>
 ${rows.map((p) => {
-  const shown = showPayload(p.body, 'application/json');
-  return html`<tr data-job="${p.jobId}" class="${p.state === 'failed' ? 'bad' : ''}"><td class="mono">${p.jobId}</td><td>${p.state}</td><td>${p.key === null ? '(no key)' : html`<a href="/versions${qs({ key: p.key, consumer })}">${p.key}</a>`}</td><td class="n">${p.version ?? ''}</td><td>${p.type ?? ''}</td><td class="mono">${p.id ?? ''}</td><td>${p.reason ?? ''}</td><td>${p.error ?? ''}${p.lastError ? html`<br>last retry: ${p.lastError}` : ''}</td><td class="n">${p.retryCount}</td><td>${p.parkedAt}</td>
+  // A job that is not a Ferry parked event (another role's, in a shared pg-boss schema) is shown as
+  // it is, its JSON escaped, and can be discarded; it never stops the rows around it.
+  const message = p.malformed
+    ? html`<details open><summary>job data (malformed)</summary><pre class="malformed">${p.malformed.raw}</pre></details>`
+    : html`<details><summary>message</summary><table>${p.headers.map(([k, v]) => html`<tr><th>${k}</th><td>${v}</td></tr>`)}</table><pre>${showPayload(p.body, 'application/json').text.slice(0, PAYLOAD_BYTES)}</pre></details>`;
+  const key = p.malformed
+    ? '(malformed)'
+    : p.key === null
+      ? '(no key)'
+      : html`<a href="/versions${qs({ key: p.key, consumer })}">${p.key}</a>`;
+  const error = p.malformed ? `not a Ferry parked event: ${p.malformed.problem}` : (p.error ?? '');
+  return html`<tr data-job="${p.jobId}"${p.malformed ? new Html(' data-malformed') : ''} class="${p.state === 'failed' ? 'bad' : ''}"><td class="mono">${p.jobId}</td><td>${p.state}</td><td>${key}</td><td class="n">${p.version ?? ''}</td><td>${p.type ?? ''}</td><td class="mono">${p.id ?? ''}</td><td>${p.reason ?? ''}</td><td>${error}${p.lastError ? html`<br>last retry: ${p.lastError}` : ''}</td><td class="n">${p.retryCount}</td><td>${p.parkedAt}</td>
 <td>${actions && p.state !== 'active' ? html`${parkedForm(r, consumer, 'retry', [p], 'Retry…')} ${parkedForm(r, consumer, 'discard', [p], 'Discard…')}` : ''}
-<details><summary>message</summary><table>${p.headers.map(([k, v]) => html`<tr><th>${k}</th><td>${v}</td></tr>`)}</table><pre>${shown.text.slice(0, PAYLOAD_BYTES)}</pre></details></td></tr>`;
+${message}</td></tr>`;
 })}</table>`;
   }
 
@@ -789,8 +802,11 @@ ${rows.map((p) => {
 
   async function dlqPreview(r: Req, form: URLSearchParams): Promise<string> {
     checkAction(r, form);
-    const action = failedAction(form);
-    const f = formFilter(form);
+    return dlqPreviewPage(r, failedAction(form), formFilter(form));
+  }
+
+  /** The preview of a dlq action, and its confirmation form carrying the exact selection; `refused` says why a confirmation was not done. */
+  async function dlqPreviewPage(r: Req, action: FailedAction, f: EventFilter, refused?: string): Promise<string> {
     const p = await previewFailed(longPool, o.schema, f);
     const what = f.key !== undefined && p.keys <= 1 ? html` of key <b>${f.key}</b>` : html` of ${p.keys} key(s)`;
     const verb = action === 'retry' ? 'retries' : 'discards';
@@ -805,15 +821,18 @@ ${rows.map((p) => {
       .filter(([k, v]) => v !== undefined && k !== 'id')
       .map(([k, v]) => hiddenField(k, v as string));
     const ids = (f.ids ?? []).map((id) => html`<input type="hidden" name="id" value="${id}">`);
+    const notice = refused
+      ? html`<p class="advice" id="error">${refused}</p><p class="note" id="changed">The selection changed since your preview: nothing was done. This is the new preview.</p>`
+      : '';
     const body =
       p.rows === 0
-        ? html`<p class="note">No failed event (dead or backing off) matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
-        : html`<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; ${p.behindKeys < p.keys ? 'at least ' : ''}<b id="behind">${p.behind}</b> ${flow}${p.behindKeys < p.keys ? ` (counted behind the first ${p.behindKeys} keys)` : ''}</p>
+        ? html`${notice}<p class="note">No failed event (dead or backing off) matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
+        : html`${notice}<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; ${p.behindKeys < p.keys ? 'at least ' : ''}<b id="behind">${p.behind}</b> ${flow}${p.behindKeys < p.keys ? ` (counted behind the first ${p.behindKeys} keys)` : ''}</p>
 ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire right now: a discard keeps it from being sent again, but one already sent may still reach the stream (before any later event of its key).</p>` : ''}
-<p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
+<p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.selection.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/dlq/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}${ids}
-<input type="hidden" name="expect_rows" value="${p.rows}"><input type="hidden" name="expect_max_seq" value="${p.maxSeq ?? ''}">
-<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${p.rows} event(s)</button> <a href="/blocked">Cancel</a></form></div>
+<input type="hidden" name="expect_rows" value="${p.selection.rows}"><input type="hidden" name="expect_digest" value="${p.selection.digest}">
+<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${p.selection.rows} event(s)</button> <a href="/blocked">Cancel</a></form></div>
 <h2>The first ${p.sample.length}</h2><table><tr><th>id</th><th>key</th><th>version</th><th>subject</th><th>type</th><th>last error</th></tr>${p.sample.map(
             (e) =>
               html`<tr><td>${eventLink(e.id)}</td><td>${e.key}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td>${e.last_error ?? ''}</td></tr>`,
@@ -826,12 +845,17 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
     const action = failedAction(form);
     const f = formFilter(form);
     const rows = Number(form.get('expect_rows'));
-    if (!Number.isInteger(rows) || rows < 0) throw new HttpError(400, 'expect_rows must come from a preview');
-    const maxSeq = form.get('expect_max_seq') || null;
-    if (maxSeq !== null && !/^\d{1,19}$/.test(maxSeq)) throw new HttpError(400, 'expect_max_seq must come from a preview');
-    const ids = await settleFailed(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, maxSeq } }).finally(
-      changed,
-    );
+    const digest = parseDigest(form.get('expect_digest'));
+    if (!Number.isInteger(rows) || rows < 0 || digest === undefined)
+      throw new HttpError(400, 'expect_rows and expect_digest must come from a preview: preview the action first');
+    let ids: string[];
+    try {
+      ids = await settleFailed(longPool, o.schema, action, f, { actor: who, via: 'console', expect: { rows, digest } }).finally(changed);
+    } catch (err) {
+      if (!(err instanceof SelectionChangedError)) throw err;
+      r.status = 409;
+      return dlqPreviewPage(r, action, f, err.message);
+    }
     const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${ids.length}</b> event(s); the relays were woken.</p>
 <ul>${ids.slice(0, 50).map((id) => html`<li>${eventLink(id)}</li>`)}</ul><p><a href="/blocked">Blocked keys</a> · <a href="/audit">Audit trail</a></p>`;
     return layout(r, 'Done', '/blocked', body);
@@ -881,20 +905,27 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
 
   async function replayPreview(r: Req, form: URLSearchParams): Promise<string> {
     checkAction(r, form);
-    const sel = replaySelection(form);
+    return replayPreviewPage(r, replaySelection(form));
+  }
+
+  /** The preview of a replay, and its confirmation form carrying the exact selection; `refused` says why a confirmation was not done. */
+  async function replayPreviewPage(r: Req, sel: ReplaySelection, refused?: string): Promise<string> {
     const p = await previewReplay(longPool, o.schema, sel);
     const described = html`<span class="mono">${JSON.stringify(Object.fromEntries(Object.entries(sel).map(([k, v]) => [k, typeof v === 'bigint' ? v.toString() : v])))}</span>`;
+    const notice = refused
+      ? html`<p class="advice" id="error">${refused}</p><p class="note" id="changed">The selection changed since your preview: nothing was sent. This is the new preview.</p>`
+      : '';
     let body: Html;
     if (p.matched === 0)
-      body = html`<p class="note">No published event matches ${described}: nothing to replay.</p><p><a href="/events">Back</a></p>`;
+      body = html`${notice}<p class="note">No published event matches ${described}: nothing to replay.</p><p><a href="/events">Back</a></p>`;
     else if (p.matched > REPLAY_MAX)
-      body = html`<p class="advice" id="summary">${p.matched} events match ${described}: the console replays at most ${REPLAY_MAX} at a time. Narrow the filter, or run ferry replay with the same filters (it shows progress and prints resume commands).</p>`;
+      body = html`${notice}<p class="advice" id="summary">${p.matched} events match ${described}: the console replays at most ${REPLAY_MAX} at a time. Narrow the filter, or run ferry replay with the same filters (it shows progress and prints resume commands).</p>`;
     else if (!o.nc) body = html`<p class="advice">Cannot replay: ${o.natsError ?? 'not connected to NATS (ferry console --nats-url)'}.</p>`;
     else
-      body = html`<div class="preview"><p id="summary">This replays <b id="count">${p.matched}</b> published event(s) (seq ${p.firstSeq}..${p.lastSeq}) to <b>every consumer of their subjects</b>, in seq order, each key's copies one at a time. Inboxes drop the events they already applied.</p>
-<p class="note">Filter: ${described}. Only rows up to seq ${p.lastSeq} are sent: if the count differs when you confirm, nothing is sent.</p>
+      body = html`${notice}<div class="preview"><p id="summary">This replays <b id="count">${p.matched}</b> published event(s) (seq ${p.firstSeq}..${p.lastSeq}) to <b>every consumer of their subjects</b>, in seq order, each key's copies one at a time. Inboxes drop the events they already applied.</p>
+<p class="note">Filter: ${described}. Only these ${p.selection?.rows ?? p.matched} events, up to seq ${p.lastSeq}, are sent: if the selection differs when you confirm, nothing is sent.</p>
 <form method="post" action="/replay/apply">${csrfField(r)}${replayHidden(sel)}
-<input type="hidden" name="expect_rows" value="${p.matched}"><input type="hidden" name="expect_last_seq" value="${p.lastSeq ?? ''}">
+<input type="hidden" name="expect_rows" value="${p.selection?.rows ?? p.matched}"><input type="hidden" name="expect_last_seq" value="${p.lastSeq ?? ''}"><input type="hidden" name="expect_digest" value="${p.selection?.digest ?? ''}">
 <button id="confirm" class="danger" type="submit">Replay ${p.matched} event(s)</button> <a href="/events">Cancel</a></form></div>`;
     return layout(r, 'Preview: replay events', '/events', body);
   }
@@ -904,20 +935,28 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
     const sel = replaySelection(form);
     const rows = Number(form.get('expect_rows'));
     const lastSeq = form.get('expect_last_seq') ?? '';
-    if (!Number.isInteger(rows) || rows < 1 || rows > REPLAY_MAX || !/^\d{1,19}$/.test(lastSeq))
-      throw new HttpError(400, 'expect_rows and expect_last_seq must come from a preview');
+    const digest = parseDigest(form.get('expect_digest'));
+    if (!Number.isInteger(rows) || rows < 1 || rows > REPLAY_MAX || !/^\d{1,19}$/.test(lastSeq) || digest === undefined)
+      throw new HttpError(400, 'expect_rows, expect_last_seq and expect_digest must come from a preview: preview the replay first');
     if (!o.nc) throw new HttpError(503, `cannot replay: ${o.natsError ?? 'not connected to NATS (ferry console --nats-url)'}`);
-    // Bounded by the preview's last seq, so events published since do not join; the count must match.
+    // Bounded by the preview's last seq, so events published since do not join; the selection must be the preview's.
     const bound = BigInt(lastSeq);
     const bounded: ReplaySelection = { ...sel, toSeq: sel.toSeq !== undefined && sel.toSeq < bound ? sel.toSeq : bound };
-    const p = await previewReplay(longPool, o.schema, bounded);
-    if (p.matched !== rows) throw new SelectionChangedError(rows, p.matched, 'published event(s)');
-    const report = await replayEvents(longPool, o.nc, o.schema, bounded, p, {
-      actor: who,
-      via: 'console',
-      maxInFlight: 256,
-      publishTimeoutMs: 10_000,
-    });
+    const p = { matched: rows, firstSeq: null, lastSeq };
+    let report: Awaited<ReturnType<typeof replayEvents>>;
+    try {
+      report = await replayEvents(longPool, o.nc, o.schema, bounded, p, {
+        actor: who,
+        via: 'console',
+        maxInFlight: 256,
+        publishTimeoutMs: 10_000,
+        expect: { rows, digest },
+      });
+    } catch (err) {
+      if (!(err instanceof SelectionChangedError)) throw err;
+      r.status = 409;
+      return replayPreviewPage(r, sel, err.message);
+    }
     const body = html`<p id="result">Replayed <b id="done">${report.replayed}</b> of ${report.matched} event(s) (seq ${report.firstSeq}..${report.lastSeq}) in ${(report.durationMs / 1000).toFixed(1)} s; each copy's Nats-Msg-Id is its event id followed by <span class="mono">${report.msgIdSuffix}</span>.</p>
 ${
   report.failures.length > 0
@@ -948,23 +987,33 @@ ${
 
   async function parkedPreview(r: Req, form: URLSearchParams): Promise<string> {
     checkAction(r, form);
-    const action = parkedAction(form);
     const { consumer, ids } = parkedTarget(form);
+    return parkedPreviewPage(r, parkedAction(form), consumer, ids);
+  }
+
+  /** The preview of a parked action, and its confirmation form carrying the exact selection; `refused` says why a confirmation was not done. */
+  async function parkedPreviewPage(r: Req, action: ParkedAction, consumer: string, ids: string[], refused?: string): Promise<string> {
     const jobTable = await bossJobTable(o.pool, o.bossSchema);
     const rows = jobTable ? await parkedEvents(o.pool, jobTable, consumer, 1000, { ids }) : [];
-    const eligible = rows.filter((p) => (action === 'retry' ? p.state === 'failed' : p.state !== 'active'));
+    const eligible = rows.filter((p) => parkedEligible(action, p.state));
+    const selection = selectionOfSet(eligible.map((p) => p.jobId));
     const keys = new Set(eligible.map((p) => p.key));
+    const notice = refused
+      ? html`<p class="advice" id="error">${refused}</p><p class="note" id="changed">The selection changed since your preview: nothing was done. This is the new preview.</p>`
+      : '';
     const body =
       eligible.length === 0
-        ? html`<p class="note">None of these parked events can be ${action === 'retry' ? 'retried (only failed ones can)' : 'discarded now'}.</p>`
-        : html`<div class="preview"><p id="summary">This ${action === 'retry' ? 'retries' : 'discards'} <b id="count">${eligible.length}</b> parked event(s) of consumer <b>${consumer}</b> (${keys.size} key(s))${
+        ? html`${notice}<p class="note">None of these parked events can be ${action === 'retry' ? 'retried (only failed ones can)' : 'discarded now'}.</p>`
+        : html`${notice}<div class="preview"><p id="summary">This ${action === 'retry' ? 'retries' : 'discards'} <b id="count">${eligible.length}</b> parked event(s) of consumer <b>${consumer}</b> (${keys.size} key(s))${
             action === 'retry'
               ? '; the inbox applies each through the same gate, and its key unblocks once it is applied.'
               : '; in sequential mode each discarded version counts as skipped, and the key’s later events apply.'
           }</p>
+<p class="note">Only these ${eligible.length} parked event(s) change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/parked/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}"><input type="hidden" name="consumer" value="${consumer}">${eligible.map(
             (p) => html`<input type="hidden" name="id" value="${p.jobId}">`,
-          )}<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${eligible.length} parked event(s)</button> <a href="/parked${qs({ consumer })}">Cancel</a></form></div>
+          )}<input type="hidden" name="expect_rows" value="${selection.rows}"><input type="hidden" name="expect_digest" value="${selection.digest}">
+<button id="confirm" class="danger" type="submit">${action === 'retry' ? 'Retry' : 'Discard'} ${eligible.length} parked event(s)</button> <a href="/parked${qs({ consumer })}">Cancel</a></form></div>
 ${parkedTable(r, consumer, eligible, false)}`;
     return layout(r, `Preview: ${action} parked events`, '/parked', body);
   }
@@ -973,6 +1022,10 @@ ${parkedTable(r, consumer, eligible, false)}`;
     const who = checkAction(r, form);
     const action = parkedAction(form);
     const { consumer, ids } = parkedTarget(form);
+    const rows = Number(form.get('expect_rows'));
+    const digest = parseDigest(form.get('expect_digest'));
+    if (!Number.isInteger(rows) || rows < 0 || digest === undefined)
+      throw new HttpError(400, 'expect_rows and expect_digest must come from a preview: preview the action first');
     const boss = new PgBoss({
       db: pgBossDb(o.pool),
       schema: o.bossSchema,
@@ -982,17 +1035,30 @@ ${parkedTable(r, consumer, eligible, false)}`;
       createSchema: false,
     });
     boss.on('error', () => {});
+    let done: Awaited<ReturnType<typeof settleParked>>;
     try {
       await startPgBoss(() => boss.start());
-      const done = await settleParked(action, { boss, pool: o.pool, schema: o.schema, consumer, ids, actor: who, via: 'console' }).finally(
-        changed,
-      );
-      const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${done.changed}</b> of ${ids.length} parked event(s) of ${consumer}.</p>
-${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
-      return layout(r, 'Done', '/parked', body);
+      done = await settleParked(action, {
+        boss,
+        pool: o.pool,
+        schema: o.schema,
+        bossSchema: o.bossSchema,
+        consumer,
+        ids,
+        expect: { rows, digest },
+        actor: who,
+        via: 'console',
+      }).finally(changed);
+    } catch (err) {
+      if (!(err instanceof SelectionChangedError)) throw err;
+      r.status = 409;
+      return parkedPreviewPage(r, action, consumer, ids, err.message);
     } finally {
       await boss.stop({ graceful: false, close: false }).catch(() => {});
     }
+    const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${done.changed}</b> of ${ids.length} parked event(s) of ${consumer}.</p>
+${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
+    return layout(r, 'Done', '/parked', body);
   }
 
   // ---- login ----
@@ -1114,6 +1180,7 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
       return;
     }
     res.setHeader('content-type', 'text/html; charset=utf-8');
+    if (r.status !== undefined) res.statusCode = r.status;
     res.end(req.method === 'HEAD' ? undefined : out);
   }
 

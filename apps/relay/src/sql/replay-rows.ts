@@ -30,3 +30,13 @@ export function replayPageSql(schemaSql: string, where: string, n: number, limit
            WHERE p.loaded <= $${n + 4} OR p.rn = 1
            ORDER BY p.seq_n`;
 }
+
+/**
+ * One page of the ids of `ferry replay`'s selection (`where` with `n` values), in seq order: the
+ * rows after seq `$n+1` up to seq `$n+2`, at most `limit`. What a confirmation's digest is
+ * computed over (actions/selection.ts), read by seq so a large selection is hashed as it comes.
+ */
+export function replaySelectionPageSql(schemaSql: string, where: string, n: number, limit: number): string {
+  return `SELECT o.seq::text AS seq, o.id::text AS id FROM ${schemaSql}.outbox o
+           WHERE ${where} AND o.seq > $${n + 1}::bigint AND o.seq <= $${n + 2}::bigint ORDER BY o.seq LIMIT ${limit}`;
+}
