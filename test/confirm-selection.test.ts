@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { request } from 'node:http';
 import { after, before, test } from 'node:test';
 import { bossSchemaFor, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
@@ -8,6 +7,7 @@ import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl, type TestDatabase, type TestStream, waitFor } from '@ferry/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { PgBoss } from 'pg-boss';
+import { consoleCall } from './console-call.js';
 import { markPublished, setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 import { FERRY_BIN } from './relay-helpers.js';
@@ -197,28 +197,7 @@ async function jobStates(ids: string[]): Promise<string[]> {
 }
 
 function call(method: 'GET' | 'POST', path: string, form?: Array<[string, string]>): Promise<{ status: number; body: string }> {
-  const url = new URL(path, server.url);
-  const body = form ? new URLSearchParams(form).toString() : undefined;
-  return new Promise((resolve, reject) => {
-    const req = request(
-      url,
-      {
-        method,
-        headers: {
-          authorization: `Bearer ${TOKEN}`,
-          origin: new URL(server.url).origin,
-          ...(body ? { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+  return consoleCall(server.url, TOKEN, method, path, form);
 }
 
 /** The hidden fields of a page, their values as a browser reads them (the attribute's entities decoded). */

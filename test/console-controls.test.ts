@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -9,6 +8,7 @@ import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import { chromium } from 'playwright-core';
+import { consoleCall } from './console-call.js';
 import { setFailed } from './delivery-state.js';
 
 // Control characters in stored strings (issue 42, item 6): a key, type, subject or failure reason
@@ -88,27 +88,7 @@ after(async () => {
 });
 
 function call(method: 'GET' | 'POST', path: string, body?: string): Promise<{ status: number; body: string }> {
-  const url = new URL(path, server.url);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      url,
-      {
-        method,
-        headers: {
-          authorization: `Bearer ${TOKEN}`,
-          origin: url.origin,
-          ...(body !== undefined ? { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+  return consoleCall(server.url, TOKEN, method, path, body);
 }
 
 /** What an HTML parser makes of a double-quoted attribute value (the entities the console writes). */

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { after, before, test } from 'node:test';
 import { quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import { consoleCall } from './console-call.js';
 import { markPublished, setFailed } from './delivery-state.js';
 
 // The console's dlq routes over plain HTTP (the Chromium test, console-browser.test.ts, covers the
@@ -59,28 +59,7 @@ after(async () => {
 
 /** One request as the operator's browser sends it: the token, and the console's own origin. */
 function call(method: 'GET' | 'POST', path: string, form?: Record<string, string>): Promise<{ status: number; body: string }> {
-  const url = new URL(path, server.url);
-  const body = form ? new URLSearchParams(form).toString() : undefined;
-  return new Promise((resolve, reject) => {
-    const req = request(
-      url,
-      {
-        method,
-        headers: {
-          authorization: `Bearer ${TOKEN}`,
-          origin: new URL(server.url).origin,
-          ...(body ? { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+  return consoleCall(server.url, TOKEN, method, path, form);
 }
 
 const field = (html: string, name: string) => new RegExp(`name="${name}" value="([^"]*)"`).exec(html)?.[1];

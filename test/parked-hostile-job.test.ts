@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { after, before, test } from 'node:test';
 import { bossSchemaFor, quoteIdentifier, relayBossSchemaFor, SQLSTATE, sqlState } from '@ferry/core';
 import { type ConsoleServer, main, startConsole } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
+import { consoleCall } from './console-call.js';
 
 // Issue 42, item 7: the shipping inbox role, confined to its consumer by row-level security, shares
 // the pg-boss schema (the parking lot) with billing, so it can insert a job into billing's park
@@ -137,30 +137,7 @@ after(async () => {
 });
 
 function call(method: 'GET' | 'POST', path: string, form?: Record<string, string | string[]>): Promise<{ status: number; body: string }> {
-  const url = new URL(path, server.url);
-  const params = new URLSearchParams();
-  for (const [k, v] of Object.entries(form ?? {})) for (const x of Array.isArray(v) ? v : [v]) params.append(k, x);
-  const body = form ? params.toString() : undefined;
-  return new Promise((resolve, reject) => {
-    const req = request(
-      url,
-      {
-        method,
-        headers: {
-          authorization: `Bearer ${TOKEN}`,
-          origin: new URL(server.url).origin,
-          ...(body ? { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
+  return consoleCall(server.url, TOKEN, method, path, form);
 }
 
 const field = (html: string, name: string) => new RegExp(`name="${name}" value="([^"]*)"`).exec(html)?.[1];

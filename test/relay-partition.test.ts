@@ -129,38 +129,22 @@ test('relay partition - cut off from PostgreSQL (blackhole, then half-open): the
   assert.match(cut.output(), /lease lost/);
 });
 
-test('relay partition - cut off from NATS: it gives its lanes up and the relay that reaches NATS takes them; order and once kept', async (t) => {
-  stream = await createTestStream({ prefix: 'relaypartnats', duplicateWindowMs: 10_000 });
-  const nats = new URL(stream.nc.getServer().includes('://') ? stream.nc.getServer() : `nats://${stream.nc.getServer()}`);
-  proxy = await TcpProxy.start({ host: nats.hostname, port: Number(nats.port || 4222) });
-  const since = await dbNow();
-  const cut = relay(db.url, `nats://127.0.0.1:${proxy.port}`);
-  const other = relay(db.url, stream.nc.getServer());
-  await bothHoldLanes(since);
-  const p = proxy;
-  await underLoad(
-    t,
-    () => p.blackhole(),
-    () => p.heal(),
-  );
-  assert.match(cut.output(), /lease lost: lane \d+ epoch \d+ \(released: this instance cannot reach NATS\)/);
-  assert.match(other.output(), /lease taken: lane \d+/);
-});
-
-test('relay partition - cut off from NATS, then left half-open (its side of the connection gone, the server’s still open): nothing it had buffered reaches the stream; order and once kept', async (t) => {
-  stream = await createTestStream({ prefix: 'relaypartnatsho', duplicateWindowMs: 10_000 });
-  const nats = new URL(stream.nc.getServer().includes('://') ? stream.nc.getServer() : `nats://${stream.nc.getServer()}`);
-  proxy = await TcpProxy.start({ host: nats.hostname, port: Number(nats.port || 4222) });
-  const since = await dbNow();
-  const cut = relay(db.url, `nats://127.0.0.1:${proxy.port}`);
-  const other = relay(db.url, stream.nc.getServer());
-  await bothHoldLanes(since);
-  const p = proxy;
-  await underLoad(
-    t,
-    () => p.blackhole(),
-    () => p.halfOpen(),
-  );
-  assert.match(cut.output(), /lease lost: lane \d+ epoch \d+ \(released: this instance cannot reach NATS\)/);
-  assert.match(other.output(), /lease taken: lane \d+/);
-});
+for (const end of ['healed', 'half-open'] as const) {
+  test(`relay partition - cut off from NATS, then ${end === 'healed' ? 'healed' : 'left half-open (its side of the connection gone, the server’s still open)'}: it gives its lanes up and the relay that reaches NATS takes them; nothing it buffered reaches the stream; order and once kept`, async (t) => {
+    stream = await createTestStream({ prefix: end === 'healed' ? 'relaypartnats' : 'relaypartnatsho', duplicateWindowMs: 10_000 });
+    const nats = new URL(stream.nc.getServer().includes('://') ? stream.nc.getServer() : `nats://${stream.nc.getServer()}`);
+    proxy = await TcpProxy.start({ host: nats.hostname, port: Number(nats.port || 4222) });
+    const since = await dbNow();
+    const cut = relay(db.url, `nats://127.0.0.1:${proxy.port}`);
+    const other = relay(db.url, stream.nc.getServer());
+    await bothHoldLanes(since);
+    const p = proxy;
+    await underLoad(
+      t,
+      () => p.blackhole(),
+      () => (end === 'healed' ? p.heal() : p.halfOpen()),
+    );
+    assert.match(cut.output(), /lease lost: lane \d+ epoch \d+ \(released: this instance cannot reach NATS\)/);
+    assert.match(other.output(), /lease taken: lane \d+/);
+  });
+}

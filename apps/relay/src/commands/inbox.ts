@@ -154,6 +154,27 @@ function settled(ctx: CommandContext, r: SettledParked): number {
   return r.changed;
 }
 
+/** A parked action's confirmation (or --dry-run: undefined) and its change: how many parked events changed. */
+function confirmAndSettle(action: ParkedAction, ids: string[], flags: ParkedFlags, ctx: CommandContext): Promise<number | undefined> {
+  return withBoss(flags, ctx, async (boss, pool) => {
+    const go = await confirmParked(action, ids, flags, ctx, boss);
+    if (go === false) return undefined;
+    return settled(
+      ctx,
+      await settleParked(action, {
+        boss,
+        pool,
+        schema: flags.schema,
+        bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
+        consumer: flags.consumer as string,
+        ids,
+        ...(go.expect ? { expect: go.expect } : {}),
+        ...cliOperator(),
+      }),
+    );
+  });
+}
+
 /** `ferry inbox parked list|retry|discard`: the inbox's parked events, in its pg-boss queues. */
 export function inboxCommand(ctx: CommandContext): Command {
   const inbox = new Command('inbox').description('operate inbox consumers: their parked events');
@@ -237,23 +258,7 @@ failed or discarded meanwhile.`,
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
-        const n = await withBoss(flags, ctx, async (boss, pool) => {
-          const go = await confirmParked('retry', valid, flags, ctx, boss);
-          if (go === false) return undefined;
-          return settled(
-            ctx,
-            await settleParked('retry', {
-              boss,
-              pool,
-              schema: flags.schema,
-              bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
-              consumer: flags.consumer as string,
-              ids: valid,
-              ...(go.expect ? { expect: go.expect } : {}),
-              ...cliOperator(),
-            }),
-          );
-        });
+        const n = await confirmAndSettle('retry', valid, flags, ctx);
         if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ retried: n, requested: valid.length }));
         else ctx.out(`retried ${n} of ${valid.length} parked event(s)`);
@@ -269,23 +274,7 @@ failed or discarded meanwhile.`,
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
-        const n = await withBoss(flags, ctx, async (boss, pool) => {
-          const go = await confirmParked('discard', valid, flags, ctx, boss);
-          if (go === false) return undefined;
-          return settled(
-            ctx,
-            await settleParked('discard', {
-              boss,
-              pool,
-              schema: flags.schema,
-              bossSchema: flags.bossSchema ?? bossSchemaFor(flags.schema),
-              consumer: flags.consumer as string,
-              ids: valid,
-              ...(go.expect ? { expect: go.expect } : {}),
-              ...cliOperator(),
-            }),
-          );
-        });
+        const n = await confirmAndSettle('discard', valid, flags, ctx);
         if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ discarded: n, requested: valid.length }));
         else ctx.out(`discarded ${n} of ${valid.length} parked event(s)`);
