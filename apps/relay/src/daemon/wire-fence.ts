@@ -21,7 +21,7 @@ export class FencedError extends Error {
 interface Protocol {
   flushPending(): void;
   outbound: { size(): number; reset(): void };
-  transport?: { socket?: { destroy(): void; resetAndDestroy?: () => void; destroyed?: boolean } };
+  transport?: { isClosed?: boolean; socket?: { destroy(): void; resetAndDestroy?: () => void; destroyed?: boolean } };
 }
 
 export interface WireFenceOptions {
@@ -95,7 +95,10 @@ export class WireFence {
 
   /** The fence reset the connection and nats.js has not replaced it yet: nothing may be published meanwhile. */
   get severed(): boolean {
-    return this.#protocol?.transport?.socket?.destroyed === true;
+    // The transport forgets its socket once it has seen it close, before the protocol hears of it: a publish
+    // then would be dropped silently by the closed transport and wait out its PubAck timeout.
+    const t = this.#protocol?.transport;
+    return t?.socket?.destroyed === true || t?.isClosed === true;
   }
 
   /** Connections reset by the fence so far. */
