@@ -191,6 +191,8 @@ test('relay lease fence - A’s lease connection terminated while B polls every 
   await waitFor(async () => (await countPending(db.pool, db.schema)) < 55_000, { timeoutMs: 60_000, what: 'the drain under way' });
   const aId = await instanceOf(a);
   const bId = await instanceOf(b);
+  // Ownership is known from here on (B took its share of A's lanes before): earlier sends are not judged.
+  const snapshotAt = Date.now();
   const before = await leases();
   const timeline = ownerTimeline();
   const killed = await db.pool.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1`, [
@@ -209,9 +211,9 @@ test('relay lease fence - A’s lease connection terminated while B polls every 
   const changes = await timeline.stop();
 
   // Every publish A wrote to NATS, with the lane's owner by the database at that moment.
-  const laneOf = await lanesOf(sends.flatMap((x) => x.ids));
+  const laneOf = await lanesOf(sends.filter((x) => x.at >= snapshotAt).flatMap((x) => x.ids));
   const foreign: string[] = [];
-  for (const send of sends) {
+  for (const send of sends.filter((x) => x.at >= snapshotAt)) {
     for (const id of send.ids) {
       const lane = laneOf.get(id);
       assert.ok(lane !== undefined, `sent id ${id} is an outbox row`);

@@ -1,3 +1,6 @@
+// Over ~350 lines on purpose: the leases held, their epochs, the monotonic clock that ends them and the
+// statements that take, renew and release them change one state, and every rule of when a lane may be
+// sent on (holds, the lease connection's end, the fair share) reads all of it.
 import { hostname } from 'node:os';
 import { FERRY_RELEASE, laneCountSql, protectPool, RELAY_PROTOCOL, SQLSTATE, sqlState } from '@ferry/core';
 import pg from 'pg';
