@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { bossSchemaFor, quoteIdentifier, relayBossSchemaFor, SQLSTATE, sqlState } from '@ferry/core';
-import { type ConsoleServer, main, startConsole } from '@ferry/relay';
+import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { consoleCall } from './console-call.js';
+import { ferry } from './ops-helpers.js';
 
 // Issue 42, item 7: the shipping inbox role, confined to its consumer by row-level security, shares
 // the pg-boss schema (the parking lot) with billing, so it can insert a job into billing's park
@@ -24,13 +25,6 @@ const roles = { shipping: uniqueName('phs'), shippingOwnBoss: uniqueName('phso')
 const pools: pg.Pool[] = [];
 /** Job ids: a well-formed parked event of billing's, and what the shipping role slipped in. */
 const jobs = { good: '', goodFailed: '', issue: '', script: '', huge: '' };
-
-async function cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await main(['node', 'ferry', ...args], { out: (l) => out.push(l), err: (l) => err.push(l), env: {} });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 function poolAs(role: string): pg.Pool {
   const u = new URL(db.url);
@@ -74,7 +68,7 @@ before(async () => {
     // The separation: shipping's own pg-boss schema (its inbox's bossSchema option).
     ['migrate', ...base, '--inbox', '--boss', '--boss-schema', shippingBossSchema],
   ]) {
-    const r = await cli(args);
+    const r = await ferry(args);
     assert.equal(r.code, 0, r.err);
   }
   // Billing's parking lot holds two well-formed parked events, one of them failed (holding its key).
@@ -94,7 +88,7 @@ before(async () => {
     [roles.shippingOwnBoss, ['--boss-schema', shippingBossSchema]],
   ] as const) {
     await db.pool.query(`CREATE ROLE ${quoteIdentifier(role)} LOGIN`);
-    const r = await cli([
+    const r = await ferry([
       'migrate',
       '--print-grants',
       '--role',
@@ -218,23 +212,23 @@ test('parked - a malformed job is shown as malformed on billing’s Parked page,
 
 test('parked - ferry inbox parked list shows a malformed job as such; retry and discard act on the rows around it', async () => {
   const base = ['--database-url', db.url, '--schema', db.schema, '--consumer', 'billing'];
-  const list = await cli(['inbox', 'parked', 'list', ...base]);
+  const list = await ferry(['inbox', 'parked', 'list', ...base]);
   assert.equal(list.code, 0, list.err);
   assert.match(list.out, new RegExp(`${jobs.script}  billing failed \\(malformed: headers is not an array\\)`));
   assert.match(list.out, /\\u0085\\u202e/, 'control and bidi characters are escaped for the terminal');
   assert.doesNotMatch(list.out, /[\u0080-\u009f\u202e]/);
   assert.match(list.out, /key=order-1 v1 OrderPlaced/);
-  const json = await cli(['inbox', 'parked', 'list', '--json', ...base]);
+  const json = await ferry(['inbox', 'parked', 'list', '--json', ...base]);
   const rows = JSON.parse(json.out) as Array<{ jobId: string; malformed?: { problem: string } }>;
   assert.match(rows.find((r) => r.jobId === jobs.huge)?.malformed?.problem ?? '', /key is not an event key/);
   assert.equal(rows.find((r) => r.jobId === jobs.good)?.malformed, undefined);
 
-  const discard = await cli(['inbox', 'parked', 'discard', jobs.good, jobs.script, '--yes', ...base]);
+  const discard = await ferry(['inbox', 'parked', 'discard', jobs.good, jobs.script, '--yes', ...base]);
   assert.equal(discard.code, 0, discard.err);
   assert.match(discard.out, /discarded 2 of 2/);
   assert.equal(await jobState(jobs.good), undefined);
   assert.equal(await jobState(jobs.script), undefined);
-  const retry = await cli(['inbox', 'parked', 'retry', jobs.huge, '--yes', ...base]);
+  const retry = await ferry(['inbox', 'parked', 'retry', jobs.huge, '--yes', ...base]);
   assert.equal(retry.code, 0, retry.err);
   assert.equal(await jobState(jobs.huge), 'retry', 'a malformed job can be retried too (its park worker then fails it as poison)');
 });

@@ -8,35 +8,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { bossSchemaFor, idempotencyBossSchemaFor, quoteIdentifier, relayBossSchemaFor, SQLSTATE, sqlState } from '@ferry/core';
-import { main } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase, uniqueName } from '@ferry/testkit';
 import pg from 'pg';
 import { setFailed } from './delivery-state.js';
+import { ferry } from './ops-helpers.js';
 import { publishEvents } from './relay-helpers.js';
-
-async function cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await main(['node', 'ferry', ...args], { out: (l) => out.push(l), err: (l) => err.push(l), env: {} });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
-
-function roleUrl(url: string, role: string): string {
-  const u = new URL(url);
-  u.username = role;
-  u.password = '';
-  return u.toString();
-}
-
-/** The SQLSTATE a statement fails with, or `ok (n rows)` when it runs. */
-async function outcome(pool: pg.Pool, sql: string, values: unknown[] = []): Promise<string> {
-  try {
-    const r = await pool.query(sql, values);
-    return `ok (${r.rowCount ?? 0} rows)`;
-  } catch (err) {
-    return sqlState(err) ?? String(err);
-  }
-}
+import { outcome, roleUrl } from './role-helpers.js';
 
 const DENIED = SQLSTATE.insufficientPrivilege;
 const RECORD_ARGS = 'text, text, text, jsonb, integer, text';
@@ -78,7 +55,7 @@ describe('the audit trail: no role writes operator_actions but through the funct
       ['--inbox', '--boss'],
       ['--idempotency', '--boss'],
     ]) {
-      const r = await cli(['migrate', ...base, ...extra]);
+      const r = await ferry(['migrate', ...base, ...extra]);
       assert.equal(r.code, 0, r.err);
     }
     for (const role of Object.values(roles)) await db.pool.query(`CREATE ROLE ${quoteIdentifier(role)} LOGIN`);
@@ -90,7 +67,7 @@ describe('the audit trail: no role writes operator_actions but through the funct
     await db.pool.query(`GRANT USAGE ON SCHEMA ${s} TO ${quoteIdentifier(roles.oldRelay)}`);
     await db.pool.query(`GRANT SELECT, INSERT ON ${s}.operator_actions TO ${quoteIdentifier(roles.oldRelay)}`);
     // The upgrade.
-    const upgrade = await cli(['migrate', ...base]);
+    const upgrade = await ferry(['migrate', ...base]);
     assert.equal(upgrade.code, 0, upgrade.err);
     assert.match(upgrade.out, /applied 17 operator_actions_record/);
 
@@ -103,7 +80,7 @@ describe('the audit trail: no role writes operator_actions but through the funct
       [roles.console, ['--for', 'console']],
     ];
     for (const [role, args] of grants) {
-      const r = await cli(['migrate', '--print-grants', '--role', role, '--schema', db.schema, ...args]);
+      const r = await ferry(['migrate', '--print-grants', '--role', role, '--schema', db.schema, ...args]);
       assert.equal(r.code, 0, r.err);
       await db.pool.query(r.out);
     }
@@ -257,14 +234,14 @@ describe('the audit trail: no role writes operator_actions but through the funct
     const ids = await publishEvents(db.pool, db.schema, 'sec.audit', 2, { keys: 2 });
     assert.equal(await setFailed(db.pool, db.schema, 'o.id = ANY ($1::uuid[])', [ids], { attempts: 5, lastError: 'boom', dead: true }), 2);
     // The role of an earlier Ferry, upgraded by 000017, with the relay's other grants of today.
-    const relayGrants = await cli(['migrate', '--print-grants', '--role', roles.oldRelay, '--schema', db.schema, '--for', 'relay']);
+    const relayGrants = await ferry(['migrate', '--print-grants', '--role', roles.oldRelay, '--schema', db.schema, '--for', 'relay']);
     await db.pool.query(relayGrants.out.replace(/^GRANT EXECUTE ON FUNCTION [^\n]*record_operator_action[^\n]*\n/m, ''));
     const runs: Array<[string, string, string]> = [
       [roles.relay, 'retry', ids[0] as string],
       [roles.oldRelay, 'discard', ids[1] as string],
     ];
     for (const [role, action, id] of runs) {
-      const r = await cli(['dlq', action, id, '--yes', '--database-url', roleUrl(db.url, role), '--schema', db.schema]);
+      const r = await ferry(['dlq', action, id, '--yes', '--database-url', roleUrl(db.url, role), '--schema', db.schema]);
       assert.equal(r.code, 0, `${role} ${action}: ${r.err}`);
     }
     const { rows } = await db.pool.query<{ db_role: string; via: string; action: string; rows: number; recent: boolean }>(

@@ -11,19 +11,13 @@ import { createTestDatabase, createTestStream, type TestDatabase, type TestStrea
 import pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { countPending, type RelayProcess, readStream, spawnRelay } from './relay-helpers.js';
+import { roleUrl } from './role-helpers.js';
 
 async function cli(args: string[]): Promise<{ code: number; out: string; err: string }> {
   const out: string[] = [];
   const err: string[] = [];
   const code = await main(['node', 'ferry', ...args], { out: (l) => out.push(l), err: (l) => err.push(l), env: {} });
   return { code, out: out.join('\n'), err: err.join('\n') };
-}
-
-function roleUrl(url: string, role: string): string {
-  const u = new URL(url);
-  u.username = role;
-  u.password = '';
-  return u.toString();
 }
 
 async function deniedCode(p: Promise<unknown>): Promise<string | undefined> {

@@ -6,7 +6,7 @@
 // still work as the relay and reader roles.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { bossSchemaFor, idempotencyBossSchemaFor, quoteIdentifier, relayBossSchemaFor, SQLSTATE, sqlState } from '@ferry/core';
+import { bossSchemaFor, idempotencyBossSchemaFor, quoteIdentifier, relayBossSchemaFor, SQLSTATE } from '@ferry/core';
 import { createIdempotencyJanitor } from '@ferry/idempotency';
 import { main } from '@ferry/relay';
 import { createTestDatabase, type TestDatabase, uniqueName } from '@ferry/testkit';
@@ -14,29 +14,13 @@ import pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { setFailed } from './delivery-state.js';
 import { publishEvents } from './relay-helpers.js';
+import { outcome, roleUrl } from './role-helpers.js';
 
 async function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
   const out: string[] = [];
   const err: string[] = [];
   const code = await main(['node', 'ferry', ...args], { out: (l) => out.push(l), err: (l) => err.push(l), env });
   return { code, out: out.join('\n'), err: err.join('\n') };
-}
-
-function roleUrl(url: string, role: string): string {
-  const u = new URL(url);
-  u.username = role;
-  u.password = '';
-  return u.toString();
-}
-
-/** The SQLSTATE a statement fails with, or `ok (n rows)` when it runs. */
-async function outcome(pool: pg.Pool, sql: string, values: unknown[] = []): Promise<string> {
-  try {
-    const r = await pool.query(sql, values);
-    return `ok (${r.rowCount ?? 0} rows)`;
-  } catch (err) {
-    return sqlState(err) ?? String(err);
-  }
 }
 
 const DENIED = SQLSTATE.insufficientPrivilege;
