@@ -95,7 +95,9 @@ async function fill(stream: TestStream, messages: Array<{ event: FerryEvent; msg
     const enc = encodeEvent(event, { msgId });
     const h = headers();
     for (const [n, v] of enc.headers) h.set(n, v);
-    acks.push(js.publish(enc.subject, enc.body, { headers: h }));
+    // Filling is set-up, not the measured part: a generous PubAck wait, since the smoke run fills
+    // right after the test suite has loaded the machine (nats.js waits 5 s by default).
+    acks.push(js.publish(enc.subject, enc.body, { headers: h, timeout: 60_000 }));
     if (acks.length >= 1000) {
       await Promise.all(acks);
       acks = [];
