@@ -136,7 +136,7 @@ test('ferry dlq - retry --dry-run names a subject no stream binds (exit 1); once
   assert.deepEqual(json.wouldChange, [head]);
   assert.equal(json.subjects.length, 1);
   assert.deepEqual({ ...json.subjects[0], fix: undefined }, { subject: late, events: 1, stream: null, fix: undefined });
-  assert.match(json.subjects[0]?.fix ?? '', new RegExp(`ferry relay --ensure-stream <STREAM>=${late}`));
+  assert.match(json.subjects[0]?.fix ?? '', new RegExp(`ferry streams ensure STREAM=${late}`));
   assert.match(dry.err, /1 event would fail again: no stream binds dlqf\w*_late\.orders; bind them first, then retry/);
   const human = await ferry(['dlq', 'retry', head, '--dry-run', '--nats-url', natsUrl(), ...base()]);
   assert.equal(human.code, 1);
@@ -151,8 +151,11 @@ test('ferry dlq - retry --dry-run names a subject no stream binds (exit 1); once
   const failed = await ferry(['dlq', 'retry', '--all-failed', '--dry-run', '--no-check-streams', '--json', ...base()]);
   assert.deepEqual(failed.json<{ wouldChange: string[] }>().wouldChange, [head]);
 
-  const info = await stream.jsm.streams.info(stream.name);
-  await stream.jsm.streams.update(stream.name, { ...info.config, subjects: [...(info.config.subjects ?? []), `${stream.prefix}_late.>`] });
+  // The printed fix, with the stream filled in, is the whole of it: no nats CLI.
+  const fix = json.subjects[0]?.fix?.match(/ferry (streams ensure \S+)/)?.[1]?.split(' ') ?? [];
+  const ensured = await ferry([...fix.slice(0, 2), fix[2]?.replace('STREAM=', `${stream.name}=`) ?? '', '--nats-url', natsUrl()]);
+  assert.equal(ensured.code, 0, ensured.err);
+  assert.match(ensured.out, new RegExp(`stream ${stream.name} exists: added the subject\\(s\\) it lacked \\(${late}\\)`));
   const bound = await ferry(['dlq', 'retry', '--key', 'b', '--dry-run', '--json', '--nats-url', natsUrl(), ...base()]);
   assert.equal(bound.code, 0, bound.err);
   assert.deepEqual(bound.json<{ subjects: unknown[] }>().subjects, [{ subject: late, events: 1, stream: stream.name }]);

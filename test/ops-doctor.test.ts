@@ -92,7 +92,11 @@ test('ferry doctor - problems exit 1 (never 2, bad usage) and are counted in the
   assert.equal(found.length, 5, JSON.stringify(found, null, 1));
   const by = (re: RegExp) => found.find((f) => re.test(`${f.check} ${f.message}`));
   // The default span counts a PubAck timeout and a poll interval before each of the 24 re-sends: 22 minutes, not 18.
-  assert.ok(by(/duplicate window 2m is shorter than the relay's retry span 22m/)?.fix?.includes('--dupe-window 23m'));
+  assert.match(
+    by(/duplicate window 2m is shorter than the relay's retry span 22m/)?.fix ?? '',
+    /ferry streams ensure \S+ --duplicate-window 23m/,
+  );
+
   assert.ok(by(/ferry_doctor_nowhere\.x \(1 event\)/)?.fix);
   assert.ok(by(/consumer .*\/bad .*ack_policy "none".*max_deliver 3/));
   assert.ok(by(/maxPayloadBytes 4194304 is above the server's max_payload 1048576/));
@@ -116,7 +120,7 @@ test('ferry doctor - a duplicate window shorter than the lease term plus the pub
   const takeover = found.find((f) => /shorter than the lease term plus the publish timeout, 5m/.test(f.message));
   assert.ok(takeover, JSON.stringify(found, null, 1));
   assert.match(takeover.message, /--lease-term-ms 300000/);
-  assert.match(takeover.fix ?? '', /--dupe-window 6m/);
+  assert.match(takeover.fix ?? '', /ferry streams ensure \S+ --duplicate-window 6m/);
   const fine = await ferry([...base(), '--json']);
   assert.ok(
     !problems(fine.json<DoctorReport>()).some((f) => /lease term plus the publish timeout/.test(f.message)),

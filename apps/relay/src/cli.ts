@@ -8,6 +8,7 @@ import { migrateCommand } from './commands/migrate.js';
 import { relayCommand } from './commands/relay.js';
 import { replayCommand } from './commands/replay.js';
 import { statusCommand } from './commands/status.js';
+import { streamsCommand } from './commands/streams.js';
 import { verifyCommand } from './commands/verify.js';
 import type { CommandContext } from './context.js';
 import { EXIT } from './exit-codes.js';
@@ -39,6 +40,7 @@ export function buildProgram(ctx: CommandContext): Command {
   program.addCommand(dlqCommand(ctx));
   program.addCommand(inboxCommand(ctx));
   program.addCommand(statusCommand(ctx));
+  program.addCommand(streamsCommand(ctx));
   program.addCommand(replayCommand(ctx));
   program.addCommand(doctorCommand(ctx));
   program.addCommand(verifyCommand(ctx));

@@ -30,7 +30,7 @@ export function duplicateWindowShortfall(
     windowMs,
     spanMs,
     message: `duplicate window ${fmt(windowMs)} is shorter than the relay's retry span ${fmt(spanMs)} (--max-attempts ${o.maxAttempts}, --backoff-base-ms ${o.backoffBaseMs}, --backoff-max-ms ${o.backoffMaxMs}, --publish-timeout-ms ${o.publishTimeoutMs}, --poll-interval-ms ${o.pollIntervalMs}): a re-send after a lost PubAck could be stored twice`,
-    fix: `nats stream edit ${stream} --dupe-window ${fmt(Math.ceil(spanMs / 60_000) * 60_000)} (or lower the relay's --max-attempts)`,
+    fix: `ferry streams ensure ${stream} --duplicate-window ${fmt(Math.ceil(spanMs / 60_000) * 60_000)} (or lower the relay's --max-attempts)`,
   };
 }
 
@@ -61,6 +61,6 @@ export function takeoverWindowShortfall(
     windowMs,
     spanMs,
     message: `duplicate window ${fmt(windowMs)} is shorter than the lease term plus the publish timeout, ${fmt(spanMs)} (--lease-term-ms ${options.leaseTermMs}, --publish-timeout-ms ${options.publishTimeoutMs}): after a takeover, what the last holder sent but did not mark is sent again and stored twice`,
-    fix: `nats stream edit ${stream} --dupe-window ${fmt(Math.max(120_000, Math.ceil(spanMs / 60_000) * 60_000))}`,
+    fix: `ferry streams ensure ${stream} --duplicate-window ${fmt(Math.max(120_000, Math.ceil(spanMs / 60_000) * 60_000))}`,
   };
 }

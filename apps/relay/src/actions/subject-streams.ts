@@ -1,4 +1,5 @@
 import type { JetStreamManager } from '@nats-io/jetstream';
+import { shellQuote } from '../shell-quote.js';
 
 /** Which stream binds each subject now, or null when none does: the server's own answer ($JS.API.STREAM.NAMES, filtered by subject). */
 export async function streamsBinding(jsm: JetStreamManager, subjects: Iterable<string>): Promise<Map<string, string | null>> {
@@ -14,7 +15,12 @@ export async function streamsBinding(jsm: JetStreamManager, subjects: Iterable<s
   return out;
 }
 
+/** The command that binds `subject` to a stream (an existing one gains it; none is removed), quoted to paste. */
+export function ensureSubjectCommand(subject: string, stream = 'STREAM'): string {
+  return `ferry streams ensure ${shellQuote(`${stream}=${subject}`)}`;
+}
+
 /** What to do about a subject no stream binds (dlq retry --dry-run; the relay's own failure says no_responders). */
 export function bindSubjectFix(subject: string): string {
-  return `add it to a stream: ferry relay --ensure-stream <STREAM>=${subject} (adds it to an existing stream too), or nats stream edit <STREAM> --subjects <its subjects>,${subject}`;
+  return `add it to a stream: ${ensureSubjectCommand(subject)} (STREAM: an existing stream gains it, or a new one is created; ferry streams ls lists them)`;
 }

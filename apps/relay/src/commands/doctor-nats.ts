@@ -5,6 +5,7 @@ import { consumerConfigDifferences } from '@ferry/inbox';
 import { type JetStreamManager, jetstreamManager, type StreamInfo } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
+import { ensureSubjectCommand } from '../actions/subject-streams.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { count } from '../count.js';
 import { duplicateWindowShortfall, takeoverWindowShortfall } from '../duplicate-window.js';
@@ -59,7 +60,12 @@ export async function checkNats(
         'subjects',
         'problem',
         `${missing.length} outbox subjects are in no stream: ${missing.slice(0, 5).join(', ')}${missing.length > 5 ? ', …' : ''}`,
-        'add them to a stream: nats stream edit <STREAM> --subjects …, or ferry relay --ensure-stream NAME=<subject>.>',
+        `add them to a stream: ${ensureSubjectCommand(
+          missing
+            .map((m) => m.split(' (')[0])
+            .slice(0, 5)
+            .join(','),
+        )}${missing.length > 5 ? ',…' : ''} (an existing stream gains them; ferry streams ls lists the streams)`,
       );
     } else if (reserved.length < subjects.size)
       add('subjects', 'ok', `all ${subjects.size - reserved.length} outbox subjects are in a stream (${[...streams].join(', ')})`);
@@ -82,7 +88,7 @@ export async function checkNats(
         `stream ${name}`,
         'problem',
         `does not exist or cannot be read: ${(err as Error).message}`,
-        `create it: nats stream add ${name} --subjects '…', or ferry relay --ensure-stream ${name}=<subjects>`,
+        `create it: ferry streams ensure ${name}=<subjects>`,
       );
       continue;
     }

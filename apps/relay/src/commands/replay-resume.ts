@@ -19,11 +19,6 @@ export interface ResumeInput {
   failures: readonly ReplayFailure[];
 }
 
-/** Quotes one argument for a POSIX shell, so a printed resume command can be pasted as is. */
-export function shellQuote(arg: string): string {
-  return /^[A-Za-z0-9_.,:@%+=/-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", "'\\''")}'`;
-}
-
 /**
  * The replay commands that send exactly the selected rows not yet sent (the
  * run's filters, narrowed): rows are sent in seq order and a key's next row

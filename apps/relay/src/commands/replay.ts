@@ -15,8 +15,8 @@ import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { shellQuote } from '../shell-quote.js';
 import { Progress, type ProgressMode } from './replay-progress.js';
-import { shellQuote } from './replay-resume.js';
 
 export type { ReplayReport } from '../actions/replay.js';
 export type { ReplayFailure } from './replay-resume.js';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { subjectCovers } from './ensure-streams.js';
+import { subjectCovers } from '../actions/streams.js';
 
 test('ensure-streams - a subject is covered by a filter that matches every subject it can be, NATS wildcards included', () => {
   const cases: Array<[string, string, boolean]> = [

@@ -1,3 +1,4 @@
+import { ensureSubjectCommand } from '../actions/subject-streams.js';
 import type { Classified } from '../errors.js';
 
 /**
@@ -8,7 +9,7 @@ import type { Classified } from '../errors.js';
  */
 export function failureText(outcome: Pick<Classified, 'reason' | 'message'>, subject: string): string {
   if (outcome.reason === 'no_responders') {
-    return `no_responders: no stream binds subject ${subject}; add it to a stream's subjects (nats stream edit STREAM --subjects …) or discard the event (ferry dlq discard); if every subject fails so, JetStream is down`;
+    return `no_responders: no stream binds subject ${subject}; add it to a stream (${ensureSubjectCommand(subject)}) or discard the event (ferry dlq discard); if every subject fails so, JetStream is down`;
   }
   return `${outcome.reason}: ${outcome.message}`;
 }
