@@ -137,7 +137,7 @@ test('ferry dlq - retry --dry-run names a subject no stream binds (exit 1); once
   assert.equal(json.subjects.length, 1);
   assert.deepEqual({ ...json.subjects[0], fix: undefined }, { subject: late, events: 1, stream: null, fix: undefined });
   assert.match(json.subjects[0]?.fix ?? '', new RegExp(`ferry streams ensure STREAM=${late}`));
-  assert.match(dry.err, /1 event would fail again: no stream binds dlqf\w*_late\.orders; bind them first, then retry/);
+  assert.match(dry.err, /1 event would fail again: no stream binds dlqf\w*_late\.orders; fix that first \(above\), then retry/);
   const human = await ferry(['dlq', 'retry', head, '--dry-run', '--nats-url', natsUrl(), ...base()]);
   assert.equal(human.code, 1);
   assert.match(human.out, new RegExp(`^would retry ${head}$`, 'm'));

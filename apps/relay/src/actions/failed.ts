@@ -39,7 +39,7 @@ export interface FailedPreview {
 }
 
 /** The filter's condition narrowed to failed rows: a dlq action never touches any other. */
-function failedSelection(filter: EventFilter): { sql: string; params: unknown[] } {
+export function failedSelection(filter: EventFilter): { sql: string; params: unknown[] } {
   const { sql, params } = filterCondition(filter);
   return { sql: `${sql} AND ${FAILED_CONDITION}`, params };
 }

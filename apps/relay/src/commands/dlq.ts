@@ -1,12 +1,11 @@
 import { ConfigError, quoteIdentifier, ValidationError, validateEventId } from '@ferry/core';
-import { jetstreamManager } from '@nats-io/jetstream';
 import { Command, Option } from 'commander';
 import type pg from 'pg';
 import { cliOperator } from '../actions/audit.js';
 import type { EventFilter } from '../actions/event-filter.js';
-import { type FailedAction, type FailedRow, previewFailed, selectFailed, settleFailed } from '../actions/failed.js';
+import { type FailedAction, previewFailed, selectFailed, settleFailed } from '../actions/failed.js';
+import { type RetryHazards, retryHazards } from '../actions/retry-hazards.js';
 import { type ExpectedSelection, selectionOf } from '../actions/selection.js';
-import { bindSubjectFix, streamsBinding } from '../actions/subject-streams.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn, parseSelectionDigest } from '../cli/flag-parsers.js';
@@ -67,30 +66,15 @@ async function withPool<T>(flags: DlqFlags, ctx: CommandContext, fn: (pool: pg.P
   }
 }
 
-/** A subject of the selection, and whether a stream binds it now (retry --dry-run). */
-interface SubjectCheck {
-  subject: string;
-  events: number;
-  /** The stream that binds it, or null: the retried events would fail again (no_responders). */
-  stream: string | null;
-  fix?: string;
-}
-
-/** Asks NATS which stream binds each subject of the rows (`ferry dlq retry --dry-run`). */
-async function checkSubjects(rows: readonly FailedRow[], flags: DlqFlags): Promise<SubjectCheck[]> {
-  const counts = new Map<string, number>();
-  for (const r of rows) counts.set(r.subject, (counts.get(r.subject) ?? 0) + 1);
-  if (counts.size === 0) return [];
+/** What a retry of the selection would meet again (retry --dry-run): the console's preview runs the same check. */
+async function checkRetry(pool: pg.Pool, filter: EventFilter, flags: DlqFlags): Promise<RetryHazards> {
+  if (flags.checkStreams === false) return retryHazards(pool, flags.schema, filter);
   const nc = await connectNats(flags as NatsFlags, 'ferry-dlq').catch((err: Error) => {
     if (!(err instanceof NatsConnectError)) throw err; // bad flags stay usage errors
     throw new NatsConnectError(`${err.message}; or pass --no-check-streams to list without asking NATS`, { cause: err });
   });
   try {
-    const bound = await streamsBinding(await jetstreamManager(nc), counts.keys());
-    return [...counts].map(([subject, events]) => {
-      const stream = bound.get(subject) ?? null;
-      return stream === null ? { subject, events, stream, fix: bindSubjectFix(subject) } : { subject, events, stream };
-    });
+    return await retryHazards(pool, flags.schema, filter, nc);
   } finally {
     await nc.close();
   }
@@ -121,20 +105,20 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
         : {};
   const noun = flags.allDead ? 'dead event' : 'failed event';
   const what = flags.key !== undefined ? `of key ${JSON.stringify(flags.key)}` : 'of every key';
-  const checking = action === 'retry' && Boolean(flags.dryRun) && flags.checkStreams !== false;
-  const { done, subjects, selection } = await withPool(flags, ctx, async (pool) => {
+  const checking = action === 'retry' && Boolean(flags.dryRun);
+  const { done, checks, selection } = await withPool(flags, ctx, async (pool) => {
     if (flags.dryRun) {
       const rows = await selectFailed(pool, flags.schema, filter);
       return {
         done: rows.map((r) => r.id),
-        subjects: checking ? await checkSubjects(rows, flags) : [],
+        checks: checking && rows.length > 0 ? await checkRetry(pool, filter, flags) : undefined,
         selection: selectionOf(rows.map((r) => r.id)),
       };
     }
     const p = await previewFailed(pool, flags.schema, filter, 0, 0); // the question names no rows behind: none counted
     // What the operator confirms is this exact selection: the change refuses unless it is still the same rows.
     let expect: ExpectedSelection | undefined = flags.expectSelection !== undefined ? { digest: flags.expectSelection } : undefined;
-    if (p.rows === 0 && !byIds && expect === undefined) return { done: [], subjects: [] };
+    if (p.rows === 0 && !byIds && expect === undefined) return { done: [], checks: undefined };
     if (p.rows > 0 && !flags.yes) {
       const states = p.backingOff === 0 ? '' : p.dead === 0 ? ', backing off' : `: ${p.dead} dead, ${p.backingOff} backing off`;
       const question = `${action} ${count(p.selection.rows, noun)} ${byIds ? '' : `${what} `}(${count(p.keys, 'key')}${states}; selection ${p.selection.digest.slice(0, 12)})`;
@@ -143,11 +127,12 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
     }
     // The change itself is the shared action (the console calls it too), recorded in operator_actions.
     const operator = { ...cliOperator(), ...(expect ? { expect } : {}) };
-    return { done: await settleFailed(pool, flags.schema, action, filter, operator), subjects: [] };
+    return { done: await settleFailed(pool, flags.schema, action, filter, operator), checks: undefined };
   });
   const changed = new Set(done);
   const missing = valid.filter((id) => !changed.has(id.toLowerCase()));
-  const unbound = subjects.filter((x) => x.stream === null);
+  const subjects = checks?.subjects ?? [];
+  const hazards = checks?.hazards ?? [];
   const verb = flags.dryRun ? `would ${action}` : action === 'retry' ? 'retried' : 'discarded';
   if (flags.json) {
     ctx.out(
@@ -158,7 +143,9 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
         notDead: missing,
         dryRun: Boolean(flags.dryRun),
         ...(flags.dryRun ? { wouldChange: done, selection } : {}),
-        ...(checking ? { subjects } : {}),
+        ...(checks
+          ? { subjects: checks.subjects, hazards, ...(checks.maxPayload !== undefined ? { maxPayload: checks.maxPayload } : {}) }
+          : {}),
       }),
     );
   } else if (!byIds && done.length === 0) ctx.out(`no ${noun}s ${what}`);
@@ -168,18 +155,22 @@ async function settle(action: FailedAction, ids: string[], flags: DlqFlags, ctx:
       ctx.out(
         `selection ${selection.digest} (${count(selection.rows, noun)}): confirm exactly these with --yes --expect-selection ${selection.digest}`,
       );
-    for (const x of subjects) {
+    for (const x of subjects)
       if (x.stream !== null) ctx.out(`subject ${x.subject} (${count(x.events, 'event')}): stream ${x.stream} binds it`);
-      else ctx.err(`no stream binds subject ${x.subject} (${count(x.events, 'event')} would fail again): ${x.fix}`);
-    }
+    for (const h of hazards) ctx.err(`${h.message}: ${h.fix}`);
     for (const id of missing) ctx.err(`not failed (unknown, already published or discarded, or never failed): ${id}`);
   }
   if (missing.length > 0)
     throw new CommandFailedError(`${missing.length} of ${valid.length} ids were not failed events (dead or backing off)`);
-  if (unbound.length > 0) {
-    const n = unbound.reduce((sum, x) => sum + x.events, 0);
+  if (hazards.length > 0) {
+    const unbound = hazards.filter((h) => h.kind === 'unbound-subject').flatMap((h) => h.subjects);
+    const what = [
+      ...(unbound.length > 0 ? [`no stream binds ${unbound.join(', ')}`] : []),
+      ...(hazards.some((h) => h.kind === 'reserved-subject') ? ['subjects NATS reserves'] : []),
+      ...(hazards.some((h) => h.kind === 'over-max-payload') ? ["over the server's max_payload"] : []),
+    ];
     throw new CommandFailedError(
-      `${count(n, 'event')} would fail again: no stream binds ${unbound.map((x) => x.subject).join(', ')}; bind them first, then retry`,
+      `${count(checks?.wouldFailAgain ?? 0, 'event')} would fail again: ${what.join('; ')}; fix that first (above), then retry`,
     );
   }
 }
@@ -323,13 +314,20 @@ when the selection changed). A confirmation on a terminal is held to the selecti
 the same way. Exit 1 naming the ids that are not failed (unknown, published, discarded, or never failed).`;
   dlq.addCommand(
     addNatsOptions(bulk(new Command('retry').description('make failed events (dead or backing off) due now: their keys unblock')))
-      .addOption(new Option('--no-check-streams', 'with --dry-run, do not ask NATS whether a stream binds each subject'))
+      .addOption(
+        new Option(
+          '--no-check-streams',
+          'with --dry-run, do not ask NATS whether a stream binds each subject or compare sizes with its max_payload',
+        ),
+      )
       .argument('[ID...]', 'event ids')
       .addHelpText(
         'after',
         `${selection}
-With --dry-run it also asks NATS (--nats-url …) whether a stream binds each selected subject now,
-and names each one that none binds with the fix (exit 1: those events would fail again).`,
+With --dry-run it also checks what the retried events would run into again, with the fix for each
+(exit 1 when any would fail again): a subject no stream binds now and an event that encodes to more
+than the server's max_payload (both asked of NATS, --nats-url …), and a subject NATS reserves. The
+console's retry preview runs the same check (actions/retry-hazards.ts).`,
       )
       .action((ids: string[], flags: DlqFlags) => settle('retry', ids, flags, ctx)),
   );

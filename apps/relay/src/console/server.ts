@@ -12,6 +12,7 @@ import { EVENT_STATES, type EventFilter, parseFilter } from '../actions/event-fi
 import { type FailedAction, previewFailed, SelectionChangedError, settleFailed } from '../actions/failed.js';
 import { type ParkedAction, parkedEligible, settleParked } from '../actions/parked.js';
 import { previewReplay, type ReplaySelection, replayEvents } from '../actions/replay.js';
+import { type RetryHazards, retryHazards } from '../actions/retry-hazards.js';
 import { parseDigest, selectionOfSet } from '../actions/selection.js';
 import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import type { DoctorReport } from '../commands/doctor.js';
@@ -808,6 +809,8 @@ ${message}</td></tr>`;
   /** The preview of a dlq action, and its confirmation form carrying the exact selection; `refused` says why a confirmation was not done. */
   async function dlqPreviewPage(r: Req, action: FailedAction, f: EventFilter, refused?: string): Promise<string> {
     const p = await previewFailed(longPool, o.schema, f);
+    // The CLI's `dlq retry --dry-run` runs this same check: the two previews cannot disagree.
+    const checks = action === 'retry' && p.rows > 0 ? await retryHazards(longPool, o.schema, f, o.nc) : undefined;
     const what = f.key !== undefined && p.keys <= 1 ? html` of key <b>${f.key}</b>` : html` of ${p.keys} key(s)`;
     const verb = action === 'retry' ? 'retries' : 'discards';
     const kind =
@@ -828,7 +831,13 @@ ${message}</td></tr>`;
       p.rows === 0
         ? html`${notice}<p class="note">No failed event (dead or backing off) matches: nothing to ${action}.</p><p><a href="/blocked">Back</a></p>`
         : html`${notice}<div class="preview"><p id="summary">This ${verb} <b id="count">${p.rows}</b> ${kind}${what}; ${p.behindKeys < p.keys ? 'at least ' : ''}<b id="behind">${p.behind}</b> ${flow}${p.behindKeys < p.keys ? ` (counted behind the first ${p.behindKeys} keys)` : ''}</p>
-${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire right now: a discard keeps it from being sent again, but one already sent may still reach the stream (before any later event of its key).</p>` : ''}
+${
+  p.backingOff === 0
+    ? ''
+    : action === 'discard'
+      ? html`<p class="note">A backing-off event may be on the wire right now: a discard keeps it from being sent again, but one already sent may still reach the stream (before any later event of its key).</p>`
+      : html`<p class="note">A backing-off event may be on the wire right now: the retry sends it again at once, and the stream drops the second copy inside its duplicate window.</p>`
+}${checks ? retryChecksHtml(checks) : ''}
 <p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.selection.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/dlq/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}${ids}
 <input type="hidden" name="expect_rows" value="${p.selection.rows}"><input type="hidden" name="expect_digest" value="${p.selection.digest}">
@@ -838,6 +847,19 @@ ${p.backingOff > 0 ? html`<p class="note">A backing-off event may be on the wire
               html`<tr><td>${eventLink(e.id)}</td><td>${e.key}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td>${e.last_error ?? ''}</td></tr>`,
           )}</table>`;
     return layout(r, `Preview: ${action} failed events`, '/blocked', body);
+  }
+
+  /** What the retried events would run into again, each with its fix; or that NATS was not asked. */
+  function retryChecksHtml(c: RetryHazards): Html {
+    const notAsked =
+      c.subjects === null
+        ? html`<p class="note" id="not-checked">Subjects and sizes not checked against NATS: ${o.natsError ?? 'not connected (ferry console --nats-url)'}.</p>`
+        : '';
+    if (c.hazards.length === 0)
+      return html`${notAsked}<p class="note" id="checks-ok">${c.subjects === null ? 'No reserved subject.' : `Every subject is bound to a stream, and every event fits the server's max_payload (${c.maxPayload ?? '?'} bytes).`}</p>`;
+    return html`${notAsked}<div class="advice" id="hazards"><p><b>${c.wouldFailAgain}</b> event(s) would fail again:</p><ul>${c.hazards.map(
+      (h) => html`<li data-hazard="${h.kind}">${h.message}. Fix: <span class="mono">${h.fix}</span></li>`,
+    )}</ul></div>`;
   }
 
   async function dlqApply(r: Req, form: URLSearchParams): Promise<string> {
