@@ -1,7 +1,4 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { quoteIdentifier, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
@@ -9,7 +6,8 @@ import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { createTestDatabase, NatsServer, type TestDatabase, uniqueName } from '@ferry/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { type BrowserContext, chromium } from 'playwright-core';
+import type { BrowserContext } from 'playwright-core';
+import { type Browser, launchChromium, logIn } from './chromium.js';
 import { setFailed } from './delivery-state.js';
 import { ferry } from './ops-helpers.js';
 
@@ -18,7 +16,6 @@ import { ferry } from './ops-helpers.js';
 // max_payload are both named, with the fix, in the terminal and in Chromium alike. The
 // NATS server is this file's own, with a 4 KiB max_payload, so an 8 KiB event is over it.
 
-const CHROMIUM = process.env.FERRY_CHROMIUM ?? '/usr/bin/chromium';
 const TOKEN = 'retry-preview-token-0123456789';
 
 let db: TestDatabase;
@@ -26,7 +23,7 @@ let server: NatsServer;
 let nc: NatsConnection;
 let consoleServer: ConsoleServer;
 let context: BrowserContext;
-let userDataDir: string;
+let browser: Browser;
 let prefix: string;
 let streamName: string;
 const ids: Record<'big' | 'unbound' | 'fine', string> = { big: '', unbound: '', fine: '' };
@@ -61,30 +58,13 @@ before(async () => {
     token: TOKEN,
     refreshMs: 5000,
   });
-  userDataDir = mkdtempSync(join(tmpdir(), 'ferry-retry-preview-chromium-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-  const page = await context.newPage();
-  await page.goto(`${consoleServer.url}/login`);
-  await page.fill('input[name=token]', TOKEN);
-  await Promise.all([page.waitForURL(`${consoleServer.url}/`), page.click('button[type=submit]')]);
-  await page.close();
+  browser = await launchChromium();
+  context = browser.context;
+  await logIn(context, consoleServer.url, TOKEN);
 });
 
 after(async () => {
-  await context?.close().catch(() => {});
-  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+  await browser?.close();
   await consoleServer?.close();
   await nc?.close().catch(() => {});
   await server?.stop();

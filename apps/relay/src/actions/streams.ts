@@ -1,4 +1,4 @@
-import { ConfigError } from '@ferry/core';
+import { ConfigError, describeValue, isNatsName, reservedSubjectToken } from '@ferry/core';
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, StorageType, type StreamInfo } from '@nats-io/jetstream';
 import { formatDuration } from '../duration.js';
 import { RELAY_DEFAULTS, retrySpanMs } from '../relay-options.js';
@@ -40,6 +40,39 @@ export function defaultDuplicateWindowMs(
 export interface StreamSpec {
   name: string;
   subjects: readonly string[];
+}
+
+/**
+ * `NAME=SUBJECT[,SUBJECT]` or a bare `NAME`, checked before NATS is asked (the CLI's argument, the
+ * console's form): each subject a NATS subject filter that NATS does not reserve.
+ */
+export function checkStreamSpec(value: string): StreamSpec {
+  const m = /^([^=]*)(?:=(.*))?$/s.exec(value.trim()) as RegExpExecArray;
+  const name = m[1] as string;
+  if (!isNatsName(name) || name.length > 64) {
+    throw new Error(
+      `${describeValue(value, 60)}: ${describeValue(name, 40)} is not a stream name: 1-64 characters, no whitespace, '.', '*', '>', '/' or '\\'; e.g. ORDERS=orders.>`,
+    );
+  }
+  const subjects = m[2] === undefined ? [] : m[2].split(',').map((s) => s.trim());
+  for (const subject of subjects) {
+    const tokens = subject.split('.');
+    const wildcardMisused = tokens.some(
+      (t, i) => (t.includes('*') && t !== '*') || (t.includes('>') && (t !== '>' || i !== tokens.length - 1)),
+    );
+    if (subject === '' || /[\s\0]/.test(subject) || tokens.some((t) => t === '') || wildcardMisused) {
+      throw new Error(
+        `${describeValue(value, 60)}: ${describeValue(subject, 40)} is not a subject: dot-separated tokens without spaces, '*' a whole token, '>' only last; e.g. ORDERS=orders.>`,
+      );
+    }
+    const reserved = reservedSubjectToken(subject);
+    if (reserved !== undefined) {
+      throw new Error(
+        `${describeValue(value, 60)}: subject ${describeValue(subject, 40)} starts with ${reserved}, which NATS reserves (docs/security.md); use your application's own subjects`,
+      );
+    }
+  }
+  return { name, subjects };
 }
 
 /**

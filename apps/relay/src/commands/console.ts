@@ -5,16 +5,18 @@ import { Command, Option } from 'commander';
 import pg from 'pg';
 import { requireOutbox, resolveDatabaseUrl } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
-import { parseHost, parseIntIn, parseSchema } from '../cli/flag-parsers.js';
+import { parseHost, parseIntIn, parseSchema, validatorParser } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import {
-  addDatabaseOptions,
   addNatsOptions,
   addRetrySpanOptions,
   type DatabaseFlags,
+  databaseUrlOption,
   type NatsFlags,
   type RetrySpanFlags,
+  schemaOption,
 } from '../cli/shared-options.js';
+import { checkOperatorName } from '../console/operator-name.js';
 import { type ConsoleOptions, startConsole } from '../console/server.js';
 import type { CommandContext } from '../context.js';
 import { isLoopbackAddress } from '../loopback-host.js';
@@ -27,11 +29,20 @@ interface ConsoleFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
   tokenFile?: string;
   basicAuthFile?: string;
   readOnly?: boolean;
+  operator?: string;
   bossSchema?: string;
   oldBossSchema: string;
   statementTimeoutMs: number;
   refreshMs: number;
 }
+
+const RETRY_SPAN_LONG_FLAGS = new Set([
+  '--poll-interval-ms',
+  '--max-attempts',
+  '--backoff-base-ms',
+  '--backoff-max-ms',
+  '--publish-timeout-ms',
+]);
 
 /** Shorter tokens are refused: the console's token guards actions that discard events. */
 const MIN_TOKEN = 16;
@@ -46,7 +57,13 @@ Who gets in:
   --read-only offers no actions and accepts none; it works with a role holding
   only SELECT: ferry migrate --print-grants --role R --for console.
   Actions run as the database user: dlq retry/discard need the relay's grants,
-  parked retry/discard the inbox's.
+  parked retry/discard the inbox's. With a shared token, each operator types
+  a name at /login (or --operator sets it): the audit trail records it with
+  "(token)", as a claim; basic auth records its user.
+  The Streams page's doctor checks the duplicate window against the relay's
+  retry settings, read from the relay's variables (FERRY_MAX_ATTEMPTS,
+  FERRY_BACKOFF_BASE_MS, FERRY_BACKOFF_MAX_MS, FERRY_PUBLISH_TIMEOUT_MS,
+  FERRY_POLL_INTERVAL_MS) when set.
 
 Examples:
   ferry console                                    (http://127.0.0.1:9470)
@@ -173,15 +190,20 @@ export async function openConsole(
 
 /** `ferry console`: the operator console in the browser, until SIGINT or SIGTERM. */
 export function consoleCommand(ctx: CommandContext): Command {
-  return addRetrySpanOptions(
+  const cmd = addRetrySpanOptions(
     addNatsOptions(
-      addDatabaseOptions(
-        new Command('console').description(
+      new Command('console')
+        .description(
           'the operator console in the browser: relays, lanes, blocked keys, events, parked events; retry, discard, with previews and an audit trail',
-        ),
-      ),
+        )
+        .addOption(databaseUrlOption())
+        .addOption(schemaOption()),
     ),
-  )
+  );
+  // The relay's retry flags feed only the Streams page's doctor (the duplicate window it checks):
+  // read from the relay's own FERRY_* variables, and out of --help, which lists what the console is for.
+  for (const option of cmd.options) if (RETRY_SPAN_LONG_FLAGS.has(option.long ?? '')) option.hideHelp();
+  return cmd
     .addOption(
       new Option(
         '--host <address>',
@@ -202,6 +224,14 @@ export function consoleCommand(ctx: CommandContext): Command {
       new Option('--basic-auth-file <file>', 'file holding user:password for basic auth (or FERRY_CONSOLE_BASIC_AUTH)').env(
         'FERRY_CONSOLE_BASIC_AUTH_FILE',
       ),
+    )
+    .addOption(
+      new Option(
+        '--operator <name>',
+        "the name recorded in the audit trail with the token's actions (the login form's default; a claim, not an identity)",
+      )
+        .env('FERRY_CONSOLE_OPERATOR')
+        .argParser(validatorParser(checkOperatorName)),
     )
     .addOption(new Option('--read-only', 'offer no actions and accept none (a SELECT-only role is enough)').env('FERRY_CONSOLE_READ_ONLY'))
     .addOption(
@@ -247,6 +277,7 @@ export function consoleCommand(ctx: CommandContext): Command {
           port: flags.port,
           readOnly: Boolean(flags.readOnly),
           ...creds,
+          ...(flags.operator !== undefined ? { operator: flags.operator } : {}),
         });
         ctx.out(
           `ferry console on ${server.url}${flags.readOnly ? ' (read-only)' : hasCreds ? '' : ' (actions off: no token or credentials)'}; Ctrl-C stops it`,

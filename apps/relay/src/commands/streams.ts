@@ -1,9 +1,10 @@
-import { describeValue, isNatsName, reservedSubjectToken } from '@ferry/core';
+import { describeValue, isNatsName } from '@ferry/core';
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Argument, Command, InvalidArgumentError, Option } from 'commander';
 import {
   applyStreamPlan,
+  checkStreamSpec,
   defaultDuplicateWindowMs,
   describePlan,
   planChanges,
@@ -12,6 +13,7 @@ import {
   type StreamSpec,
 } from '../actions/streams.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { validatorParser } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { addNatsOptions, type NatsFlags } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
@@ -26,36 +28,6 @@ import { EXIT, exitWith } from '../exit-codes.js';
 
 interface StreamsFlags extends NatsFlags {
   json?: boolean;
-}
-
-/** `NAME=SUBJECT[,SUBJECT]` or a bare `NAME`; each subject a NATS subject filter that NATS does not reserve. */
-export function parseStreamSpec(value: string): StreamSpec {
-  const m = /^([^=]*)(?:=(.*))?$/s.exec(value.trim()) as RegExpExecArray;
-  const name = m[1] as string;
-  if (!isNatsName(name) || name.length > 64) {
-    throw new InvalidArgumentError(
-      `${describeValue(value, 60)}: ${describeValue(name, 40)} is not a stream name: 1-64 characters, no whitespace, '.', '*', '>', '/' or '\\'; e.g. ORDERS=orders.>`,
-    );
-  }
-  const subjects = m[2] === undefined ? [] : m[2].split(',').map((s) => s.trim());
-  for (const subject of subjects) {
-    const tokens = subject.split('.');
-    const wildcardMisused = tokens.some(
-      (t, i) => (t.includes('*') && t !== '*') || (t.includes('>') && (t !== '>' || i !== tokens.length - 1)),
-    );
-    if (subject === '' || /[\s\0]/.test(subject) || tokens.some((t) => t === '') || wildcardMisused) {
-      throw new InvalidArgumentError(
-        `${describeValue(value, 60)}: ${describeValue(subject, 40)} is not a subject: dot-separated tokens without spaces, '*' a whole token, '>' only last; e.g. ORDERS=orders.>`,
-      );
-    }
-    const reserved = reservedSubjectToken(subject);
-    if (reserved !== undefined) {
-      throw new InvalidArgumentError(
-        `${describeValue(value, 60)}: subject ${describeValue(subject, 40)} starts with ${reserved}, which NATS reserves (docs/security.md); use your application's own subjects`,
-      );
-    }
-  }
-  return { name, subjects };
 }
 
 async function withJetStream<T>(flags: NatsFlags, run: (jsm: JetStreamManager) => Promise<T>): Promise<T> {
@@ -103,7 +75,7 @@ function ensureCommand(ctx: CommandContext): Command {
       .description('create a stream or add the subjects it lacks (never removes any)')
       .addArgument(
         new Argument('<NAME=SUBJECTS...>', 'a stream and its subjects, comma-separated; a bare NAME for its window alone').argParser(
-          (value: string, previous: StreamSpec[] = []) => [...previous, parseStreamSpec(value)],
+          (value: string, previous: StreamSpec[] = []) => [...previous, validatorParser(checkStreamSpec)(value)],
         ),
       ),
   )

@@ -55,7 +55,21 @@ export async function keyHistory(pool: pg.Pool, schema: string, key: string, ver
     `SELECT ${EVENT_COLUMNS} FROM ${outboxWithState(s)} WHERE o.key = $1 AND o.version BETWEEN $2::bigint - $3 AND $2::bigint + $3 ORDER BY o.version`,
     [key, version, around],
   );
-  return rows;
+  // A pending row behind the key's failed head is not merely pending: only the head is ever sent, so it
+  // waits for an operator (or the head's next attempt). The head is the key's oldest pending row.
+  const head = await pool.query<{ seq: string; version: string; dead: boolean; failed: boolean }>(
+    `SELECT p.seq::text AS seq, o.version::text AS version, p.dead_at IS NOT NULL AS dead, p.attempts > 0 AS failed
+       FROM ${s}.outbox_pending p JOIN ${s}.outbox o ON o.seq = p.seq
+      WHERE p.key = $1 ORDER BY p.seq LIMIT 1`,
+    [key],
+  );
+  const h = head.rows[0];
+  if (!h?.failed) return rows;
+  return rows.map((r) =>
+    r.state === 'pending' && BigInt(r.seq) > BigInt(h.seq)
+      ? { ...r, state: `waiting behind v${h.version} (${h.dead ? 'dead' : 'backing off'})` }
+      : r,
+  );
 }
 
 export interface BlockedRow {

@@ -3,7 +3,6 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { isValidationError, OLD_BOSS_SCHEMA, pgBossDb, quoteIdentifier, startPgBoss } from '@ferry/core';
 import { findParkedElsewhere } from '@ferry/inbox';
-import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
@@ -22,6 +21,8 @@ import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { MinuteHistory, minuteCharts } from './charts.js';
 import { ago, esc, Html, hiddenField, html, iso, qs, readForm, showPayload } from './html.js';
+import { checkOperatorName, OPERATOR_NAME_MAX, tokenActor } from './operator-name.js';
+import { HttpError, type Req } from './page-kit.js';
 import {
   type BlockedRow,
   blockedKeys,
@@ -38,6 +39,7 @@ import {
   parkedEvents,
   searchEvents,
 } from './queries.js';
+import { type NatsView, streamsConsole } from './streams.js';
 
 /** How `ferry console` is reached and what it may do. */
 export interface ConsoleOptions {
@@ -63,6 +65,11 @@ export interface ConsoleOptions {
   readOnly: boolean;
   /** Bearer token (header) or login-form secret. */
   token?: string;
+  /**
+   * The name recorded with the token's actions (`--operator`): the default of the login form's
+   * name field, and the name of a bearer-token request. A claim, not an identity.
+   */
+  operator?: string;
   basic?: { user: string; password: string };
   /** How often the overview refreshes itself. */
   refreshMs: number;
@@ -102,26 +109,8 @@ const SESSION_MS = 12 * 3600_000;
 const CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
 const digest = (s: string) => createHash('sha256').update(s).digest();
 const sameSecret = (a: string, b: string) => timingSafeEqual(digest(a), digest(b));
-
-interface Req {
-  req: IncomingMessage;
-  url: URL;
-  who: string | null;
-  csrf: string;
-  /** The answer's status when not 200 (a refused confirmation that shows the new preview: 409). */
-  status?: number;
-}
 
 /** The console's pages and actions, for an HTTP server of its own or the relay's (`ferry relay --console`). */
 export type ConsoleHandler = (req: IncomingMessage, res: ServerResponse) => void;
@@ -146,6 +135,8 @@ export const CONSOLE_PATHS = new Set([
   '/parked/apply',
   '/replay/preview',
   '/replay/apply',
+  '/streams/preview',
+  '/streams/apply',
 ]);
 
 /** Starts the console's HTTP server; resolves once it listens. */
@@ -188,7 +179,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
 
   function principal(req: IncomingMessage): string | null {
     const auth = req.headers.authorization ?? '';
-    if (o.token !== undefined && /^Bearer /i.test(auth) && sameSecret(auth.slice(7).trim(), o.token)) return 'token';
+    if (o.token !== undefined && /^Bearer /i.test(auth) && sameSecret(auth.slice(7).trim(), o.token)) return tokenActor(o.operator);
     if (o.basic && /^Basic /i.test(auth)) {
       const [user, ...rest] = Buffer.from(auth.slice(6).trim(), 'base64').toString('utf8').split(':');
       if (sameSecret(user ?? '', o.basic.user) && sameSecret(rest.join(':'), o.basic.password)) return o.basic.user;
@@ -238,12 +229,26 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
       ['/streams', 'Streams'],
       ['/audit', 'Audit'],
     ].map(([href, label]) => html`<a href="${href}"${here === href ? new Html(' class="here"') : ''}>${label}</a>`);
-    const who = r.who === null ? (credentials ? html`<a href="/login">log in</a>` : 'no credentials configured') : html`as ${r.who}`;
+    const who = r.who === null ? (credentials ? html`<a href="/login">log in</a>` : 'actions off') : html`as ${r.who}`;
     return `<!doctype html>${html`<html lang="en"><head><meta charset="utf-8"><title>${title} · Ferry console</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><link rel="stylesheet" href="/console.css"><script src="/console.js" defer></script></head>
 <body><header><strong>Ferry</strong> <span class="mono">${o.schema}</span> ${nav}<span class="who">${o.readOnly ? 'read-only · ' : ''}${who} <span id="stamp"></span></span></header>
-<main><h1>${title}</h1>${body}</main></body></html>`}`;
+<main>${actionsOff(r)}<h1>${title}</h1>${body}</main></body></html>`}`;
   }
+
+  /** One line on every page that offers no action: why, and how to turn them on. */
+  function actionsOff(r: Req): Html | string {
+    if (canAct(r)) return '';
+    const why = o.readOnly
+      ? 'Actions are off: this console is read-only (started with --read-only). To retry, discard or replay, start one without --read-only and with --token-file or --basic-auth-file.'
+      : !credentials
+        ? 'Actions are off: this console has no token or credentials, so it only shows. To retry, discard or replay here, start it with --token-file FILE (a random token of 16+ characters: openssl rand -hex 24 > FILE) or --basic-auth-file FILE (user:password), then log in.'
+        : undefined;
+    if (why) return html`<p class="note" id="actions-off">${why}</p>`;
+    return html`<p class="note" id="actions-off">Actions are off until you <a href="/login">log in</a> with the console's token or credentials.</p>`;
+  }
+
+  const streams = streamsConsole({ ...o, longPool: o.longPool ?? o.pool }, { layout, csrfField, canAct, checkAction });
 
   const eventLink = (id: string) => html`<a class="mono" href="/event${qs({ id })}">${id}</a>`;
   const keyLink = (key: string) => html`<a href="/events${qs({ key })}">${key}</a>`;
@@ -268,7 +273,7 @@ export function consoleHandler(o: Omit<ConsoleOptions, 'port'>): ConsoleHandler 
     return html`<table class="events"><tr><th>seq</th><th>id</th><th>key</th><th>version</th><th>subject</th><th>type</th><th>state</th><th>attempts</th><th>created</th><th>last error</th></tr>
 ${rows.map(
   (e) =>
-    html`<tr data-id="${e.id}"><td class="n">${e.seq}</td><td>${eventLink(e.id)}</td><td>${keyLink(e.key)}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td class="${e.state === 'dead' || e.state === 'backing-off' ? 'bad' : ''}">${e.state}</td><td class="n">${e.attempts}</td><td>${iso(e.created_at)}</td><td>${e.last_error ?? ''}</td></tr>`,
+    html`<tr data-id="${e.id}"><td class="n">${e.seq}</td><td>${eventLink(e.id)}</td><td>${keyLink(e.key)}</td><td class="n">${e.version}</td><td>${e.subject}</td><td>${e.type}</td><td class="${e.state === 'dead' || e.state === 'backing-off' ? 'bad' : e.state.startsWith('waiting') ? 'warn' : ''}">${e.state}</td><td class="n">${e.attempts}</td><td>${iso(e.created_at)}</td><td>${e.last_error ?? ''}</td></tr>`,
 )}</table>`;
   }
 
@@ -282,7 +287,7 @@ ${rows.map(
     status?: StatusReport;
     parked: ParkedCount[];
     jobTable: string | null;
-    lag: Awaited<ReturnType<typeof consumerLag>>;
+    lag: NatsView;
     minutes: MinuteStat[];
     /** The newest whole minute the chart read (the overview's "published, last full minute"). */
     lastMinute?: MinuteStat;
@@ -319,7 +324,7 @@ ${rows.map(
             statusMs = Date.now() - at;
           }),
           bossJobTable(o.pool, o.bossSchema),
-          consumerLag(),
+          streams.natsView(),
           // The charts are not worth a failed overview: on an error they keep the last minutes read.
           readMinutes().catch(() => snapshot?.minutes ?? []),
         ]);
@@ -359,7 +364,7 @@ ${rows.map(
   /** How long a page waits for the first snapshot before it shows a placeholder that fills in by itself. */
   const FIRST_READ_WAIT_MS = 400;
 
-  async function overviewFragment(): Promise<Html> {
+  async function overviewFragment(all: boolean): Promise<Html> {
     const snap = snapshot
       ? await currentSnapshot()
       : await Promise.race([
@@ -437,67 +442,17 @@ ${
         )}</table>`
 }
 <h2>Consumers (JetStream)</h2>
-${
-  lag.rows.length === 0
-    ? html`<p class="note">${lag.error ? 'Unavailable.' : 'No consumers.'}</p>`
-    : html`<table><tr><th>stream</th><th>consumer</th><th>lag (num_pending)</th><th>ack pending</th><th>redelivered</th></tr>${lag.rows.map(
-        (c) =>
-          html`<tr class="${c.pending > 1000 ? 'bad' : ''}"><td>${c.stream}</td><td>${c.consumer}</td><td class="n">${c.pending}</td><td class="n">${c.ackPending}</td><td class="n">${c.redelivered}</td></tr>`,
-      )}</table>`
-}${stamp}`;
-  }
-
-  interface LagRow {
-    stream: string;
-    consumer: string;
-    pending: number;
-    ackPending: number;
-    redelivered: number;
-  }
-
-  async function consumerLag(): Promise<{
-    rows: LagRow[];
-    error?: string;
-    streams: Array<{ name: string; subjects: string[]; messages: number; bytes: number; consumers: number }>;
-  }> {
-    if (!o.nc) return { rows: [], streams: [], error: o.natsError ?? 'not connected (ferry console --nats-url)' };
-    try {
-      const jsm = await jetstreamManager(o.nc, { timeout: 2000 });
-      const rows: LagRow[] = [];
-      const streams: Array<{ name: string; subjects: string[]; messages: number; bytes: number; consumers: number }> = [];
-      for await (const si of jsm.streams.list()) {
-        if (streams.length >= 50) break;
-        streams.push({
-          name: si.config.name,
-          subjects: si.config.subjects ?? [],
-          messages: si.state.messages,
-          bytes: si.state.bytes,
-          consumers: si.state.consumer_count,
-        });
-        for await (const ci of jsm.consumers.list(si.config.name)) {
-          if (rows.length >= LIST_LIMIT) break;
-          rows.push({
-            stream: si.config.name,
-            consumer: ci.name,
-            pending: ci.num_pending,
-            ackPending: ci.num_ack_pending,
-            redelivered: ci.num_redelivered,
-          });
-        }
-      }
-      return { rows, streams };
-    } catch (err) {
-      return { rows: [], streams: [], error: (err as Error).message };
-    }
+${streams.consumersSection(lag, all)}${stamp}`;
   }
 
   async function overview(r: Req): Promise<string> {
-    if (r.url.searchParams.get('fragment') === '1') return (await overviewFragment()).value;
+    const all = r.url.searchParams.get('all') === '1';
+    if (r.url.searchParams.get('fragment') === '1') return (await overviewFragment(all)).value;
     return layout(
       r,
       'Overview',
       '/',
-      html`<div id="live" data-refresh="/?fragment=1" data-interval="${o.refreshMs}">${await overviewFragment()}</div>`,
+      html`<div id="live" data-refresh="/${qs({ fragment: '1', ...(all ? { all: '1' } : {}) })}" data-interval="${o.refreshMs}">${await overviewFragment(all)}</div>`,
     );
   }
 
@@ -579,7 +534,7 @@ ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'crea
       any && canAct(r) && acted !== undefined
         ? html`<p>Every ${acted === 'failed' ? 'failed (dead or backing-off)' : acted} event matching this filter: ${failedForm(r, 'retry', { ...filterFields(f), state: f.state }, `Retry all matching ${acted}…`)} ${failedForm(r, 'discard', { ...filterFields(f), state: f.state }, `Discard all matching ${acted}…`)} (a preview with the exact count comes first)</p>`
         : '';
-    const replayable = any && f.ids === undefined && (f.state === undefined || f.state === 'published');
+    const replayable = any && canAct(r) && f.ids === undefined && (f.state === undefined || f.state === 'published');
     const replay = replayable
       ? html`<p>Every published event matching this filter: ${replayForm(r, { ...filterFields(f), id: undefined }, 'Replay all matching published…')} (to every consumer of their subjects; a preview with the exact count comes first)</p>`
       : '';
@@ -635,8 +590,13 @@ ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'crea
       ['last error', e.last_error],
       ['occurred', iso(e.occurred_at as Date)],
       ['created', iso(e.created_at as Date)],
-      ['dead at', iso(e.dead_at as Date | null)],
-      ['published at', iso(e.published_at as Date | null)],
+      // A discard is recorded as published and dead at once: its time is when it was discarded.
+      ...(state === 'discarded'
+        ? ([['discarded at', iso(e.published_at as Date | null)]] as Array<[string, unknown]>)
+        : ([
+            ['dead at', iso(e.dead_at as Date | null)],
+            ['published at', iso(e.published_at as Date | null)],
+          ] as Array<[string, unknown]>)),
       ['waiting behind it', e.blocked],
     ];
     const body = html`<table class="event">${fields.map(([k, v]) => html`<tr><th>${k}</th><td data-field="${k}">${v ?? '-'}</td></tr>`)}</table>
@@ -710,7 +670,7 @@ ${rows.map((p) => {
       ? '(no key)'
       : html`<a href="/versions${qs({ key: p.key, consumer })}">${p.key}</a>`;
   const error = p.malformed ? `not a Ferry parked event: ${p.malformed.problem}` : (p.error ?? '');
-  return html`<tr data-job="${p.jobId}"${p.malformed ? new Html(' data-malformed') : ''} class="${p.state === 'failed' ? 'bad' : ''}"><td class="mono">${p.jobId}</td><td>${p.state}</td><td>${key}</td><td class="n">${p.version ?? ''}</td><td>${p.type ?? ''}</td><td class="mono">${p.id ?? ''}</td><td>${p.reason ?? ''}</td><td>${error}${p.lastError ? html`<br>last retry: ${p.lastError}` : ''}</td><td class="n">${p.retryCount}</td><td>${p.parkedAt}</td>
+  return html`<tr data-job="${p.jobId}"${p.malformed ? new Html(' data-malformed') : ''} class="${p.state === 'failed' ? 'bad' : ''}"><td class="mono">${p.jobId}</td><td>${p.state}</td><td>${key}</td><td class="n">${p.version ?? ''}</td><td>${p.type ?? ''}</td><td>${p.id ? eventLink(p.id) : ''}</td><td>${p.reason ?? ''}</td><td>${error}${p.lastError ? html`<br>last retry: ${p.lastError}` : ''}</td><td class="n">${p.retryCount}</td><td>${p.parkedAt}</td>
 <td>${actions && p.state !== 'active' ? html`${parkedForm(r, consumer, 'retry', [p], 'Retry…')} ${parkedForm(r, consumer, 'discard', [p], 'Discard…')}` : ''}
 ${message}</td></tr>`;
 })}</table>`;
@@ -740,34 +700,6 @@ ${message}</td></tr>`;
                 )}</table>`
           }<p><a href="/events${qs({ key })}">The outbox events of key ${key}</a></p>`;
     return layout(r, `Inbox versions of ${key}`, '/versions', body);
-  }
-
-  async function streamsPage(r: Req): Promise<string> {
-    const lag = await consumerLag();
-    const report = o.doctor ? await o.doctor().catch((err: Error) => err) : undefined;
-    const body = html`<h2>Streams</h2>${
-      lag.error
-        ? html`<p class="advice">NATS: ${lag.error}</p>`
-        : html`<table><tr><th>stream</th><th>subjects</th><th>messages</th><th>bytes</th><th>consumers</th></tr>${lag.streams.map(
-            (st) =>
-              html`<tr><td>${st.name}</td><td>${st.subjects.join(', ')}</td><td class="n">${st.messages}</td><td class="n">${st.bytes}</td><td class="n">${st.consumers}</td></tr>`,
-          )}</table>
-<h2>Consumers</h2><table><tr><th>stream</th><th>consumer</th><th>lag</th><th>ack pending</th><th>redelivered</th></tr>${lag.rows.map(
-            (c) =>
-              html`<tr><td>${c.stream}</td><td>${c.consumer}</td><td class="n">${c.pending}</td><td class="n">${c.ackPending}</td><td class="n">${c.redelivered}</td></tr>`,
-          )}</table>`
-    }
-<h2>ferry doctor</h2>${
-      report === undefined
-        ? html`<p class="note">Not available here.</p>`
-        : report instanceof Error
-          ? html`<p class="advice">${report.message}</p>`
-          : html`<p>${report.problems} problem(s), ${report.warnings} warning(s).</p><table class="findings"><tr><th>check</th><th>status</th><th>finding</th><th>fix</th></tr>${report.findings.map(
-              (f) =>
-                html`<tr class="${f.status === 'problem' ? 'bad' : f.status === 'warning' ? 'warn' : ''}"><td>${f.check}</td><td>${f.status}</td><td>${f.message}</td><td>${f.fix ?? ''}</td></tr>`,
-            )}</table>`
-    }`;
-    return layout(r, 'Streams, consumers and doctor', '/streams', body);
   }
 
   async function auditPage(r: Req): Promise<string> {
@@ -837,7 +769,7 @@ ${
     : action === 'discard'
       ? html`<p class="note">A backing-off event may be on the wire right now: a discard keeps it from being sent again, but one already sent may still reach the stream (before any later event of its key).</p>`
       : html`<p class="note">A backing-off event may be on the wire right now: the retry sends it again at once, and the stream drops the second copy inside its duplicate window.</p>`
-}${checks ? retryChecksHtml(checks) : ''}
+}${checks ? retryChecksHtml(r, checks) : ''}
 <p class="note">Filter: <span class="mono">${JSON.stringify({ ...filterFields(f), state: f.state, ids: f.ids })}</span>. Only these ${p.selection.rows} rows change: if the selection differs when you confirm, nothing is done.</p>
 <form method="post" action="/dlq/apply">${csrfField(r)}<input type="hidden" name="action" value="${action}">${hidden}${ids}
 <input type="hidden" name="expect_rows" value="${p.selection.rows}"><input type="hidden" name="expect_digest" value="${p.selection.digest}">
@@ -850,7 +782,7 @@ ${
   }
 
   /** What the retried events would run into again, each with its fix; or that NATS was not asked. */
-  function retryChecksHtml(c: RetryHazards): Html {
+  function retryChecksHtml(r: Req, c: RetryHazards): Html {
     const notAsked =
       c.subjects === null
         ? html`<p class="note" id="not-checked">Subjects and sizes not checked against NATS: ${o.natsError ?? 'not connected (ferry console --nats-url)'}.</p>`
@@ -858,7 +790,12 @@ ${
     if (c.hazards.length === 0)
       return html`${notAsked}<p class="note" id="checks-ok">${c.subjects === null ? 'No reserved subject.' : `Every subject is bound to a stream, and every event fits the server's max_payload (${c.maxPayload ?? '?'} bytes).`}</p>`;
     return html`${notAsked}<div class="advice" id="hazards"><p><b>${c.wouldFailAgain}</b> event(s) would fail again:</p><ul>${c.hazards.map(
-      (h) => html`<li data-hazard="${h.kind}">${h.message}. Fix: <span class="mono">${h.fix}</span></li>`,
+      (h) =>
+        html`<li data-hazard="${h.kind}">${h.message}. Fix: <span class="mono">${h.fix}</span>${
+          h.kind === 'unbound-subject' && canAct(r)
+            ? html` (or <a href="/streams${qs({ subject: h.subjects[0] })}">add it on the Streams page</a>)`
+            : ''
+        }</li>`,
     )}</ul></div>`;
   }
 
@@ -1089,12 +1026,12 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     const fields =
       o.basic !== undefined
         ? html`<label>user <input name="user" autocomplete="username"></label> <label>password <input name="password" type="password" autocomplete="current-password"></label>`
-        : html`<label>token <input name="token" type="password" autocomplete="current-password"></label>`;
+        : html`<label>token <input name="token" type="password" autocomplete="current-password"></label> <label>your name <input name="operator" value="${o.operator ?? ''}" autocomplete="nickname" maxlength="${OPERATOR_NAME_MAX}"></label><p class="note">The token is shared: the name you give is recorded with your actions in the audit trail, as your claim (the console cannot check it).</p>`;
     return layout(
       r,
       'Log in',
       '',
-      html`${message ? html`<p class="advice">${message}</p>` : ''}${credentials ? html`<form method="post" action="/login">${csrfField(r)}${fields} <button type="submit">Log in</button></form>` : html`<p class="note">This console has no credentials configured: it is read-only for everyone (start it with --token-file or --basic-auth-file to act).</p>`}`,
+      html`${message ? html`<p class="advice">${message}</p>` : ''}${credentials ? html`<form method="post" action="/login">${csrfField(r)}${fields} <button type="submit">Log in</button></form>` : html`<p class="note">There is nothing to log in to (see above).</p>`}`,
     );
   }
 
@@ -1102,7 +1039,15 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     if (!sameOrigin(r.req)) throw new HttpError(403, 'cross-origin request refused');
     if (!sameSecret(form.get('csrf') ?? '', r.csrf)) throw new HttpError(403, 'missing or wrong CSRF token: reload the page and try again');
     let who: string | null = null;
-    if (o.token !== undefined && sameSecret(form.get('token') ?? '', o.token)) who = 'token';
+    if (o.token !== undefined && sameSecret(form.get('token') ?? '', o.token)) {
+      const typed = (form.get('operator') ?? '').trim();
+      try {
+        who = tokenActor(typed === '' ? o.operator : checkOperatorName(typed));
+      } catch (err) {
+        res.statusCode = 400;
+        return loginPage(r, `Not logged in: ${(err as Error).message}.`);
+      }
+    }
     if (o.basic && sameSecret(form.get('user') ?? '', o.basic.user) && sameSecret(form.get('password') ?? '', o.basic.password))
       who = o.basic.user;
     if (who === null) {
@@ -1141,7 +1086,7 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     '/event': eventPage,
     '/parked': parkedPage,
     '/versions': versionsPage,
-    '/streams': streamsPage,
+    '/streams': streams.streamsPage,
     '/audit': auditPage,
   };
   const POST: Record<string, (r: Req, form: URLSearchParams) => Promise<string>> = {
@@ -1151,6 +1096,8 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     '/parked/apply': parkedApply,
     '/replay/preview': replayPreview,
     '/replay/apply': replayApply,
+    '/streams/preview': streams.streamsPreview,
+    '/streams/apply': streams.streamsApply,
   };
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
