@@ -223,7 +223,14 @@ class InboxImpl implements Inbox {
       });
       for (const f of findings) {
         o.logger.warn(
-          { consumer: f.consumer, bossSchema: f.bossSchema, parkedHere: f.here, parkedCounted: f.counted, elsewhere: f.elsewhere },
+          {
+            consumer: f.consumer,
+            bossSchema: f.bossSchema,
+            parkedHere: f.here,
+            parkedCounted: f.counted,
+            elsewhere: f.elsewhere,
+            fix: f.fix,
+          },
           `inbox: ${f.advice}`,
         );
       }

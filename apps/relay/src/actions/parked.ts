@@ -1,11 +1,11 @@
 import { quoteIdentifier } from '@ferry/core';
-import { discardParked, retryParked } from '@ferry/inbox';
+import { discardParked, type MovedParked, moveParked, retryParked } from '@ferry/inbox';
 import type pg from 'pg';
 import type { PgBoss } from 'pg-boss';
 import { auditMissingReason, isAuditMissing, type Operator, recordAction } from './audit.js';
 import { auditSelection, type ExpectedSelection, SelectionChangedError, sameSelection, selectionOfSet } from './selection.js';
 
-// One implementation of `inbox parked retry|discard`, for `ferry inbox` and `ferry console` alike.
+// One implementation of `inbox parked retry|discard|move`, for `ferry inbox` and `ferry console` alike.
 
 export type ParkedAction = 'retry' | 'discard';
 
@@ -89,4 +89,70 @@ export async function settleParked(action: ParkedAction, o: SettleParkedOptions)
   }
   if (failure !== undefined) throw failure;
   return { changed, ...(notRecorded ? { notRecorded } : {}) };
+}
+
+export interface MoveParkedActionOptions extends Operator {
+  boss: PgBoss;
+  pool: pg.Pool;
+  schema: string;
+  /** Where the consumer's inboxes work their parking lot now. */
+  bossSchema: string;
+  /** The old pg-boss schema the jobs are in. */
+  fromBossSchema: string;
+  consumer: string;
+  /** The selection a preview showed (`selectionOfSet` of the jobs it would move): anything else moves nothing. */
+  expect?: ExpectedSelection;
+}
+
+/**
+ * Moves a consumer's parked jobs from an old pg-boss schema into the one its inboxes work
+ * (`moveParked`), then records the action in operator_actions: the jobs moved, and those left
+ * (busy, malformed). As with retry and discard, the record is written after the change (the
+ * parking lot is pg-boss's); one that cannot be written is reported, not fatal.
+ */
+export async function moveParkedAction(o: MoveParkedActionOptions): Promise<MovedParked & { notRecorded?: string }> {
+  let result: MovedParked = { moved: [], busy: [], malformed: [] };
+  let outcome = 'ok';
+  let failure: unknown;
+  try {
+    result = await moveParked({
+      pool: o.pool,
+      schema: o.schema,
+      boss: o.boss,
+      bossSchema: o.bossSchema,
+      fromBossSchema: o.fromBossSchema,
+      consumer: o.consumer,
+      check(ids) {
+        if (o.expect && !sameSelection(o.expect, selectionOfSet(ids))) {
+          throw new SelectionChangedError(o.expect.rows, ids.length, 'parked event(s)');
+        }
+      },
+    });
+  } catch (err) {
+    failure = err;
+    outcome = (err as Error).message ?? String(err);
+  }
+  let notRecorded: string | undefined;
+  try {
+    await recordAction(o.pool, quoteIdentifier(o.schema), {
+      actor: o.actor,
+      via: o.via,
+      action: 'parked.move',
+      filter: {
+        consumer: o.consumer,
+        fromBossSchema: o.fromBossSchema,
+        bossSchema: o.bossSchema,
+        ...(o.expect ? { previewed: o.expect.rows ?? null, previewDigest: o.expect.digest } : {}),
+        changed: auditSelection(result.moved.map((p) => p.jobId).sort()),
+        ...(result.busy.length > 0 ? { busy: result.busy.length } : {}),
+        ...(result.malformed.length > 0 ? { malformed: result.malformed.length } : {}),
+      },
+      rows: result.moved.length,
+      outcome,
+    });
+  } catch (err) {
+    notRecorded = isAuditMissing(err) ? auditMissingReason(o.schema) : (err as Error).message;
+  }
+  if (failure !== undefined) throw failure;
+  return { ...result, ...(notRecorded ? { notRecorded } : {}) };
 }
