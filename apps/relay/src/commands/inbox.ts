@@ -1,19 +1,10 @@
 import { bossSchemaFor, ConfigError, isConfigError, isUuid, OLD_BOSS_SCHEMA, pgBossDb, startPgBoss, ValidationError } from '@ferry/core';
-import {
-  findParkedElsewhere,
-  listParked,
-  type MovedParked,
-  moveCommand,
-  moveParked,
-  type ParkedElsewhere,
-  type ParkedEvent,
-  parkQueueName,
-} from '@ferry/inbox';
+import { findParkedElsewhere, listParked, type ParkedElsewhere, type ParkedEvent } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { cliOperator } from '../actions/audit.js';
-import { moveParkedAction, type ParkedAction, parkedEligible, type SettledParked, settleParked } from '../actions/parked.js';
+import { type ParkedAction, parkedEligible, type SettledParked, settleParked } from '../actions/parked.js';
 import { type ExpectedSelection, selectionOfSet } from '../actions/selection.js';
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
@@ -22,6 +13,7 @@ import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { parkedMoveCommand, refuseUnworkedRetry } from './inbox-move.js';
 
 interface ParkedFlags {
   databaseUrl?: string;
@@ -37,8 +29,6 @@ interface ParkedFlags {
   dryRun?: boolean;
   /** The selection digest a --dry-run printed: change nothing unless the selection is still exactly that. */
   expectSelection?: string;
-  /** move: the old pg-boss schema the parked jobs are in. */
-  fromBossSchema?: string;
 }
 
 function validateJobIds(ids: string[]): string[] {
@@ -186,84 +176,6 @@ function confirmAndSettle(action: ParkedAction, ids: string[], flags: ParkedFlag
   });
 }
 
-/**
- * `parked retry --boss-schema X`, where X is not the default `<schema>_boss` and the consumer's
- * queue is in `<schema>_boss`: its inboxes work that one, so a retry in X would be "retried" and
- * then wait for a worker that never comes (issue 43). Refused, naming the move that fixes it.
- */
-async function refuseUnworkedRetry(flags: ParkedFlags, ctx: CommandContext): Promise<void> {
-  const given = flags.bossSchema;
-  const current = bossSchemaFor(flags.schema);
-  if (given === undefined || given === current || flags.consumer === undefined) return;
-  const pool = commandPool(flags, ctx, 'ferry-inbox');
-  try {
-    const { rows } = await pool.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [`"${current}".queue`]);
-    if (!rows[0]?.t) return;
-    const { rows: q } = await pool.query(`SELECT 1 FROM "${current}".queue WHERE name = $1`, [parkQueueName(flags.consumer)]);
-    if (q.length === 0) return;
-  } finally {
-    await pool.end();
-  }
-  throw new ConfigError(
-    '--boss-schema',
-    `consumer ${flags.consumer}'s inbox works its parked events in pg-boss schema "${current}" (its queue is there), not in "${given}": a retry in "${given}" would wait for a worker that never comes. Move them where they are worked, then retry there if any fails again: ${moveCommand(flags.schema, current, given, flags.consumer)}`,
-  );
-}
-
-function describeMoved(r: MovedParked, flags: ParkedFlags, verb: string, ctx: CommandContext): void {
-  for (const p of r.moved) for (const line of describeParked(p)) ctx.out(`${verb} ${line}`);
-  for (const p of r.busy)
-    ctx.err(
-      `ferry: left (an inbox on pg-boss schema "${flags.fromBossSchema}" is retrying its key now; move again): ${describeParked(p)[0]}`,
-    );
-  for (const p of r.malformed)
-    ctx.err(
-      `ferry: left (not a Ferry parked event; see it with ferry inbox parked list --boss-schema ${flags.fromBossSchema}, discard it there with ferry inbox parked discard --boss-schema ${flags.fromBossSchema} --consumer ${flags.consumer} ${p.jobId}): ${describeParked(p)[0]}`,
-    );
-}
-
-/** `parked move`: preview (or --dry-run), confirm, move, record; the jobs moved. */
-async function moveCommandAction(flags: ParkedFlags, ctx: CommandContext): Promise<void> {
-  if (flags.consumer === undefined)
-    throw new ValidationError('consumer', 'name the consumer whose parked events to move (--consumer NAME)');
-  const from = flags.fromBossSchema as string;
-  const bossSchema = flags.bossSchema ?? bossSchemaFor(flags.schema);
-  const consumer = flags.consumer;
-  const r = await withBoss(flags, ctx, async (boss, pool) => {
-    const base = { pool, schema: flags.schema, boss, bossSchema, fromBossSchema: from, consumer };
-    let expect: ExpectedSelection | undefined = flags.expectSelection !== undefined ? { digest: flags.expectSelection } : undefined;
-    if (flags.dryRun || !flags.yes) {
-      const preview = await moveParked({ ...base, dryRun: true });
-      const selection = selectionOfSet(preview.moved.map((p) => p.jobId));
-      if (flags.dryRun) {
-        if (flags.json)
-          ctx.out(JSON.stringify({ dryRun: true, wouldMove: preview.moved, busy: preview.busy, malformed: preview.malformed, selection }));
-        else {
-          describeMoved(preview, flags, 'would move', ctx);
-          ctx.out(
-            `selection ${selection.digest} (${preview.moved.length} parked event(s) in pg-boss schema "${from}"): move exactly these with --yes --expect-selection ${selection.digest}`,
-          );
-        }
-        return undefined;
-      }
-      const question = `move ${preview.moved.length} parked event(s) of consumer ${consumer} from pg-boss schema "${from}" into "${bossSchema}" (selection ${selection.digest.slice(0, 12)})`;
-      if (!(await confirm(question))) throw new NotConfirmedError();
-      expect ??= selection;
-    }
-    return moveParkedAction({ ...base, ...(expect ? { expect } : {}), ...cliOperator() });
-  });
-  if (r === undefined) return; // --dry-run
-  if (r.notRecorded) ctx.err(`ferry: warning: not recorded in the audit trail: ${r.notRecorded}`);
-  if (flags.json) ctx.out(JSON.stringify({ moved: r.moved.length, busy: r.busy.length, malformed: r.malformed.length, jobs: r.moved }));
-  else {
-    describeMoved(r, flags, 'moved', ctx);
-    ctx.out(`moved ${r.moved.length} parked event(s) of consumer ${consumer} from pg-boss schema "${from}" into "${bossSchema}"`);
-  }
-  if (r.busy.length > 0 || r.malformed.length > 0) {
-    throw new CommandFailedError(`${r.busy.length + r.malformed.length} parked job(s) left in pg-boss schema "${from}" (see above)`);
-  }
-}
-
 /** `ferry inbox parked list|retry|discard`: the inbox's parked events, in its pg-boss queues. */
 export function inboxCommand(ctx: CommandContext): Command {
   const inbox = new Command('inbox').description('operate inbox consumers: their parked events');
@@ -377,30 +289,7 @@ where they are. Move them first: ferry inbox parked move --from-boss-schema OLD 
         else ctx.out(`discarded ${n} of ${valid.length} parked event(s)`);
       }),
   );
-  parked.addCommand(
-    changing(
-      new Command('move').description(
-        "move a consumer's parked events from an old pg-boss schema (earlier releases parked in pgboss) into the one its inbox works (--boss-schema), key by key, in order, once",
-      ),
-    )
-      .addOption(
-        new Option('--from-boss-schema <name>', 'the old pg-boss schema the parked events are in (earlier releases: pgboss)')
-          .argParser(parseSchema)
-          .makeOptionMandatory(),
-      )
-      .addHelpText(
-        'after',
-        `
-Each key moves in one transaction, under the key's row lock (the one the inbox takes to park or
-apply): its jobs are sent to the consumer's queue in --boss-schema with the same job ids, due now
-with fresh attempts, and deleted from --from-boss-schema; in sequential mode the key's parked
-events are then sorted into version order with those already there. So an inbox may keep running,
-and a second move finds nothing to move. A key an inbox on the old schema is retrying right now,
-and a job that is not a Ferry parked event, are left (exit 1: move again, or discard the job
-there). The move is recorded in the audit trail (action parked.move).`,
-      )
-      .action((flags: ParkedFlags) => moveCommandAction(flags, ctx)),
-  );
+  parked.addCommand(parkedMoveCommand(changing(new Command('move')), ctx, { withBoss, describeParked }));
   inbox.addCommand(parked);
   for (const cmd of [parked, ...parked.commands]) {
     cmd.exitOverride().configureOutput({ writeOut: (t) => ctx.out(t.trimEnd()), writeErr: (t) => ctx.err(t.trimEnd()) });
