@@ -9,14 +9,24 @@ import { after, test } from 'node:test';
 import { type Logger, quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
 import { type Inbox, parkQueueName } from '@ferry/inbox';
 import { waitFor } from '@ferry/testkit';
+import { PgBoss } from 'pg-boss';
 import { EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
 import { ferry } from './ops-helpers.js';
 
 let fx: InboxFixture | undefined;
 let old = '';
+let fx2: InboxFixture | undefined;
+let old2 = '';
+const bosses: PgBoss[] = [];
 after(async () => {
-  await fx?.db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(old)} CASCADE`).catch(() => {});
-  await fx?.close();
+  for (const b of bosses) await b.stop({ graceful: false }).catch(() => {});
+  for (const [f, o] of [
+    [fx, old],
+    [fx2, old2],
+  ] as const) {
+    await f?.db.pool.query(`DROP SCHEMA IF EXISTS ${quoteIdentifier(o)} CASCADE`).catch(() => {});
+    await f?.close();
+  }
 });
 
 const QUEUE = parkQueueName('billing');
@@ -182,5 +192,103 @@ test('ferry inbox parked move - parked events split across an old and the curren
       [0, 'ok', old],
     ],
     'each move is in the audit trail',
+  );
+});
+
+test('ferry inbox parked move - a key an old-schema inbox is retrying now, and a job that is not a parked event, are left and named (exit 1); a changed selection moves nothing', async () => {
+  fx2 = await inboxFixture();
+  const f = fx2;
+  old2 = `${f.db.schema}_oldboss`;
+  const base = ['--database-url', f.db.url, '--schema', f.db.schema, '--consumer', 'billing'];
+  const boss = async (schema: string, queue = true) => {
+    const b = new PgBoss({ connectionString: f.db.url, schema, supervise: false, schedule: false, max: 2 });
+    b.on('error', () => {});
+    await b.start();
+    bosses.push(b);
+    if (queue) await b.createQueue(QUEUE, { policy: 'key_strict_fifo' });
+    return b;
+  };
+  const oldBoss = await boss(old2);
+  const parked = (key: string, version: number) => ({
+    format: 1,
+    consumer: 'billing',
+    mode: 'latest',
+    stream: 'ORDERS',
+    streamSeq: version,
+    natsSubject: 'orders.set',
+    headers: [],
+    body: '',
+    deliveries: 1,
+    reason: 'handler-failed',
+    error: 'billing was down',
+    key,
+    version: String(version),
+    parkedAt: new Date().toISOString(),
+  });
+  const busy = await oldBoss.send(QUEUE, parked('busy', 1), { singletonKey: 'busy' });
+  await oldBoss.send(QUEUE, parked('busy', 2), { singletonKey: 'busy' });
+  const free = await oldBoss.send(QUEUE, parked('free', 1), { singletonKey: 'free' });
+  const junk = await oldBoss.send(QUEUE, { not: 'a parked event' }, { singletonKey: 'junk' });
+  // An inbox still running on the old schema holds key busy's head right now.
+  await f.db.pool.query(`UPDATE ${quoteIdentifier(old2)}.job SET state = 'active', started_on = now() WHERE name = $1 AND id = $2`, [
+    QUEUE,
+    busy,
+  ]);
+  const move = (...extra: string[]) => ferry(['inbox', 'parked', 'move', '--from-boss-schema', old2, ...extra, ...base]);
+
+  // A pg-boss where they would go, but no parking lot of the consumer in it yet (its inbox never ran there).
+  const newBoss = await boss(f.bossSchema, false);
+  const noQueue = await move('--yes');
+  assert.equal(noQueue.code, 2, 'no parking lot where it would move them: refused');
+  assert.match(noQueue.err, /consumer billing has no parking lot in pg-boss schema .*: start its inbox once with bossSchema/);
+  await newBoss.createQueue(QUEUE, { policy: 'key_strict_fifo' });
+  const same = await ferry(['inbox', 'parked', 'move', '--from-boss-schema', f.bossSchema, '--yes', ...base]);
+  assert.equal(same.code, 2);
+  assert.match(same.err, /is the pg-boss schema the jobs would move into/);
+
+  const dry = (await move('--dry-run', '--json')).json<{ wouldMove: Array<{ jobId: string }>; selection: { digest: string } }>();
+  assert.deepEqual(
+    dry.wouldMove.map((p) => p.jobId),
+    [free],
+  );
+  // Parked in the old schema after the preview: the confirmed selection is not the one found, nothing moves.
+  await oldBoss.send(QUEUE, parked('late', 1), { singletonKey: 'late' });
+  const changed = await move('--yes', '--expect-selection', dry.selection.digest);
+  assert.equal(changed.code, 1, changed.err);
+  assert.match(changed.err, /selection/i);
+  assert.deepEqual(await newBoss.findJobs(QUEUE), [], 'nothing moved');
+
+  const r = await move('--yes');
+  assert.equal(r.code, 1, r.err);
+  assert.match(r.out, /moved 2 parked event\(s\)/);
+  assert.match(r.err, /left \(an inbox on pg-boss schema .* is retrying its key now; move again\)/);
+  assert.match(
+    r.err,
+    new RegExp(
+      `left \\(not a Ferry parked event; discard it there with ferry inbox parked discard --boss-schema ${old2} --consumer billing ${junk}\\)`,
+    ),
+  );
+  const there = (await newBoss.findJobs(QUEUE))
+    .map((j) => [j.id, j.singletonKey, j.state])
+    .sort((a, b) => String(a[1]).localeCompare(String(b[1])));
+  assert.deepEqual(
+    there.map(([, key, state]) => [key, state]),
+    [
+      ['free', 'created'],
+      ['late', 'created'],
+    ],
+  );
+  assert.ok(
+    there.some(([id]) => id === free),
+    'moved with its id',
+  );
+  const left = await f.db.pool.query<{ key: string }>(
+    `SELECT singleton_key AS key FROM ${quoteIdentifier(old2)}.job WHERE name = $1 ORDER BY singleton_key`,
+    [QUEUE],
+  );
+  assert.deepEqual(
+    left.rows.map((x) => x.key),
+    ['busy', 'busy', 'junk'],
+    'the busy key whole, and the malformed job, stay',
   );
 });
