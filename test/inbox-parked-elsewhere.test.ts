@@ -80,8 +80,9 @@ test('ferry inbox parked list - events parked under the old pg-boss schema are n
       `consumer billing: parked events outside pg-boss schema "${fx.bossSchema}", where this inbox looks: 1 in pg-boss schema "${old}"`,
     ),
   );
-  assert.match(r.err, new RegExp(`ferry inbox parked list --boss-schema ${old} --consumer billing`));
-  assert.match(r.err, new RegExp(`bossSchema: '${old}'`));
+  // The fix is the move, never the retry in the old schema or an inbox run on it (issue 43).
+  assert.match(r.err, new RegExp(`ferry inbox parked move --from-boss-schema ${old} --consumer billing --schema ${fx.db.schema}`));
+  assert.doesNotMatch(r.err, /bossSchema: '/);
   // Every consumer (no --consumer) is checked too.
   const all = await ferry(['inbox', 'parked', 'list', '--json', '--old-boss-schema', old, ...base()]);
   assert.equal(all.code, 1, all.err);
@@ -104,13 +105,13 @@ test('console - the Parked page names parked events left under the old pg-boss s
     const page = await (await fetch(`${server.url}/parked`)).text();
     const advice = /<p class="advice" data-out-of-view="billing">([^<]*)<\/p>/.exec(page)?.[1] ?? '';
     assert.match(advice, new RegExp(`1 in pg-boss schema &quot;${old}&quot;`));
-    assert.match(advice, new RegExp(`ferry inbox parked list --boss-schema ${old} --consumer billing`));
+    assert.match(advice, new RegExp(`ferry inbox parked move --from-boss-schema ${old} --consumer billing --schema ${fx.db.schema}`));
   } finally {
     await server.close();
   }
 });
 
-test('ferry doctor - parked events under the old pg-boss schema are a warning with the command that shows them', async () => {
+test('ferry doctor - parked events under the old pg-boss schema are a warning whose fix is the move', async () => {
   // On the consumer's schema: the inbox's tables alone (no outbox: doctor says so, and still looks).
   const r = await ferry(['doctor', '--json', '--old-boss-schema', old, '--nats-url', 'nats://127.0.0.1:1', ...base()]);
   const parked = r
@@ -127,7 +128,7 @@ test('ferry doctor - parked events under the old pg-boss schema are a warning wi
   assert.match(parked[0]?.message ?? '', new RegExp(`consumer billing: .*1 in pg-boss schema "${old}"`));
   assert.match(
     parked[0]?.fix ?? '',
-    new RegExp(`ferry inbox parked list --schema ${fx.db.schema} --consumer billing --boss-schema ${old}`),
+    new RegExp(`^ferry inbox parked move --from-boss-schema ${old} --consumer billing --schema ${fx.db.schema}$`),
   );
   // Told to look where they are, it finds nothing out of view.
   const there = await ferry([

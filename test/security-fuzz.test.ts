@@ -6,17 +6,7 @@
 // that no SQL ran for a refused event.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import {
-  decodeEvent,
-  encodeEvent,
-  type FerryEvent,
-  headerReader,
-  isValidationError,
-  LIMITS,
-  type Queryable,
-  validateKey,
-  WIRE_HEADERS,
-} from '@ferry/core';
+import { decodeMessage, encodeEvent, type FerryEvent, isValidationError, LIMITS, type Queryable, WIRE_HEADERS } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import fc from 'fast-check';
 
@@ -35,13 +25,9 @@ class RecordingQueryable {
 }
 class ReachedSql extends Error {}
 
-/** The inbox's decode path (packages/inbox/src/inbox.ts #handle): the codec, then the key and id as header-safe text. */
+/** The inbox's decode path (packages/inbox/src/inbox.ts #handle and the park worker): decodeMessage. */
 function inboxDecode(headers: Record<string, string>, body: Uint8Array, natsSubject: string): FerryEvent {
-  const read = headerReader(headers);
-  const event = decodeEvent(read, body, natsSubject, Object.keys(headers));
-  validateKey(event.key, WIRE_HEADERS.partitionKey);
-  validateKey(event.id, WIRE_HEADERS.id);
-  return event;
+  return decodeMessage(Object.entries(headers), body, natsSubject);
 }
 
 // ---- generators -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 import type { FerryEvent } from './envelope.js';
 import { describeValue, ValidationError } from './errors.js';
-import { isReservedHeader, TRACE_HEADERS } from './validate.js';
+import { isReservedHeader, TRACE_HEADERS, validateKey } from './validate.js';
 
 /**
  * Wire header names: CloudEvents 1.0, NATS protocol binding, binary mode.
@@ -129,12 +129,15 @@ export function encodedSizeAtMost(event: SizedEvent, msgIdLength = event.id.leng
 /** Reads one header; `undefined` when absent. Works with nats.js `MsgHdrs` via `(n) => hdrs?.get(n) || undefined`. */
 export type HeaderReader = (name: string) => string | undefined;
 
-/** A record of headers as a reader (exact names first, then case-insensitive). */
+/**
+ * A record of headers as a reader, by exact name: NATS header names are case-sensitive (nats.js
+ * `MsgHdrs.get` matches `Match.Exact` unless told otherwise, and nats-server reads `Nats-Msg-Id`
+ * only so spelled), and Ferry reads them as NATS does (see `decodeMessage`).
+ */
 export function headerReader(headers: Readonly<Record<string, string>>): HeaderReader {
+  // A Map, not `headers[name]`: a name such as `constructor` must not find Object.prototype's.
   const exact = new Map(Object.entries(headers));
-  const lower = new Map(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
-  // Maps, not `headers[name]`: a name such as `constructor` must not find Object.prototype's.
-  return (name) => exact.get(name) ?? lower.get(name.toLowerCase());
+  return (name) => exact.get(name);
 }
 
 /**
@@ -145,14 +148,76 @@ export function headerReader(headers: Readonly<Record<string, string>>): HeaderR
  * the exact name, its first value, `undefined` for an empty one.
  */
 export function natsHeaderReader(hdrs: Iterable<[string, string[]]> | undefined): { read: HeaderReader; names: string[] } {
+  return pairsReader(headerPairs(hdrs));
+}
+
+/**
+ * A message's headers as name/value pairs, one per value, in the order they came: what the
+ * inbox's parking lot keeps of a stream message, and what `decodeMessage` reads.
+ */
+export function headerPairs(hdrs: Iterable<[string, string[]]> | undefined): Array<[string, string]> {
+  const pairs: Array<[string, string]> = [];
+  if (hdrs) for (const [name, values] of hdrs) for (const v of values) pairs.push([name, v]);
+  return pairs;
+}
+
+/** Pairs as `natsHeaderReader` reads a message: the exact name, its first value, none for an empty one. */
+function pairsReader(pairs: Iterable<readonly [string, string]>): { read: HeaderReader; names: string[] } {
+  const seen = new Set<string>();
   const first = new Map<string, string>();
-  if (hdrs) {
-    for (const [name, values] of hdrs) {
-      const v = values[0];
-      if (v) first.set(name, v);
-    }
+  for (const [name, value] of pairs) {
+    if (seen.has(name)) continue;
+    seen.add(name);
+    if (value) first.set(name, value);
   }
   return { read: (name) => first.get(name), names: [...first.keys()] };
+}
+
+/** The headers `decodeEvent` reads, by lower-case name. */
+const DECODED_HEADERS = new Map(
+  [
+    WIRE_HEADERS.specVersion,
+    WIRE_HEADERS.id,
+    WIRE_HEADERS.source,
+    WIRE_HEADERS.type,
+    WIRE_HEADERS.time,
+    WIRE_HEADERS.subject,
+    WIRE_HEADERS.partitionKey,
+    WIRE_HEADERS.sequence,
+    WIRE_HEADERS.contentType,
+  ].map((name) => [name.toLowerCase(), name] as const),
+);
+
+/**
+ * The one decoder of a Ferry message, for every path that applies one: the inbox's stream
+ * messages and its parked and early copies (which keep the message's headers as pairs), so a
+ * message one path refuses is refused by all. Headers are read by exact name, as NATS reads them
+ * (`headerReader` says why); a header that is one `decodeEvent` reads spelled in another case
+ * (`CE-SEQUENCE`, `content-type`) is refused, naming it: ignoring it would misread the event (a
+ * JSON body declared by `content-type` handed over as bytes), reading it would make Ferry the one
+ * NATS client that does. Of a header given twice, the first value counts, as `MsgHdrs.get` gives.
+ * The key and the id are checked as the publisher checks them (length, control characters).
+ * Throws `ValidationError`, its field the header at fault.
+ *
+ * @example
+ * const event = decodeMessage(headerPairs(msg.headers), msg.data, msg.subject);
+ */
+export function decodeMessage(headers: Iterable<readonly [string, string]>, body: Uint8Array, natsSubject?: string): FerryEvent {
+  const pairs = [...headers];
+  for (const [name] of pairs) {
+    const wire = DECODED_HEADERS.get(name.toLowerCase());
+    if (wire !== undefined && wire !== name) {
+      throw new ValidationError(
+        wire,
+        `header ${describeValue(name)} is ${wire} spelled in another case: NATS header names are case-sensitive, and Ferry reads ${wire} only so spelled; publish it as ${wire}`,
+      );
+    }
+  }
+  const { read, names } = pairsReader(pairs);
+  const event = decodeEvent(read, body, natsSubject, names);
+  validateKey(event.key, WIRE_HEADERS.partitionKey);
+  validateKey(event.id, WIRE_HEADERS.id);
+  return event;
 }
 
 const DIGITS = /^[0-9]{1,20}$/;
@@ -169,7 +234,9 @@ function required(read: HeaderReader, name: string): string {
 
 /**
  * NATS headers + body → event. Throws `ValidationError` (field = the header
- * at fault) for anything that is not a well-formed Ferry event.
+ * at fault) for anything that is not a well-formed Ferry event. Its parts only:
+ * a consumer decodes with `decodeMessage`, which also checks header case, the
+ * key and the id.
  *
  * @param userHeaderNames names of non-CloudEvents headers to keep in `event.headers`
  *   (nats.js exposes `MsgHdrs.keys()`); trace headers are always kept.

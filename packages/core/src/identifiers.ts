@@ -37,7 +37,7 @@ export function notifyChannel(schema: string): string {
 /**
  * The pg-boss schema of a Ferry schema: `<schema>_boss`, the inbox's parking lot (parked events
  * are real data, so this default stays where earlier inboxes put it). The inbox used `pgboss`
- * before (issue 16); pass `bossSchema: 'pgboss'` to keep parked events that live there.
+ * before (issue 16); `ferry inbox parked move --from-boss-schema pgboss` moves parked events left there.
  */
 export function bossSchemaFor(schema: string): string {
   return `${schema}_boss`.slice(0, 63);

@@ -4,6 +4,7 @@
 export { backoffDelayMs, equalJitterMs, exponentialCapMs, fullJitterMs } from './backoff.js';
 export {
   decodeEvent,
+  decodeMessage,
   type EncodedEvent,
   type EncodeOptions,
   encodedSize,
@@ -11,6 +12,7 @@ export {
   encodeEvent,
   formatSequence,
   type HeaderReader,
+  headerPairs,
   headerReader,
   natsHeaderReader,
   SEQUENCE_WIDTH,

@@ -26,9 +26,8 @@ test('untrusted names - headerReader finds only headers that were given, never a
   fc.assert(
     fc.property(untrusted, fc.dictionary(fc.stringMatching(/^x-[a-z]{1,6}$/), fc.string()), (name, given) => {
       const read = headerReader(given);
-      const expected = Object.hasOwn(given, name)
-        ? given[name]
-        : Object.entries(given).find(([k]) => k.toLowerCase() === name.toLowerCase())?.[1];
+      // Exact names only, as NATS reads headers (decodeMessage says why).
+      const expected = Object.hasOwn(given, name) ? given[name] : undefined;
       assert.equal(read(name), expected);
     }),
     { numRuns: 500 },

@@ -17,8 +17,9 @@ export {
 export { createInbox, migrateInbox } from './inbox.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
 export { discardParked, listParked, type ParkedAdminOptions, type ParkedConfirmation, type ParkedEvent, retryParked } from './parked.js';
-export { type FindParkedElsewhereOptions, findParkedElsewhere, type ParkedElsewhere } from './parked-elsewhere.js';
+export { type FindParkedElsewhereOptions, findParkedElsewhere, moveCommand, type ParkedElsewhere } from './parked-elsewhere.js';
 export { type ParkedJobData, type ParkedJobRead, RAW_JSON_MAX, readParkedJob } from './parked-job.js';
+export { type MovedParked, type MoveParkedOptions, moveParked } from './parked-move.js';
 export {
   type EventMap,
   type Handler,

@@ -1,4 +1,4 @@
-import { type FerryEvent, pgBossDb, withTransaction } from '@ferry/core';
+import { type FerryEvent, headerPairs, pgBossDb, withTransaction } from '@ferry/core';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { PgBoss } from 'pg-boss';
 import type { EarlyVersions } from './early-versions.js';
@@ -58,8 +58,7 @@ export class Parking {
   /** A stream message as the parking lot (and `inbox_early`) keep it: as it came, with why. */
   messageData(m: JsMsg, event: FerryEvent | undefined, reason: ParkReason, error: string): ParkedJobData {
     const o = this.#o;
-    const headers: Array<[string, string]> = [];
-    if (m.headers) for (const [name, values] of m.headers) for (const v of values) headers.push([name, v]);
+    const headers = headerPairs(m.headers);
     return {
       format: 1,
       consumer: o.consumer,

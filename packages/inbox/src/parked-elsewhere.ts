@@ -1,4 +1,4 @@
-import { OLD_BOSS_SCHEMA, type Queryable, quoteIdentifier, validateIdentifier } from '@ferry/core';
+import { bossSchemaFor, OLD_BOSS_SCHEMA, type Queryable, quoteIdentifier, validateIdentifier } from '@ferry/core';
 import { parkQueueName } from './options.js';
 import { inboxTablesExist } from './sql/inbox-tables.js';
 
@@ -15,6 +15,14 @@ export interface ParkedElsewhere {
   readonly elsewhere: ReadonlyArray<{ readonly bossSchema: string; readonly jobs: number }>;
   /** Where they are and what to do, in one line. */
   readonly advice: string;
+  /** The command that fixes it, when one does: `ferry inbox parked move …` for each other schema. */
+  readonly fix?: string;
+}
+
+/** The command that moves a consumer's parked jobs from `from` into the pg-boss schema its inbox works. */
+export function moveCommand(schema: string, bossSchema: string, from: string, consumer: string): string {
+  const to = bossSchema === bossSchemaFor(schema) ? '' : ` --boss-schema ${bossSchema}`;
+  return `ferry inbox parked move --from-boss-schema ${from} --consumer ${consumer} --schema ${schema}${to}`;
 }
 
 export interface FindParkedElsewhereOptions {
@@ -91,16 +99,17 @@ export async function findParkedElsewhere(q: Queryable, options: FindParkedElsew
     const elsewhere = other.get(c) ?? [];
     if (elsewhere.length === 0 && n <= found) continue;
     let advice: string;
+    let fix: string | undefined;
     if (elsewhere.length > 0) {
       const where = elsewhere.map((e) => `${e.jobs} in pg-boss schema "${e.bossSchema}"`).join(', ');
-      const first = elsewhere[0]?.bossSchema as string;
-      advice = `consumer ${c}: parked events outside pg-boss schema "${bossSchema}", where this inbox looks: ${where} (earlier Ferry releases parked in "${OLD_BOSS_SCHEMA}"). See them with ferry inbox parked list --boss-schema ${first} --consumer ${c}, retry or discard them with the same --boss-schema, or run the inbox with bossSchema: '${first}' until none is left`;
+      fix = elsewhere.map((e) => moveCommand(options.schema, bossSchema, e.bossSchema, c)).join('; then ');
+      advice = `consumer ${c}: parked events outside pg-boss schema "${bossSchema}", where this inbox looks: ${where} (earlier Ferry releases parked in "${OLD_BOSS_SCHEMA}"), where no inbox works them. Move them here, in order, once: ${fix} (--dry-run first shows them; an inbox may keep running)`;
     } else {
       advice = `consumer ${c}: inbox_versions counts ${n} parked event(s) but pg-boss schema "${bossSchema}" holds ${found}${
         olds.length > 0 ? ` (and ${olds.map((s) => `"${s}"`).join(', ')} none)` : ''
       }: pass the schema the inbox parked them in (its bossSchema option) as --boss-schema`;
     }
-    findings.push({ consumer: c, bossSchema, here: found, counted: n, elsewhere, advice });
+    findings.push({ consumer: c, bossSchema, here: found, counted: n, elsewhere, advice, ...(fix ? { fix } : {}) });
   }
   return findings;
 }

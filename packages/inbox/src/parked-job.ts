@@ -1,4 +1,4 @@
-import { decodeEvent, type FerryEvent, headerReader, isUuid, LIMITS } from '@ferry/core';
+import { decodeMessage, type FerryEvent, isUuid, LIMITS } from '@ferry/core';
 import { PoisonMessageError } from './errors.js';
 import { INBOX_MODES, type InboxMode, PARK_REASONS, type ParkReason } from './types.js';
 
@@ -41,14 +41,21 @@ export function parkKey(key: string | undefined, stream: string, streamSeq: numb
   return key ?? `~nokey/${stream}/${streamSeq ?? 'unknown'}/${Date.now()}`;
 }
 
-/** The event a parked job holds, for a retry: a job that is not a parked event is a PoisonMessageError (the retry fails, the job stays shown). */
+/**
+ * The event a parked job holds, for a retry, decoded by the stream path's own decoder
+ * (`decodeMessage`) from the headers as they came: a message the stream refused is refused
+ * again, never applied. A job that is not a parked event, or whose message does not decode, is a
+ * PoisonMessageError (the retry fails, the job stays shown).
+ */
 export function decodeParked(data: unknown): FerryEvent {
   const read = readParkedJob(data);
   if (read.kind === 'malformed') throw new PoisonMessageError('undecodable-headers', `not a Ferry parked event: ${read.problem}`);
   const job = read.job;
-  // fromEntries, not `headers[name] = value`: a stored header named `__proto__` stays a header.
-  const headers: Record<string, string> = Object.fromEntries(job.headers);
-  return decodeEvent(headerReader(headers), Buffer.from(job.body, 'base64'), job.natsSubject, Object.keys(headers));
+  try {
+    return decodeMessage(job.headers, Buffer.from(job.body, 'base64'), job.natsSubject);
+  } catch (err) {
+    throw new PoisonMessageError('undecodable-headers', (err as Error)?.message ?? String(err), { cause: err });
+  }
 }
 
 /**

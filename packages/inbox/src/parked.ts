@@ -56,7 +56,8 @@ async function consumersOf(options: ParkedAdminOptions): Promise<string[]> {
   return queues.map((q) => QUEUE.exec(q.name)?.[1]).filter((c): c is string => c !== undefined);
 }
 
-function toParked(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent {
+/** A parking-lot job as `ferry inbox parked list` shows it (also of a job read with plain SQL, as the move reads an old schema's). */
+export function parkedEventOf(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent {
   const read = readParkedJob(job.data);
   const data: Partial<ParkedJobData> = read.kind === 'parked' ? read.job : {};
   const output = job.output as { message?: unknown } | null | undefined;
@@ -94,7 +95,7 @@ export async function listParked(options: ParkedAdminOptions & { limit?: number 
       })) as unknown as JobWithMetadata<unknown>[];
       for (const job of jobs) {
         if (found < limit && LIVE_STATES.has(job.state)) {
-          out.push(toParked(consumer, job));
+          out.push(parkedEventOf(consumer, job));
           found++;
         }
       }

@@ -1,11 +1,11 @@
 import { quoteIdentifier } from '@ferry/core';
-import { discardParked, retryParked } from '@ferry/inbox';
+import { discardParked, type MovedParked, moveParked, retryParked } from '@ferry/inbox';
 import type pg from 'pg';
 import type { PgBoss } from 'pg-boss';
-import { auditMissingReason, isAuditMissing, type Operator, recordAction } from './audit.js';
+import { type ActionName, auditMissingReason, isAuditMissing, type Operator, recordAction } from './audit.js';
 import { auditSelection, type ExpectedSelection, SelectionChangedError, sameSelection, selectionOfSet } from './selection.js';
 
-// One implementation of `inbox parked retry|discard`, for `ferry inbox` and `ferry console` alike.
+// One implementation of `inbox parked retry|discard|move`, for `ferry inbox` and `ferry console` alike.
 
 export type ParkedAction = 'retry' | 'discard';
 
@@ -35,9 +35,8 @@ export interface SettledParked {
 
 /**
  * Retries (through the same gate, by the park worker) or discards parked
- * events of one consumer, then records the action in operator_actions. The
- * parking lot is pg-boss's, outside the audit's transaction: a record that
- * cannot be written is reported, not fatal, since the change is already made.
+ * events of one consumer, then records the action in operator_actions
+ * (`changeThenRecord`).
  *
  * The jobs are locked and checked against \`expect\` in the change's own
  * transaction (the inbox's ParkedConfirmation): a job retried, applied or
@@ -45,9 +44,6 @@ export interface SettledParked {
  * row names the jobs the action found eligible, locked, and changed.
  */
 export async function settleParked(action: ParkedAction, o: SettleParkedOptions): Promise<SettledParked> {
-  let changed = 0;
-  let outcome = 'ok';
-  let failure: unknown;
   let eligible: readonly string[] = [];
   const confirm = {
     bossSchema: o.bossSchema,
@@ -60,33 +56,105 @@ export async function settleParked(action: ParkedAction, o: SettleParkedOptions)
       }
     },
   };
-  try {
-    changed =
+  const r = await changeThenRecord(
+    o,
+    action === 'retry' ? 'parked.retry' : 'parked.discard',
+    () =>
       action === 'retry'
-        ? await retryParked({ boss: o.boss, consumer: o.consumer, ids: o.ids, confirm })
-        : await discardParked({ boss: o.boss, pool: o.pool, schema: o.schema, consumer: o.consumer, ids: o.ids, confirm });
+        ? retryParked({ boss: o.boss, consumer: o.consumer, ids: o.ids, confirm })
+        : discardParked({ boss: o.boss, pool: o.pool, schema: o.schema, consumer: o.consumer, ids: o.ids, confirm }),
+    (changed) => ({
+      filter: {
+        consumer: o.consumer,
+        ids: o.ids,
+        ...(o.expect ? { previewed: o.expect.rows ?? null, previewDigest: o.expect.digest } : {}),
+        changed: auditSelection(changed === undefined ? [] : [...eligible].sort()),
+      },
+      rows: changed ?? 0,
+    }),
+  );
+  return { changed: r.result, ...(r.notRecorded ? { notRecorded: r.notRecorded } : {}) };
+}
+
+/**
+ * Makes a change to the parking lot, then records it in operator_actions, whether it succeeded
+ * (outcome `ok`) or failed (its message; the error is thrown after). The parking lot is pg-boss's,
+ * outside the audit's transaction: a record that cannot be written is reported, not fatal, since
+ * the change is already made.
+ */
+async function changeThenRecord<T>(
+  o: Operator & { pool: pg.Pool; schema: string },
+  action: ActionName,
+  change: () => Promise<T>,
+  entry: (result: T | undefined) => { filter: Record<string, unknown>; rows: number },
+): Promise<{ result: T; notRecorded?: string }> {
+  let result: T | undefined;
+  let outcome = 'ok';
+  let failure: unknown;
+  try {
+    result = await change();
   } catch (err) {
     failure = err;
     outcome = (err as Error).message ?? String(err);
   }
   let notRecorded: string | undefined;
   try {
-    await recordAction(o.pool, quoteIdentifier(o.schema), {
-      actor: o.actor,
-      via: o.via,
-      action: action === 'retry' ? 'parked.retry' : 'parked.discard',
-      filter: {
-        consumer: o.consumer,
-        ids: o.ids,
-        ...(o.expect ? { previewed: o.expect.rows ?? null, previewDigest: o.expect.digest } : {}),
-        changed: auditSelection(failure === undefined ? [...eligible].sort() : []),
-      },
-      rows: changed,
-      outcome,
-    });
+    await recordAction(o.pool, quoteIdentifier(o.schema), { actor: o.actor, via: o.via, action, ...entry(result), outcome });
   } catch (err) {
     notRecorded = isAuditMissing(err) ? auditMissingReason(o.schema) : (err as Error).message;
   }
   if (failure !== undefined) throw failure;
-  return { changed, ...(notRecorded ? { notRecorded } : {}) };
+  return { result: result as T, ...(notRecorded ? { notRecorded } : {}) };
+}
+
+export interface MoveParkedActionOptions extends Operator {
+  boss: PgBoss;
+  pool: pg.Pool;
+  schema: string;
+  /** Where the consumer's inboxes work their parking lot now. */
+  bossSchema: string;
+  /** The old pg-boss schema the jobs are in. */
+  fromBossSchema: string;
+  consumer: string;
+  /** The selection a preview showed (`selectionOfSet` of the jobs it would move): anything else moves nothing. */
+  expect?: ExpectedSelection;
+}
+
+/**
+ * Moves a consumer's parked jobs from an old pg-boss schema into the one its inboxes work
+ * (`moveParked`), then records the action in operator_actions (`changeThenRecord`): the jobs
+ * moved, and how many were left (busy, malformed).
+ */
+export async function moveParkedAction(o: MoveParkedActionOptions): Promise<MovedParked & { notRecorded?: string }> {
+  const r = await changeThenRecord(
+    o,
+    'parked.move',
+    () =>
+      moveParked({
+        pool: o.pool,
+        schema: o.schema,
+        boss: o.boss,
+        bossSchema: o.bossSchema,
+        fromBossSchema: o.fromBossSchema,
+        consumer: o.consumer,
+        check(ids) {
+          if (o.expect && !sameSelection(o.expect, selectionOfSet(ids))) {
+            throw new SelectionChangedError(o.expect.rows, ids.length, 'parked event(s)');
+          }
+        },
+      }),
+    (result) => ({
+      filter: {
+        consumer: o.consumer,
+        fromBossSchema: o.fromBossSchema,
+        bossSchema: o.bossSchema,
+        ...(o.expect ? { previewed: o.expect.rows ?? null, previewDigest: o.expect.digest } : {}),
+        changed: auditSelection((result?.moved ?? []).map((p) => p.jobId).sort()),
+        ...(result?.busy.length ? { busy: result.busy.length } : {}),
+        ...(result?.malformed.length ? { malformed: result.malformed.length } : {}),
+      },
+      rows: result?.moved.length ?? 0,
+    }),
+  );
+  return { ...r.result, ...(r.notRecorded ? { notRecorded: r.notRecorded } : {}) };
 }

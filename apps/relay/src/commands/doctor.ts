@@ -342,7 +342,7 @@ async function checkParked(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise
           'parked',
           'warning',
           `consumer ${f.consumer}: parked events outside pg-boss schema "${bossSchema}", where its inbox looks: ${where}`,
-          `ferry inbox parked list ${here} ${f.consumer} --boss-schema ${first}; retry or discard them with the same --boss-schema, or run the inbox with bossSchema: '${first}' until none is left`,
+          f.fix ?? `ferry inbox parked list ${here} ${f.consumer} --boss-schema ${first}`,
         );
       } else {
         add(

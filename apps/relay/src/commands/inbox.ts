@@ -13,6 +13,7 @@ import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
+import { parkedMoveCommand, refuseUnworkedRetry } from './inbox-move.js';
 
 interface ParkedFlags {
   databaseUrl?: string;
@@ -179,7 +180,7 @@ function confirmAndSettle(action: ParkedAction, ids: string[], flags: ParkedFlag
 export function inboxCommand(ctx: CommandContext): Command {
   const inbox = new Command('inbox').description('operate inbox consumers: their parked events');
   const parked = new Command('parked').description(
-    'events an inbox parked (handler kept failing, poison input, sequential gap): list, retry or discard them',
+    'events an inbox parked (handler kept failing, poison input, sequential gap): list, retry or discard them, or move them out of an old pg-boss schema',
   );
   const common = (cmd: Command) =>
     cmd
@@ -256,8 +257,16 @@ failed or discarded meanwhile.`,
   parked.addCommand(
     changing(new Command('retry').description('retry parked events now, through the same gate (a failed one unblocks its key)'))
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
+      .addHelpText(
+        'after',
+        `
+A retry in a --boss-schema other than <schema>_boss, while the consumer's queue is in
+<schema>_boss, is refused (exit 2): its inboxes work that one, so nothing would retry the events
+where they are. Move them first: ferry inbox parked move --from-boss-schema OLD --consumer NAME.`,
+      )
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
+        await refuseUnworkedRetry(flags, ctx);
         const n = await confirmAndSettle('retry', valid, flags, ctx);
         if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ retried: n, requested: valid.length }));
@@ -280,6 +289,7 @@ failed or discarded meanwhile.`,
         else ctx.out(`discarded ${n} of ${valid.length} parked event(s)`);
       }),
   );
+  parked.addCommand(parkedMoveCommand(changing(new Command('move')), ctx, { withBoss, describeParked }));
   inbox.addCommand(parked);
   for (const cmd of [parked, ...parked.commands]) {
     cmd.exitOverride().configureOutput({ writeOut: (t) => ctx.out(t.trimEnd()), writeErr: (t) => ctx.err(t.trimEnd()) });
