@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createTestStream, natsUrl, type TestStream, uniqueName } from '@ferry/testkit';
-import { StorageType } from '@nats-io/jetstream';
+import { AckPolicy, StorageType } from '@nats-io/jetstream';
 import { ferry } from './ops-helpers.js';
 
 // ferry streams ensure / rm / ls (issue 44): a missing subject is fixed with Ferry's own commands, the
@@ -161,4 +161,46 @@ test('ferry streams rm - asks first (without a terminal it needs --yes), names w
   const gone = await ferry(['streams', 'rm', name, '--yes', ...nats()]);
   assert.equal(gone.code, 1);
   assert.match(gone.err, new RegExp(`no stream named ${name}: nothing deleted`));
+});
+
+test('ferry streams rm --consumer - deletes one durable consumer after asking, and leaves the stream; an unknown consumer exits 1', async () => {
+  const { name, subject } = fresh('RMC');
+  await admin.jsm.streams.add({ name, subjects: [`${subject}.>`], storage: StorageType.Memory });
+  await admin.jsm.consumers.add(name, { durable_name: 'billing', ack_policy: AckPolicy.Explicit });
+  await admin.jsm.consumers.add(name, { durable_name: 'shipping', ack_policy: AckPolicy.Explicit });
+  const refused = await ferry(['streams', 'rm', name, '--consumer', 'billing', ...nats()]);
+  assert.equal(refused.code, 2);
+  assert.match(
+    refused.err,
+    new RegExp(`delete consumer billing of stream ${name} \\(0 messages not yet delivered, 0 awaiting an ack\\): pass --yes`),
+  );
+  const r = await ferry(['streams', 'rm', name, '--consumer', 'billing', '--yes', ...nats()]);
+  assert.equal(r.code, 0, r.err);
+  assert.equal(r.out, `deleted consumer billing of stream ${name}`);
+  const left: string[] = [];
+  for await (const c of admin.jsm.consumers.list(name)) left.push(c.name);
+  assert.deepEqual(left, ['shipping']);
+  const gone = await ferry(['streams', 'rm', name, '--consumer', 'billing', '--yes', ...nats()]);
+  assert.equal(gone.code, 1);
+  assert.match(gone.err, new RegExp(`stream ${name} has no consumer named billing: nothing deleted`));
+  const bad = await ferry(['streams', 'rm', name, '--consumer', 'a.b', '--yes', ...nats()]);
+  assert.equal(bad.code, 2);
+  assert.match(bad.err, /"a\.b" is not a consumer name/);
+});
+
+test('ferry streams ensure --replicas - never lowers; on a lone server more than one replica is refused before anything changes', async () => {
+  const { name, subject } = fresh('REP');
+  await admin.jsm.streams.add({ name, subjects: [`${subject}.>`], storage: StorageType.Memory });
+  const same = await ferry(['streams', 'ensure', name, '--replicas', '1', ...nats()]);
+  assert.equal(same.code, 0, same.err);
+  assert.match(same.out, /needs no change/);
+  // The machine's NATS is one server: nats-server 2.9 would take num_replicas 3 in an update and keep one copy.
+  const r = await ferry(['streams', 'ensure', name, '--replicas', '3', ...nats()]);
+  assert.equal(r.code, 2, r.out);
+  assert.match(r.err, /--replicas 3: the NATS server at \S+ is not in a cluster, so it keeps one copy whatever the stream says/);
+  assert.equal((await admin.jsm.streams.info(name)).config.num_replicas, 1);
+  const dry = await ferry(['streams', 'ensure', name, '--replicas', '3', '--dry-run', ...nats()]);
+  assert.equal(dry.code, 2, 'a preview of what cannot be done is refused the same way');
+  const zero = await ferry(['streams', 'ensure', name, '--replicas', '0', ...nats()]);
+  assert.equal(zero.code, 2);
 });

@@ -90,6 +90,8 @@ export interface StreamPlan {
   covered: string[];
   /** The duplicate window after the change, when it changes (created, or raised). */
   windowMs?: { from: number | undefined; to: number };
+  /** The replicas after the change, when it changes (created with more than one, or raised). */
+  replicas?: { from: number | undefined; to: number };
 }
 
 function isStreamNotFound(err: unknown): boolean {
@@ -105,7 +107,7 @@ function isStreamNotFound(err: unknown): boolean {
 export async function planStream(
   jsm: JetStreamManager,
   spec: StreamSpec,
-  windows: { createWindowMs: number; raiseWindowMs?: number },
+  windows: { createWindowMs: number; raiseWindowMs?: number; replicas?: number },
 ): Promise<StreamPlan> {
   let info: StreamInfo | undefined;
   try {
@@ -122,32 +124,43 @@ export async function planStream(
       );
     }
     const to = Math.max(windows.createWindowMs, windows.raiseWindowMs ?? 0);
-    return { name: spec.name, info, add: wanted, covered: [], windowMs: { from: undefined, to } };
+    const replicas = windows.replicas !== undefined && windows.replicas > 1 ? { replicas: { from: undefined, to: windows.replicas } } : {};
+    return { name: spec.name, info, add: wanted, covered: [], windowMs: { from: undefined, to }, ...replicas };
   }
   const existing = info.config.subjects ?? [];
   const covered = wanted.filter((subject) => existing.some((p) => subjectCovers(p, subject)));
   const add = wanted.filter((subject) => !covered.includes(subject));
   const from = Math.round(info.config.duplicate_window / 1e6);
   const raise = windows.raiseWindowMs !== undefined && windows.raiseWindowMs > from;
-  return { name: spec.name, info, add, covered, ...(raise ? { windowMs: { from, to: windows.raiseWindowMs as number } } : {}) };
+  const replicasNow = info.config.num_replicas || 1;
+  const more = windows.replicas !== undefined && windows.replicas > replicasNow;
+  return {
+    name: spec.name,
+    info,
+    add,
+    covered,
+    ...(raise ? { windowMs: { from, to: windows.raiseWindowMs as number } } : {}),
+    ...(more ? { replicas: { from: replicasNow, to: windows.replicas as number } } : {}),
+  };
 }
 
 /** Whether the plan changes anything. */
 export function planChanges(plan: StreamPlan): boolean {
-  return plan.info === undefined || plan.add.length > 0 || plan.windowMs !== undefined;
+  return plan.info === undefined || plan.add.length > 0 || plan.windowMs !== undefined || plan.replicas !== undefined;
 }
 
 /** The plan in words, one line, for the CLI, the console and the relay's log. */
 export function describePlan(plan: StreamPlan, done = false): string {
   const fmt = (ms: number) => formatDuration(ms);
   if (!plan.info) {
-    return `${done ? 'created' : 'would create'} stream ${plan.name} (subjects ${plan.add.join(', ')}; file storage; duplicate window ${fmt(plan.windowMs?.to ?? 0)})`;
+    return `${done ? 'created' : 'would create'} stream ${plan.name} (subjects ${plan.add.join(', ')}; file storage; duplicate window ${fmt(plan.windowMs?.to ?? 0)}${plan.replicas ? `; ${plan.replicas.to} replicas` : ''})`;
   }
   const parts: string[] = [];
   if (plan.add.length > 0)
     parts.push(`${done ? 'added the subject(s) it lacked' : 'would add the subject(s) it lacks'} (${plan.add.join(', ')})`);
   if (plan.windowMs)
     parts.push(`${done ? 'raised' : 'would raise'} its duplicate window from ${fmt(plan.windowMs.from ?? 0)} to ${fmt(plan.windowMs.to)}`);
+  if (plan.replicas) parts.push(`${done ? 'raised' : 'would raise'} its replicas from ${plan.replicas.from ?? 1} to ${plan.replicas.to}`);
   if (parts.length === 0) {
     const has = plan.covered.length > 0 ? `: it already binds ${plan.covered.join(', ')}` : '';
     return `stream ${plan.name} needs no change${has}`;
@@ -174,6 +187,7 @@ export async function applyStreamPlan(
         subjects: plan.add,
         storage: StorageType.File,
         duplicate_window: (plan.windowMs?.to ?? defaultDuplicateWindowMs()) * 1e6,
+        ...(plan.replicas ? { num_replicas: plan.replicas.to } : {}),
       });
       return;
     }
@@ -182,8 +196,18 @@ export async function applyStreamPlan(
       ...config,
       subjects: [...(config.subjects ?? []), ...plan.add],
       ...(plan.windowMs ? { duplicate_window: plan.windowMs.to * 1e6 } : {}),
+      ...(plan.replicas ? { num_replicas: plan.replicas.to } : {}),
     });
   } catch (err) {
+    if (plan.add.length === 0) {
+      throw new ConfigError(
+        origin.option,
+        `${origin.prefix}: stream ${plan.name} refused the change (${describePlan(plan)}): ${(err as Error).message}`,
+        {
+          cause: err,
+        },
+      );
+    }
     const holders = new Set<string>();
     for (const subject of plan.add) {
       try {

@@ -105,7 +105,7 @@ export async function checkNats(
         `stream ${name}`,
         'warning',
         `${info.config.num_replicas} replica(s), ${info.config.storage} storage: a lost server loses acknowledged events`,
-        `in production use a 3-node cluster: nats stream edit ${name} --replicas 3 (file storage)`,
+        `in production use a 3-node cluster, then: ferry streams ensure ${name} --replicas 3 (file storage)`,
       );
     }
     for (const consumer of flags.consumer ?? []) await checkConsumer(jsm, name, consumer, flags, add);
@@ -140,7 +140,7 @@ async function checkConsumer(jsm: JetStreamManager, stream: string, name: string
       check,
       'problem',
       `${bad.join('; ')} (${summary})`,
-      'delete the consumer and let the inbox create it (manageConsumer: true), or fix it with nats consumer edit',
+      `delete the consumer and let the inbox create it (manageConsumer: true): ferry streams rm ${stream} --consumer ${name}`,
     );
     return;
   }
