@@ -1,5 +1,5 @@
-// The chaos run's options and its seeded fault schedule. Pure: no processes,
-// no I/O, so the schedule of a seed is the same on every machine.
+// The chaos run's options, its fixed shape (lease term, poison and late keys) and its seeded fault
+// schedule. Pure: no processes, no I/O, so the schedule of a seed is the same on every machine.
 
 export interface ChaosOptions {
   /** Events to commit. */
@@ -16,6 +16,27 @@ export interface ChaosOptions {
   /** Give up waiting for the drain after this long. */
   drainTimeoutMs: number;
 }
+
+/** The relays' lease term: short, so that pauses and cuts longer than it move lanes within the run. */
+export const LEASE_TERM_MS = 2000;
+/** The stream's duplicate window: shorter than the term and than most pauses, so JetStream hides no stale copy. */
+export const DUPLICATE_WINDOW_MS = 1000;
+
+export const POISON_MAX_PAYLOAD = 65_536;
+/** Poison keys: the first event of each can never be published; three events wait behind it. */
+export const POISON_KEYS = ['poison-unroutable', 'poison-oversized'] as const;
+export const POISON_BEHIND = 3;
+/**
+ * Late-gap keys: each gets LATE_FIRST versions in one transaction at the start, and its version 1
+ * fails until LATE_MS after a consumer first saw it, so versions 2.. are stored, wait GAP_TIMEOUT_MS and park (a flush
+ * by one consumer while the other parks the key's newer versions, which the writers keep adding);
+ * then version 1 arrives late and must go ahead of them (issue 28).
+ */
+export const LATE_PREFIX = 'late-';
+export const LATE_KEYS = 3;
+export const LATE_FIRST = 120;
+export const LATE_MS = 4_000;
+export const GAP_TIMEOUT_MS = 1_500;
 
 export class UsageError extends Error {}
 

@@ -2,9 +2,8 @@
 // or paused on the fault schedule, its output kept for the report.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { log } from './log.js';
 import type { Target } from './plan.js';
-
-const log = (msg: string) => process.stderr.write(`[chaos ${new Date().toISOString().slice(11, 23)}] ${msg}\n`);
 
 /** One supervised child process: restarted whenever it exits, until the run stops. */
 export class Supervised {

@@ -8,7 +8,7 @@ export { buildProgram, main } from './cli.js';
 export { type ConsoleOptions, type ConsoleServer, startConsole } from './console/server.js';
 export type { CommandContext } from './context.js';
 // Internals the benchmarks and tests measure directly: the claim statement, the lock namespaces, the event columns.
-export { lockNamespace } from './daemon/lane-leaser.js';
+export { lockNamespace } from './daemon/lease-legacy-locks.js';
 // The library: a relay instance, its options, defaults and events.
 export { createRelay } from './daemon/relay.js';
 export {

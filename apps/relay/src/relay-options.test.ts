@@ -5,7 +5,7 @@ import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors } from '@nats-io/transport-node';
 import { parseEnsureStream, parseLanesPerInstance, parseNatsUrls } from './cli/flag-parsers.js';
 import { chainsByKey } from './daemon/dispatcher.js';
-import { lockNamespace } from './daemon/lane-leaser.js';
+import { lockNamespace } from './daemon/lease-legacy-locks.js';
 import { parseDuration } from './duration.js';
 import { classifyPublishError } from './errors.js';
 import { compileRelayOptions, RELAY_DEFAULTS, retrySpanMs } from './relay-options.js';

@@ -1,6 +1,6 @@
 import { quoteIdentifier } from '@ferry/core';
 import type pg from 'pg';
-import { lockNamespace } from '../daemon/lane-leaser.js';
+import { lockNamespace } from '../daemon/lease-legacy-locks.js';
 import { type RelayInstanceRow, relayInstancesSql, relaysBeforeLeasesSql } from '../sql/relay-instances.js';
 
 export interface RelayInstance {

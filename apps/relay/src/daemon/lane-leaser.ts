@@ -1,41 +1,17 @@
-// Over ~350 lines on purpose: the leases held, their epochs, the monotonic clock that ends them and the
-// statements that take, renew and release them change one state, and every rule of when a lane may be
-// sent on (holds, the lease connection's end, the fair share) reads all of it.
-import { hostname } from 'node:os';
-import { FERRY_RELEASE, laneCountSql, protectPool, RELAY_PROTOCOL, SQLSTATE, sqlState } from '@ferry/core';
-import pg from 'pg';
+// The lease state in one file (still over ~350 lines): the leases held, their epochs, the monotonic clock
+// that ends them and the statements that take, renew and release them change one state, and every rule of
+// when a lane may be sent on (holds, the lease connection's end, the fair share) reads all of it. What
+// needs none of that state has a file of its own: the connection the statements run on
+// (lease-connection.ts), the text of a take (lease-takeover.ts), the advisory locks that keep relays from
+// before leases out (lease-legacy-locks.ts) and the statements themselves (../sql/leases.ts).
+import { FERRY_RELEASE, laneCountSql, RELAY_PROTOCOL, SQLSTATE, sqlState } from '@ferry/core';
+import type pg from 'pg';
 import { NotMigratedError } from '../errors.js';
-import {
-  forgetInstanceSql,
-  LEASE_FENCE_FRACTION,
-  LEGACY_LANE_LOCKS_SQL,
-  leaseCountsSql,
-  pruneInstancesSql,
-  releaseLeasesSql,
-  renewLeasesSql,
-  takeLeasesSql,
-} from '../sql/leases.js';
+import { type LeaseStatements, leaseStatements } from '../sql/leases.js';
 import type { Logger } from '../types.js';
-
-/**
- * The lease connection's `application_name`: `<app>:<instance>:lease:<pid>@<host>`. `ferry status`
- * reads the relay's own pid and host from it (the backend pid in pg_stat_activity is PostgreSQL's
- * process, not the relay's). PostgreSQL keeps 63 bytes, so the host is cut to fit.
- */
-export function leaseApplicationName(applicationName: string): string {
-  const base = `${applicationName}:lease:${process.pid}@`;
-  return base + hostname().slice(0, Math.max(0, 63 - Buffer.byteLength(base)));
-}
-
-/** A stable non-negative 31-bit hash (FNV-1a) of a text: advisory lock namespaces per schema. */
-export function lockNamespace(text: string): number {
-  let h = 0x811c9dc5;
-  for (const byte of Buffer.from(text, 'utf8')) {
-    h ^= byte;
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h & 0x7fffffff;
-}
+import { LeaseConnection, leaseApplicationName } from './lease-connection.js';
+import { LegacyLaneLocks } from './lease-legacy-locks.js';
+import { logLeaseTaken, type TakenLease, type TakeoverRule } from './lease-takeover.js';
 
 /**
  * The part of the term a holder keeps for itself: it treats a lease as lost
@@ -73,19 +49,6 @@ export interface LaneLeaserOptions {
   logger: Logger;
 }
 
-/** What made a lane takeable: released or never held, its term ran out, or its owner's connection or heartbeat went and its fence passed. */
-export const TAKEOVER_RULES = ['free', 'term', 'connection'] as const;
-export type TakeoverRule = (typeof TAKEOVER_RULES)[number];
-
-const RULE_TEXT: ReadonlyMap<string, string> = new Map([
-  ['free', 'which had released it'],
-  ['term', 'whose term ran out'],
-  [
-    'connection',
-    `whose lease connection or heartbeat is gone and whose fence (${LEASE_FENCE_FRACTION} of the term after its last renewal) has passed`,
-  ],
-]);
-
 interface Held {
   epoch: string;
   /** performance.now() at the start of the statement that last confirmed this lease. */
@@ -112,9 +75,9 @@ interface Held {
  */
 export class LaneLeaser {
   readonly #o: LaneLeaserOptions;
-  readonly #pool: pg.Pool;
+  readonly #conn: LeaseConnection;
   readonly #marginMs: number;
-  readonly #sql: { counts: string; renew: string; take: string; release: string; forget: string };
+  readonly #sql: LeaseStatements;
   readonly #held = new Map<number, Held>();
   /** Lanes over the fair share, to be released once nothing is in flight on them: no new claims meanwhile. */
   readonly #releasing = new Set<number>();
@@ -123,8 +86,7 @@ export class LaneLeaser {
   #free = 0;
   #rotation = Math.floor(Math.random() * 1024);
   #lastRenewAt = Number.NEGATIVE_INFINITY;
-  /** Lanes whose pre-lease advisory lock this instance's lease connection holds. */
-  #legacy: number[] = [];
+  readonly #legacy: LegacyLaneLocks;
   #failing = false;
   #stopped = false;
   /** Stopping (drain()): no lane is taken any more, and each is given up once nothing is in flight on it. */
@@ -132,38 +94,26 @@ export class LaneLeaser {
   /** Unhealthy: lanes released and heartbeat deleted until healthy again. */
   #benched = false;
   #loop: Promise<void> | undefined;
-  #client: pg.PoolClient | undefined;
   #wake: (() => void) | undefined;
 
   constructor(options: LaneLeaserOptions) {
     this.#o = options;
     this.#marginMs = leaseSafetyMarginMs(options.leaseTermMs);
-    const s = options.schemaSql;
-    this.#sql = {
-      counts: leaseCountsSql(s),
-      renew: renewLeasesSql(s),
-      take: takeLeasesSql(s),
-      release: releaseLeasesSql(s),
-      forget: forgetInstanceSql(s),
-    };
-    // One connection of its own, so a busy or hung relay pool never delays a renewal. Every wait on
-    // it is bounded by a third of the term: a renewal that cannot finish by then is not worth waiting for.
-    const bound = Math.max(100, Math.floor(options.leaseTermMs / 3));
-    this.#pool = new pg.Pool({
-      keepAlive: true,
-      ...options.pg,
-      connectionTimeoutMillis: Math.min(bound, options.pg?.connectionTimeoutMillis ?? bound),
-      connectionString: options.databaseUrl,
-      application_name: leaseApplicationName(options.applicationName),
-      max: 1,
-      // Never closed when idle: the heartbeat names this connection's backend, and others take the lanes of an
-      // instance whose connection is gone.
-      idleTimeoutMillis: 0,
-      query_timeout: bound,
-      statement_timeout: bound,
+    this.#sql = leaseStatements(options.schemaSql);
+    this.#legacy = new LegacyLaneLocks(options.legacyLaneNamespace);
+    this.#conn = new LeaseConnection({
+      databaseUrl: options.databaseUrl,
+      applicationName: options.applicationName,
+      leaseTermMs: options.leaseTermMs,
+      ...(options.pg ? { pg: options.pg } : {}),
+      // A new connection: the heartbeat must name its backend before anything else, or the
+      // others would think this instance gone and take its lanes.
+      onNew: () => {
+        this.#lastRenewAt = Number.NEGATIVE_INFINITY;
+        this.#legacy.forget();
+      },
+      onEnded: () => this.#connectionEnded(),
     });
-    this.#pool.on('error', () => {});
-    protectPool(this.#pool); // a connection terminated between two statements must not crash the process
   }
 
   /** Lanes held now by this instance's own clock, ascending, less those being released: the lanes to claim from. */
@@ -229,43 +179,20 @@ export class LaneLeaser {
    * once. Its heartbeat names that connection's backend, so to the others
    * this instance is gone, and they take its lanes once its fence has passed.
    */
-  #connectionEnded(client: pg.PoolClient): void {
-    if (client !== this.#client) return;
-    this.#client = undefined;
+  #connectionEnded(): void {
     this.#lastRenewAt = Number.NEGATIVE_INFINITY;
-    this.#legacy = [];
+    this.#legacy.forget();
     this.#lost([...this.#held.keys()], 'the lease connection ended: the others may take the lane once its fence has passed');
-  }
-
-  async #query<R extends pg.QueryResultRow>(text: string, values: unknown[]): Promise<R[]> {
-    const client = await this.#pool.connect();
-    if (client !== this.#client) {
-      // A new connection: the heartbeat must name its backend before anything else, or the
-      // others would think this instance gone and take its lanes.
-      this.#client = client;
-      this.#lastRenewAt = Number.NEGATIVE_INFINITY;
-      this.#legacy = []; // session locks end with the session
-      client.once('end', () => this.#connectionEnded(client));
-    }
-    try {
-      const { rows } = await client.query<R>(text, values);
-      client.release();
-      return rows;
-    } catch (err) {
-      // A timed-out statement may leave a half-open socket behind: never reuse that connection.
-      client.release(err as Error);
-      throw err;
-    }
   }
 
   async #laneCountOnce(): Promise<void> {
     if (this.#laneCount > 0) return;
-    const rows = await this.#query<{ value: string }>(laneCountSql(this.#o.schemaSql), []);
+    const rows = await this.#conn.query<{ value: string }>(laneCountSql(this.#o.schemaSql), []);
     const n = Number(rows[0]?.value);
     if (!Number.isInteger(n) || n < 1)
       throw new NotMigratedError(`no lane count in ${this.#o.schemaSql}.settings: run ferry migrate first`);
     this.#laneCount = n;
-    await this.#query(pruneInstancesSql(this.#o.schemaSql), []);
+    await this.#conn.query(this.#sql.prune, []);
   }
 
   /**
@@ -284,7 +211,7 @@ export class LaneLeaser {
         if (this.#held.size > 0) await this.#release([...this.#held.keys()], 'this instance cannot reach NATS');
         // Out of the live count too, so the others' fair share covers the lanes given up at once;
         // the next renewal (once healthy) writes the heartbeat again.
-        if (!this.#benched) await this.#query(this.#sql.forget, [this.#o.instance]);
+        if (!this.#benched) await this.#conn.query(this.#sql.forget, [this.#o.instance]);
         this.#benched = true;
         this.#lastRenewAt = Number.NEGATIVE_INFINITY;
         return this.lanes;
@@ -293,7 +220,7 @@ export class LaneLeaser {
       const now = performance.now();
       if (now - this.#lastRenewAt >= this.#o.leaseTermMs / 3) await this.#renew(now);
       else {
-        const rows = await this.#query<{ live: number; free: number }>(this.#sql.counts, [this.#o.instance]);
+        const rows = await this.#conn.query<{ live: number; free: number }>(this.#sql.counts, [this.#o.instance]);
         this.#live = Math.max(1, rows[0]?.live ?? 1);
         this.#free = rows[0]?.free ?? 0;
         // That statement ran on a new connection: renew now, so the heartbeat names it.
@@ -343,7 +270,7 @@ export class LaneLeaser {
   async #renew(startedAt: number): Promise<void> {
     this.#lastRenewAt = startedAt;
     const held = [...this.#held.entries()];
-    const rows = await this.#query<{ live: number; free: number; lanes: number[] }>(this.#sql.renew, [
+    const rows = await this.#conn.query<{ live: number; free: number; lanes: number[] }>(this.#sql.renew, [
       this.#o.instance,
       leaseApplicationName(this.#o.applicationName),
       this.#o.leaseTermMs,
@@ -364,19 +291,13 @@ export class LaneLeaser {
       held.filter(([lane]) => !renewed.has(lane)).map(([lane]) => lane),
       'taken by another instance after its term ran out',
     );
-    const ns = this.#o.legacyLaneNamespace;
-    if (ns !== undefined && this.#legacy.length < this.#laneCount) {
-      // With each renewal until every lane's is held (by this instance or another of this release).
-      // A failure here is no lease failure: the renewal went through, and the next one tries again.
-      const locked = await this.#query<{ lane: number }>(LEGACY_LANE_LOCKS_SQL, [ns, this.#laneCount, this.#legacy]).catch(() => []);
-      this.#legacy.push(...locked.map((r) => r.lane));
-    }
+    await this.#legacy.topUp(this.#conn, this.#laneCount);
   }
 
   async #take(n: number): Promise<void> {
     this.#rotation = (this.#rotation + 1) % this.#laneCount;
     const startedAt = performance.now();
-    const rows = await this.#query<{ lane: number; epoch: string; prev: string | null; rule: TakeoverRule }>(this.#sql.take, [
+    const rows = await this.#conn.query<TakenLease>(this.#sql.take, [
       this.#o.instance,
       this.#o.leaseTermMs,
       this.#rotation,
@@ -387,12 +308,7 @@ export class LaneLeaser {
       this.#held.set(r.lane, { epoch: r.epoch, confirmedAt: startedAt });
       const takeover = r.prev !== null && r.prev !== this.#o.instance;
       if (takeover) this.#o.onTakeover?.(r.lane, r.rule);
-      this.#o.logger.info(
-        { event: 'lease-taken', lane: r.lane, epoch: r.epoch, from: r.prev, ...(r.prev === null ? {} : { rule: r.rule }) },
-        r.prev === null
-          ? `lease taken: lane ${r.lane} epoch ${r.epoch}`
-          : `lease taken: lane ${r.lane} epoch ${r.epoch} from ${r.prev === this.#o.instance ? 'this instance' : r.prev}, ${RULE_TEXT.get(r.rule) ?? r.rule}`,
-      );
+      logLeaseTaken(this.#o.logger, r, this.#o.instance);
     }
     this.#free = Math.max(0, this.#free - rows.length);
   }
@@ -400,7 +316,7 @@ export class LaneLeaser {
   async #release(lanes: number[], reason: string, level: 'warn' | 'info' = 'warn'): Promise<void> {
     // Dropped here first: whatever the statement does, this instance no longer acts on them.
     this.#lost(lanes, `released: ${reason}`, level);
-    await this.#query(this.#sql.release, [this.#o.instance, lanes]);
+    await this.#conn.query(this.#sql.release, [this.#o.instance, lanes]);
   }
 
   /**
@@ -453,13 +369,13 @@ export class LaneLeaser {
     this.#held.clear();
     try {
       if (this.#laneCount > 0) {
-        await this.#query(this.#sql.release, [this.#o.instance, lanes]);
-        await this.#query(this.#sql.forget, [this.#o.instance]);
+        await this.#conn.query(this.#sql.release, [this.#o.instance, lanes]);
+        await this.#conn.query(this.#sql.forget, [this.#o.instance]);
       }
     } catch (err) {
       this.#o.logger.warn({ err, lanes }, 'could not release the leases: they end with their term');
     } finally {
-      await this.#pool.end().catch(() => {});
+      await this.#conn.end();
     }
   }
 }

@@ -1,7 +1,7 @@
 // The relay's lifecycle in one file (just over ~350 lines) because start() wires the parts in an
 // order that matters (settings checks, NATS, streams, dispatcher, janitor, lanes, notifier) and
-// stop/teardown undo it in reverse: the two orders are read against each other. The parts live one
-// job per file: dispatcher.ts, lane-leaser.ts, nats-probe.ts, pg-bounds.ts, notifier.ts, janitor.ts, metrics.ts, ../sql/.
+// stop/teardown undo it in reverse: the two orders are read against each other. The parts live one job per
+// file: dispatcher.ts, lane-leaser.ts (and lease-*.ts), nats-probe.ts, pg-bounds.ts, notifier.ts, janitor.ts, metrics.ts, ../sql/.
 import { randomBytes } from 'node:crypto';
 import { ConfigError, childLogger, laneCountSql, notifyChannel, protectPool, quoteIdentifier, SQLSTATE, sqlState } from '@ferry/core';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -19,7 +19,8 @@ import { Dispatcher } from './dispatcher.js';
 import { DuplicateWindowWatch } from './duplicate-window-watch.js';
 import { ensureStreams } from './ensure-streams.js';
 import { Janitor } from './janitor.js';
-import { LaneLeaser, leaseSafetyMarginMs, lockNamespace } from './lane-leaser.js';
+import { LaneLeaser, leaseSafetyMarginMs } from './lane-leaser.js';
+import { lockNamespace } from './lease-legacy-locks.js';
 import { RelayMetrics } from './metrics.js';
 import { drainNats, NatsProbe } from './nats-probe.js';
 import { Notifier } from './notifier.js';

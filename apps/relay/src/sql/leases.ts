@@ -176,3 +176,24 @@ export function pruneInstancesSql(schemaSql: string): string {
  */
 export const LEGACY_LANE_LOCKS_SQL = `SELECT lane FROM generate_series(0, $2::int - 1) AS lane
  WHERE CASE WHEN lane = ANY ($3::int[]) THEN false ELSE pg_try_advisory_lock($1::int, lane) END`;
+
+/** The lease statements of one schema, built once by each leaser. */
+export interface LeaseStatements {
+  counts: string;
+  renew: string;
+  take: string;
+  release: string;
+  forget: string;
+  prune: string;
+}
+
+export function leaseStatements(schemaSql: string): LeaseStatements {
+  return {
+    counts: leaseCountsSql(schemaSql),
+    renew: renewLeasesSql(schemaSql),
+    take: takeLeasesSql(schemaSql),
+    release: releaseLeasesSql(schemaSql),
+    forget: forgetInstanceSql(schemaSql),
+    prune: pruneInstancesSql(schemaSql),
+  };
+}
