@@ -24,6 +24,16 @@ export interface EventFilter {
   reason?: string;
 }
 
+/** The columns that name an outbox row in every listing (the dlq's, the console's), the numbers as text. */
+export interface OutboxRowHead {
+  seq: string;
+  id: string;
+  key: string;
+  version: string;
+  subject: string;
+  type: string;
+}
+
 /** How much of last_error names a failure group. */
 export const REASON_CHARS = 200;
 
