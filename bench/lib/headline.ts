@@ -23,16 +23,19 @@ export interface HeadlineFigure {
 
 const num = (x: unknown): number | undefined => (typeof x === 'number' && Number.isFinite(x) ? x : undefined);
 
-function figure(
-  id: string,
-  figureText: string,
-  value: unknown,
-  unit: 'x' | 'ms',
-  baseline: string,
-  target: string,
-  ok: (v: number) => boolean,
-): HeadlineFigure {
+/** A figure's target: a bound on its value (the text and the check both come from it), or only reported. */
+type Target = { op: '≤' | '≥' | '>'; limit: number; note?: string } | 'reported';
+
+const atMost = (limit: number, note?: string): Target => ({ op: '≤', limit, note });
+const atLeast = (limit: number): Target => ({ op: '≥', limit });
+const moreThan = (limit: number): Target => ({ op: '>', limit });
+
+function figure(id: string, figureText: string, value: unknown, unit: 'x' | 'ms', baseline: string, t: Target): HeadlineFigure {
   const v = num(value);
+  if (t === 'reported')
+    return { id, figure: figureText, value: v, unit, baseline, target: '(reported)', met: v === undefined ? undefined : true };
+  const target = `${t.op} ${t.limit}${unit === 'x' ? '×' : ' ms'}${t.note ? ` ${t.note}` : ''}`;
+  const ok = t.op === '≤' ? (n: number) => n <= t.limit : t.op === '≥' ? (n: number) => n >= t.limit : (n: number) => n > t.limit;
   return { id, figure: figureText, value: v, unit, baseline, target, met: v === undefined ? undefined : ok(v) };
 }
 
@@ -46,16 +49,15 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
   const raw = 'raw pipelined JetStream publishing of the same messages, one connection';
   const byKeys = drain?.byKeys ?? {};
   return [
-    figure('publishOverhead', 'publish, 8 writers', pub['publish@8'], 'x', plain, '≤ 1.2× (floor 1.3×)', (v) => v <= 1.2),
-    figure('publishOverhead32', 'publish, 32 writers', pub['publish@32'], 'x', plain, '≤ 1.2× (floor 1.3×)', (v) => v <= 1.2),
+    figure('publishOverhead', 'publish, 8 writers', pub['publish@8'], 'x', plain, atMost(1.2, '(floor 1.3×)')),
+    figure('publishOverhead32', 'publish, 32 writers', pub['publish@32'], 'x', plain, atMost(1.2, '(floor 1.3×)')),
     figure(
       'publishNotify',
       'publish, every transaction NOTIFYs (a relay waits), 8 writers',
       pub['publishNotify@8'],
       'x',
       plain,
-      '≤ 1.4×',
-      (v) => v <= 1.4,
+      atMost(1.4),
     ),
     figure(
       'publishMany100',
@@ -63,8 +65,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       pub['publishMany100@8'],
       'x',
       'business UPDATE + one 100-row plain INSERT',
-      '≤ 1.5×',
-      (v) => v <= 1.5,
+      atMost(1.5),
     ),
     ...[10, 1000, 100_000].map((k) =>
       figure(
@@ -73,28 +74,18 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
         byKeys[k],
         'x',
         raw,
-        '≥ 0.9×',
-        (v) => v >= 0.9,
+        atLeast(0.9),
       ),
     ),
-    figure(
-      'relayVsRawJetStreamMemory',
-      'relay drain, memory storage (worst key spread)',
-      drain?.worstMemoryRatio,
-      'x',
-      raw,
-      '(reported)',
-      () => true,
-    ),
-    figure('hotKeyVsRaw', 'relay drain, 1 hot key, file storage', drain?.hotKeyRatio, 'x', raw, '(reported)', () => true),
+    figure('relayVsRawJetStreamMemory', 'relay drain, memory storage (worst key spread)', drain?.worstMemoryRatio, 'x', raw, 'reported'),
+    figure('hotKeyVsRaw', 'relay drain, 1 hot key, file storage', drain?.hotKeyRatio, 'x', raw, 'reported'),
     figure(
       'twoRelaysVsOne',
       `two relay processes / one, ${(drain?.atKeys ?? 1000).toLocaleString('en')} keys`,
       drain?.twoInstancesVsOne,
       'x',
       'one relay process, same run',
-      '(reported)',
-      () => true,
+      'reported',
     ),
     figure(
       'latencyP99At20',
@@ -102,8 +93,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       lat['20/default']?.p99Ms,
       'ms',
       'COMMIT returning, open-loop load',
-      '≤ 10 ms',
-      (v) => v <= 10,
+      atMost(10),
     ),
     figure(
       'latencyP99At1000',
@@ -111,36 +101,18 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       lat['1000/default']?.p99Ms,
       'ms',
       'COMMIT returning, open-loop load',
-      '≤ 10 ms',
-      (v) => v <= 10,
+      atMost(10),
     ),
-    figure(
-      'inboxVsPlainConsumer',
-      'inbox, fresh events',
-      inbox?.fresh?.ratio,
-      'x',
-      'plain consumer, same handler SQL',
-      '≥ 0.8×',
-      (v) => v >= 0.8,
-    ),
-    figure(
-      'inboxDuplicates50',
-      'inbox, 50% duplicates',
-      inbox?.duplicates50?.ratio,
-      'x',
-      'plain consumer, same handler SQL',
-      '≥ 0.9×',
-      (v) => v >= 0.9,
-    ),
-    figure('inboxStale50', 'inbox, 50% stale', inbox?.stale50?.ratio, 'x', 'plain consumer, same handler SQL', '≥ 0.9×', (v) => v >= 0.9),
+    figure('inboxVsPlainConsumer', 'inbox, fresh events', inbox?.fresh?.ratio, 'x', 'plain consumer, same handler SQL', atLeast(0.8)),
+    figure('inboxDuplicates50', 'inbox, 50% duplicates', inbox?.duplicates50?.ratio, 'x', 'plain consumer, same handler SQL', atLeast(0.9)),
+    figure('inboxStale50', 'inbox, 50% stale', inbox?.stale50?.ratio, 'x', 'plain consumer, same handler SQL', atLeast(0.9)),
     figure(
       'relayVsPgBossOutbox10',
       'relay / pg-boss as the outbox, 10 keys',
       alt?.relayVsPgBossOutboxByKeys?.[10],
       'x',
       'pg-boss `key_strict_fifo` queue + worker',
-      '> 1×',
-      (v) => v > 1,
+      moreThan(1),
     ),
     figure(
       'relayVsPgBossOutbox',
@@ -148,8 +120,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       alt?.relayVsPgBossOutboxByKeys?.[1000],
       'x',
       'pg-boss `key_strict_fifo` queue + worker',
-      '> 1×',
-      (v) => v > 1,
+      moreThan(1),
     ),
     figure(
       'relayVsTransactionalOutbox',
@@ -157,18 +128,9 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       alt?.relayVsTransactionalOutboxByKeys?.[1000],
       'x',
       'its polling listener, segment = key',
-      '> 1×',
-      (v) => v > 1,
+      moreThan(1),
     ),
-    figure(
-      'relayVsNaiveRelay',
-      'relay / a naive relay',
-      alt?.relayVsNaiveRelay,
-      'x',
-      'one row at a time, await each ack',
-      '> 1×',
-      (v) => v > 1,
-    ),
+    figure('relayVsNaiveRelay', 'relay / a naive relay', alt?.relayVsNaiveRelay, 'x', 'one row at a time, await each ack', moreThan(1)),
   ];
 }
 

@@ -4,6 +4,7 @@
  */
 import { encodeEvent, eventFromOutboxRow, notifyChannel, type OutboxEventRow, quoteIdentifier } from '@ferry/core';
 import { createRelay, type RelayOptions } from '@ferry/relay';
+import { createTestStream, natsUrl, type TestDatabase } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
@@ -204,5 +205,27 @@ export async function relayDrain(pool: pg.Pool, schema: string, relayOptions: Re
     return backlog.count / ((performance.now() - t0) / 1000);
   } finally {
     await relay.stop();
+  }
+}
+
+/**
+ * `relayDrain` of a backlog on `<stream>.orders` of a file stream of its own, named from
+ * `streamPrefix` and removed after: events per second, with the relay's defaults.
+ */
+export async function relayDrainFreshStream(
+  db: TestDatabase,
+  streamPrefix: string,
+  backlog: Omit<GenerateOptions, 'subject'>,
+): Promise<number> {
+  const stream = await createTestStream({ prefix: streamPrefix, storage: 'file' });
+  try {
+    return await relayDrain(
+      db.pool,
+      db.schema,
+      { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
+      { ...backlog, subject: `${stream.prefix}.orders` },
+    );
+  } finally {
+    await stream.close();
   }
 }

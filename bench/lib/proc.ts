@@ -35,30 +35,31 @@ export function machineBusySeconds(): { busy: number; cores: number } | undefine
   }
 }
 
-/** utime + stime of a process in seconds, or undefined when it is gone. */
-export function cpuSecondsOf(pid: number): number | undefined {
+/**
+ * /proc/<pid>/stat from field 3 (state) on, or undefined when the process is gone: the fields after
+ * the command name, which may contain spaces, start at ") ". Field N is at index N - 3.
+ */
+function statFieldsOf(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name (which may contain spaces) start at ") ".
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    // rest[0] is field 3 (state); utime is field 14, stime field 15.
-    const utime = Number(rest[11]);
-    const stime = Number(rest[12]);
-    return (utime + stime) / clockTicks();
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
     return undefined;
   }
 }
 
+/** utime + stime of a process in seconds, or undefined when it is gone. */
+export function cpuSecondsOf(pid: number): number | undefined {
+  const rest = statFieldsOf(pid);
+  if (!rest) return undefined;
+  // utime is field 14, stime field 15.
+  return (Number(rest[11]) + Number(rest[12])) / clockTicks();
+}
+
 /** A process's start time in clock ticks after boot (/proc/<pid>/stat field 22): with the pid, it names one process, even after the pid is reused. */
 export function startTicksOf(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(rest[19]);
-  } catch {
-    return undefined;
-  }
+  const rest = statFieldsOf(pid);
+  return rest ? Number(rest[19]) : undefined;
 }
 
 /** Sum of utime + stime over pids; pids not running count as 0. */

@@ -13,9 +13,9 @@
  */
 import { LIMITS, quoteIdentifier, RELAY_PROTOCOL } from '@ferry/core';
 import { claimBatchSql, RELAY_DEFAULTS } from '@ferry/relay';
-import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
+import { createTestDatabase } from '@ferry/testkit';
 import { declareFlags, hasFlag, numArg } from '../lib/args.js';
-import { generateRows, outboxTables, relayDrain } from '../lib/outbox.js';
+import { generateRows, outboxTables, relayDrainFreshStream } from '../lib/outbox.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
 declareFlags(
@@ -80,17 +80,7 @@ async function claimMs(): Promise<number> {
 
 /** Events per second of a relay draining a backlog of other keys. */
 async function drain(): Promise<number> {
-  const stream = await createTestStream({ prefix: 'benchblocked', storage: 'file' });
-  try {
-    return await relayDrain(
-      db.pool,
-      db.schema,
-      { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
-      { count: BACKLOG, keys: KEYS, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
-    );
-  } finally {
-    await stream.close();
-  }
+  return relayDrainFreshStream(db, 'benchblocked', { count: BACKLOG, keys: KEYS, keyPrefix: `d${run++}-` });
 }
 
 const unblocked = { claimMs: [] as number[], drain: [] as number[] };

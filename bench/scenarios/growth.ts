@@ -15,9 +15,9 @@ import { randomInt } from 'node:crypto';
 import { quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
-import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
+import { createTestDatabase, natsUrl } from '@ferry/testkit';
 import { declareFlags, hasFlag, listArg, numArg } from '../lib/args.js';
-import { generateRows, outboxTables, publishPendingSql, relayDrain } from '../lib/outbox.js';
+import { generateRows, outboxTables, publishPendingSql, relayDrainFreshStream } from '../lib/outbox.js';
 import { percentile, printTable, summarize, writeResult } from '../lib/stats.js';
 
 declareFlags(
@@ -58,17 +58,7 @@ async function sizes() {
 }
 
 async function drain(): Promise<number> {
-  const stream = await createTestStream({ prefix: 'benchgrowth', storage: 'file' });
-  try {
-    return await relayDrain(
-      db.pool,
-      db.schema,
-      { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
-      { count: BACKLOG, keys: 1000, keyPrefix: `b${run++}-`, subject: `${stream.prefix}.orders` },
-    );
-  } finally {
-    await stream.close();
-  }
+  return relayDrainFreshStream(db, 'benchgrowth', { count: BACKLOG, keys: 1000, keyPrefix: `b${run++}-` });
 }
 
 /** PUBLISHES sequential business transactions (UPDATE + publish), one writer: latency of each, ms. */

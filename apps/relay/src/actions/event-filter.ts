@@ -24,6 +24,16 @@ export interface EventFilter {
   reason?: string;
 }
 
+/** The columns that name an outbox row in every listing (the dlq's, the console's), the numbers as text. */
+export interface OutboxRowHead {
+  seq: string;
+  id: string;
+  key: string;
+  version: string;
+  subject: string;
+  type: string;
+}
+
 /** How much of last_error names a failure group. */
 export const REASON_CHARS = 200;
 
@@ -115,23 +125,25 @@ function time(field: string, v: unknown): Date | undefined {
   return d;
 }
 
+/** The filter's plain fields and how each is read, in the order they are checked (the first bad one is named). */
+const FIELDS = [
+  ['key', text],
+  ['subject', text],
+  ['type', text],
+  ['since', time],
+  ['until', time],
+  ['reason', text],
+] as const satisfies readonly (readonly [keyof EventFilter, (field: string, v: unknown) => unknown])[];
+
 /** A filter from form or query fields (the console's); every bad field is a ValidationError naming it. */
 export function parseFilter(fields: Record<string, unknown>): EventFilter {
   const f: EventFilter = {};
   const id = text('id', fields.id);
   if (id !== undefined) f.ids = [validateEventId(id.trim(), 'id')];
-  const key = text('key', fields.key);
-  if (key !== undefined) f.key = key;
-  const subject = text('subject', fields.subject);
-  if (subject !== undefined) f.subject = subject;
-  const type = text('type', fields.type);
-  if (type !== undefined) f.type = type;
-  const since = time('since', fields.since);
-  if (since !== undefined) f.since = since;
-  const until = time('until', fields.until);
-  if (until !== undefined) f.until = until;
-  const reason = text('reason', fields.reason);
-  if (reason !== undefined) f.reason = reason;
+  for (const [name, parse] of FIELDS) {
+    const v = parse(name, fields[name]);
+    if (v !== undefined) Object.assign(f, { [name]: v });
+  }
   const state = text('state', fields.state);
   if (state !== undefined) {
     if (!(EVENT_STATES as readonly string[]).includes(state))

@@ -113,6 +113,25 @@ export interface OpenedConsole {
 }
 
 /**
+ * One of the console's pools: every statement bounded by `statementTimeoutMs`, a query by a second more
+ * (the server's timeout speaks first), an idle transaction by five more. Pool errors (a dropped idle
+ * connection) are not the console's to crash on; the next query reports them.
+ */
+function consolePool(connectionString: string, max: number, statementTimeoutMs: number): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString,
+    max,
+    application_name: 'ferry-console',
+    connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
+    statement_timeout: statementTimeoutMs,
+    query_timeout: statementTimeoutMs + 1000,
+    idle_in_transaction_session_timeout: statementTimeoutMs + 5000,
+  });
+  pool.on('error', () => {});
+  return pool;
+}
+
+/**
  * The console's pools (pages: --statement-timeout-ms; the shared status read and the actions: 30 s)
  * and NATS connection (without it, the streams and lag say why), for `ferry console` and `ferry relay --console`.
  */
@@ -123,27 +142,10 @@ export async function openConsole(
   ctx: CommandContext,
   who: string,
 ): Promise<OpenedConsole> {
-  const pool = new pg.Pool({
-    connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env),
-    max: 4,
-    application_name: 'ferry-console',
-    connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
-    statement_timeout: flags.statementTimeoutMs,
-    query_timeout: flags.statementTimeoutMs + 1000,
-    idle_in_transaction_session_timeout: flags.statementTimeoutMs + 5000,
-  });
-  pool.on('error', () => {});
+  const databaseUrl = resolveDatabaseUrl(flags.databaseUrl, ctx.env);
+  const pool = consolePool(databaseUrl, 4, flags.statementTimeoutMs);
   // The overview's exact counts and the actions (a preview or change may cover 100,000 rows) get longer.
-  const longPool = new pg.Pool({
-    connectionString: resolveDatabaseUrl(flags.databaseUrl, ctx.env),
-    max: 2,
-    application_name: 'ferry-console',
-    connectionTimeoutMillis: CLI_DEFAULTS.connectTimeoutMs,
-    statement_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs,
-    query_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 1000,
-    idle_in_transaction_session_timeout: CLI_DEFAULTS.consoleLongStatementTimeoutMs + 5000,
-  });
-  longPool.on('error', () => {});
+  const longPool = consolePool(databaseUrl, 2, CLI_DEFAULTS.consoleLongStatementTimeoutMs);
   let nc: NatsConnection | undefined;
   let natsError: string | undefined;
   const close = async () => {

@@ -2,7 +2,7 @@ import { ConfigError, quoteIdentifier, ValidationError, validateEventId } from '
 import { Command, Option } from 'commander';
 import type pg from 'pg';
 import { cliOperator } from '../actions/audit.js';
-import type { EventFilter } from '../actions/event-filter.js';
+import type { EventFilter, OutboxRowHead } from '../actions/event-filter.js';
 import { type FailedAction, previewFailed, selectFailed, settleFailed } from '../actions/failed.js';
 import { type RetryHazards, retryHazards } from '../actions/retry-hazards.js';
 import { type ExpectedSelection, selectionOf } from '../actions/selection.js';
@@ -36,13 +36,7 @@ interface DlqFlags extends Partial<NatsFlags> {
   expectSelection?: string;
 }
 
-interface DeadRow {
-  seq: string;
-  id: string;
-  key: string;
-  version: string;
-  subject: string;
-  type: string;
+interface DeadRow extends OutboxRowHead {
   attempts: number;
   /** Null for a row the relay is backing off from (list --failed). */
   dead_at: Date | null;

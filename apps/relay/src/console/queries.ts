@@ -1,19 +1,13 @@
 import { quoteIdentifier } from '@ferry/core';
 import { type ParkedJobData, readParkedJob } from '@ferry/inbox';
 import type pg from 'pg';
-import { type EventFilter, filterCondition, REASON_CHARS, STATE_SQL } from '../actions/event-filter.js';
+import { type EventFilter, filterCondition, type OutboxRowHead, REASON_CHARS, STATE_SQL } from '../actions/event-filter.js';
 import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
 
 // The console's own reads. Each is bounded: a LIMIT, an index (id, (key, version), the failed-row
 // and pending-key indexes, pg-boss's queue name), and the pool's statement_timeout.
 
-export interface EventRow {
-  seq: string;
-  id: string;
-  key: string;
-  version: string;
-  subject: string;
-  type: string;
+export interface EventRow extends OutboxRowHead {
   state: string;
   attempts: number;
   created_at: Date;
