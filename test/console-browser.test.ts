@@ -90,6 +90,7 @@ before(async () => {
     mode: 'latest',
     maxDeliver: 1,
     parkRetryLimit: 0,
+    retrySpanMs: 0, // fail the parked head at once, not after the default 15 minutes
     parkPollIntervalMs: 500,
     backoffMs: [50],
     handlers: {

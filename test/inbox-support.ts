@@ -110,6 +110,9 @@ export async function inboxFixture(options: { max?: number; duplicateWindowMs?: 
         bossSchema,
         backoffMs: [50],
         parkPollIntervalMs: 500,
+        // A parked head fails after parkRetryLimit retries, not after the default 15-minute retry span: tests of
+        // what an operator does with a failed head need one quickly. inbox-retry-span.test.ts sets its own.
+        retrySpanMs: 0,
         // stop() waits for the open pull request to end: a short one keeps the suite quick.
         pullExpiresMs: 2_000,
         onEvent: (r) => reports.push(r),

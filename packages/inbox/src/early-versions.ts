@@ -214,6 +214,7 @@ export class EarlyVersions {
           const jobId = await boss.send(this.#parkQueue, data, {
             singletonKey: key,
             heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
+            ...o.parkRetry,
             db: pgBossDb(tx),
           });
           await addParked(tx, this.#s, o.consumer, key, 1);

@@ -15,6 +15,7 @@ import {
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss } from 'pg-boss';
 import type { Registry } from 'prom-client';
+import { type ParkRetryPolicy, parkRetryPolicy } from './park-retry.js';
 import { type EventMap, type Handler, INBOX_MODES, type InboxMode, type InboxOptions, type InboxReport, type Logger } from './types.js';
 import { WARN_LOGGER } from './warn-logger.js';
 
@@ -33,6 +34,8 @@ export const INBOX_DEFAULTS = {
   parkPollIntervalMs: 2_000,
   parkRetryLimit: 3,
   parkRetryDelayMs: 1_000,
+  // Long enough to ride out a dependency's restart (docs/inbox-modes.md#how-long-a-failing-handler-is-retried).
+  retrySpanMs: 15 * 60_000,
   lagSampleIntervalMs: 5_000,
   transactionIdleTimeoutMs: 30_000,
   lockTimeoutMs: 30_000,
@@ -76,6 +79,10 @@ export interface CompiledInboxOptions {
   readonly parkPollIntervalMs: number;
   readonly parkRetryLimit: number;
   readonly parkRetryDelayMs: number;
+  /** The parking lot retries a failing event for at least this long before it is `failed` (park-retry.ts). */
+  readonly retrySpanMs: number;
+  /** pg-boss's retry settings of every parked job, from the three above. */
+  readonly parkRetry: ParkRetryPolicy;
   readonly logger: Logger;
   readonly onEvent: (report: InboxReport) => void;
   /** The caller's prom-client registry, or `undefined` for no metrics. */
@@ -190,6 +197,10 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
       `maxTransactionMs (${maxTransactionMs}) must be greater than lockTimeoutMs (${lockTimeoutMs}): the version gate may wait lockTimeoutMs for a key another instance holds, and the handler runs after it; raise maxTransactionMs or lower lockTimeoutMs`,
     );
   }
+  const parkRetryLimit = int(options.parkRetryLimit, 'parkRetryLimit', 0, 100, INBOX_DEFAULTS.parkRetryLimit);
+  const parkRetryDelayMs = int(options.parkRetryDelayMs, 'parkRetryDelayMs', 1_000, 3_600_000, INBOX_DEFAULTS.parkRetryDelayMs);
+  // At most a day: pg-boss deletes a job still waiting after its retention (14 days), and a key held that long is an incident.
+  const retrySpanMs = int(options.retrySpanMs, 'retrySpanMs', 0, 86_400_000, INBOX_DEFAULTS.retrySpanMs);
   return Object.freeze({
     pool,
     nc,
@@ -219,8 +230,10 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     oldBossSchema:
       options.oldBossSchema === false ? undefined : validateIdentifier(options.oldBossSchema ?? OLD_BOSS_SCHEMA, 'oldBossSchema'),
     parkPollIntervalMs: int(options.parkPollIntervalMs, 'parkPollIntervalMs', 500, 600_000, INBOX_DEFAULTS.parkPollIntervalMs),
-    parkRetryLimit: int(options.parkRetryLimit, 'parkRetryLimit', 0, 100, INBOX_DEFAULTS.parkRetryLimit),
-    parkRetryDelayMs: int(options.parkRetryDelayMs, 'parkRetryDelayMs', 1_000, 3_600_000, INBOX_DEFAULTS.parkRetryDelayMs),
+    parkRetryLimit,
+    parkRetryDelayMs,
+    retrySpanMs,
+    parkRetry: parkRetryPolicy({ parkRetryLimit, parkRetryDelayMs, retrySpanMs }),
     logger,
     onEvent: userOnEvent ? guardOnEvent(userOnEvent, logger) : noop,
     metrics,

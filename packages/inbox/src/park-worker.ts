@@ -52,11 +52,10 @@ export class ParkWorker {
   /** Creates the consumer's parking lot queue (key_strict_fifo) on `boss`, runs `check`, and works the queue; returns the worker's id. */
   async start(boss: PgBoss, check?: () => Promise<void>): Promise<string> {
     const o = this.#o;
+    // The retry settings are given on every parked job as well: createQueue leaves an existing queue's as they were.
     await boss.createQueue(this.#parkQueue, {
       policy: 'key_strict_fifo',
-      retryLimit: o.parkRetryLimit,
-      retryDelay: Math.ceil(o.parkRetryDelayMs / 1000),
-      retryBackoff: true,
+      ...o.parkRetry,
       deleteAfterSeconds: 7 * 86_400,
       heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
     });

@@ -135,6 +135,7 @@ export class Parking {
         const jobId = await boss.send(this.#parkQueue, data, {
           singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
           heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
+          ...o.parkRetry,
           db: pgBossDb(tx),
         });
         if (event && o.mode === 'sequential')

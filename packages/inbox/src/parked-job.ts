@@ -83,6 +83,8 @@ const TEXT_MAX = 65_536;
 const BODY_MAX = Math.ceil(LIMITS.maxEventBytes / 3) * 4;
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const VERSION = /^\d{1,19}$/;
+/** The largest version a key can record (a PostgreSQL bigint): a larger one read from a job made a discard fail "bigint out of range". */
+const MAX_VERSION = 2n ** 63n - 1n;
 const CONSUMER = /^[a-z_][a-z0-9_]{0,62}$/;
 
 /** The data as JSON a terminal or a page shows safely: ASCII only, bounded. Never throws. */
@@ -145,7 +147,8 @@ function check(data: unknown): string | ParkedJobData {
   const key = own(data, 'key');
   if (key !== undefined && (!text(key, LIMITS.keyMaxLength) || key === '')) return 'key is not an event key';
   const version = own(data, 'version');
-  if (version !== undefined && (typeof version !== 'string' || !VERSION.test(version))) return 'version is not a version';
+  if (version !== undefined && (typeof version !== 'string' || !VERSION.test(version) || BigInt(version) > MAX_VERSION))
+    return 'version is not a version';
   const type = own(data, 'type');
   if (type !== undefined && (!text(type, LIMITS.typeMaxLength) || type === '')) return 'type is not an event type';
   return {

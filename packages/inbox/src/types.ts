@@ -181,10 +181,24 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   oldBossSchema?: string | false;
   /** How often the park worker polls, in ms (≥ 500). Default 2 000. */
   parkPollIntervalMs?: number;
-  /** Park worker retries of a parked event before it stays failed (and holds its key). Default 3. */
+  /** Park worker retries of a parked event before it stays failed (and holds its key), at the least: `retrySpanMs` may add more. Default 3. */
   parkRetryLimit?: number;
-  /** First park retry delay in ms (exponential). Default 1 000. */
+  /** First park retry delay in ms, doubling from there; no wait is longer than a minute or this, whichever is longer. Default 1 000. */
   parkRetryDelayMs?: number;
+  /**
+   * How long the parking lot keeps retrying an event whose handler fails (0-86 400 000 ms) before the
+   * event is `failed` for good and holds its key until an operator retries or discards it. The
+   * retries back off from `parkRetryDelayMs`, doubling up to one a minute, and there are never fewer
+   * than `parkRetryLimit`. Measured from the event's first try in the parking lot (the stream's
+   * `maxDeliver` tries come before it). The default, 15 minutes, rides out a dependency's restart or failover (a
+   * database, a broker, a rolling deploy of a downstream service) so a transient outage fails no key;
+   * a handler that is truly broken still shows as `failed` within it. 0: `parkRetryLimit` alone
+   * decides. Default 900 000.
+   *
+   * @example
+   * createInbox({ …, retrySpanMs: 60 * 60_000 }); // a dependency that may be down for up to an hour
+   */
+  retrySpanMs?: number;
   /**
    * Where the inbox logs (pino-compatible, e.g. `pino().child({ component: 'inbox' })`). Default
    * `WARN_LOGGER`: warnings and errors (a failing handler, a parked event, a consumer that stopped)

@@ -8,6 +8,12 @@ import { literal } from './gate-statements.js';
 // row lock (`lockKey` or the gate), which is what keeps "store an early
 // version" and "apply its predecessor, then look for it" from missing each
 // other across processes.
+//
+// No statement here adds to a version (issue 43): `recorded + 1` is out of
+// bigint range once a key is applied at 2^63-1, and one such expression
+// evaluated for a key's row failed every drain of that key for good.
+// Subtracting 1 from a version known to be above another cannot underflow,
+// and wire versions are 1..2^63-1 (core's codec).
 
 /**
  * After a `sequential` gate that did not pass, in its transaction: takes the
@@ -32,7 +38,7 @@ export async function holdEarlyAndCommit(
     `INSERT INTO ${schemaSql}.inbox_versions (consumer, key, version) VALUES (${c}, ${k}, 0) ON CONFLICT DO NOTHING; ` +
       `WITH row AS (SELECT version, parked FROM ${schemaSql}.inbox_versions WHERE consumer = ${c} AND key = ${k} FOR UPDATE), ` +
       `ins AS (INSERT INTO ${schemaSql}.inbox_early (consumer, key, version, message) ` +
-      `SELECT ${c}, ${k}, ${v}, ${literal(JSON.stringify(message))}::jsonb FROM row WHERE row.parked = 0 AND ${v} > row.version + 1 ` +
+      `SELECT ${c}, ${k}, ${v}, ${literal(JSON.stringify(message))}::jsonb FROM row WHERE row.parked = 0 AND ${v} - 1 > row.version ` +
       'ON CONFLICT (consumer, key, version) DO NOTHING RETURNING 1) ' +
       'SELECT row.version::text AS version, row.parked, EXISTS (SELECT 1 FROM ins) AS held FROM row; COMMIT',
   );
@@ -55,14 +61,17 @@ export interface ReadyEarly {
 /**
  * The run of stored versions that follow the key's recorded one without a
  * hole (at most `limit`), when due and the key has nothing parked. One round trip.
+ * The run is the start of the key's next `limit` stored versions, so LIMIT
+ * bounds the read (`version <= recorded + limit` overflowed at the top of the range).
  */
 export async function readyEarlyRun(q: Queryable, schemaSql: string, consumer: string, key: string, limit: number): Promise<ReadyEarly[]> {
   const { rows } = await q.query<{ version: string; recorded: string; message: ParkedJobData; attempts: number }>(
     `SELECT e.version::text AS version, v.version::text AS recorded, e.message, e.attempts FROM ${schemaSql}.inbox_early e
        JOIN ${schemaSql}.inbox_versions v ON v.consumer = e.consumer AND v.key = e.key
-      WHERE e.consumer = $1 AND e.key = $2 AND e.version > v.version AND e.version <= v.version + $3 AND v.parked = 0
+      WHERE e.consumer = $1 AND e.key = $2 AND e.version > v.version AND v.parked = 0
         AND e.next_attempt_at <= now()
-      ORDER BY e.version`,
+      ORDER BY e.version
+      LIMIT $3`,
     [consumer, key, limit],
   );
   const run: ReadyEarly[] = [];
@@ -142,6 +151,8 @@ export interface EarlyWork {
  * The sweep's one read: keys whose stored versions can be applied now, or
  * have waited too long. Versions no longer newer than the recorded one
  * (applied meanwhile by another path) are deleted first, in the same round trip.
+ * `e.version - 1` is taken only of rows where `e.version > v.version`, so it
+ * cannot underflow (the aggregates see only the rows WHERE keeps).
  */
 export async function findEarlyWork(
   q: Queryable,
@@ -157,12 +168,12 @@ export async function findEarlyWork(
        RETURNING e.key
      )
      SELECT e.key,
-            bool_or(e.version = v.version + 1 AND v.parked = 0 AND e.next_attempt_at <= now()) AS ready,
+            bool_or(e.version - 1 = v.version AND v.parked = 0 AND e.next_attempt_at <= now()) AS ready,
             min(e.received_at) < now() - $2 * interval '1 millisecond' AS expired
        FROM ${schemaSql}.inbox_early e JOIN ${schemaSql}.inbox_versions v ON v.consumer = e.consumer AND v.key = e.key
       WHERE e.consumer = $1 AND e.version > v.version
       GROUP BY e.key
-     HAVING bool_or(e.version = v.version + 1 AND v.parked = 0 AND e.next_attempt_at <= now())
+     HAVING bool_or(e.version - 1 = v.version AND v.parked = 0 AND e.next_attempt_at <= now())
          OR min(e.received_at) < now() - $2 * interval '1 millisecond'
       LIMIT $3`,
     [consumer, gapTimeoutMs, limit],

@@ -67,6 +67,8 @@ function gateSql(schema: string, rule: GateRule, first: boolean, c: string, k: s
       `ON CONFLICT (consumer, key) DO UPDATE SET ${advance(schema, '1')}, applied_at = now() WHERE ${t}.version = 0${parkedOk}`
     );
   }
+  // `v - 1`, never `version + 1`: v is at least 2 here (a wire version, 1..2^63-1), so it cannot
+  // overflow, where the recorded version plus one does at 2^63-1 (issue 43).
   return `UPDATE ${t} SET ${advance(schema, v)}, applied_at = now() WHERE ${row} AND version = ${v} - 1${parkedOk}`;
 }
 

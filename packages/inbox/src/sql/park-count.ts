@@ -14,7 +14,9 @@ export async function addParked(tx: Queryable, schemaSql: string, consumer: stri
  * its version: when it is the next one, the recorded version moves to it (and
  * over versions discarded earlier that follow it); when an earlier version is
  * still missing, it is remembered in `skipped` and the gate moves over it once
- * that earlier one applies. The caller holds the row lock.
+ * that earlier one applies. The caller holds the row lock. `version` is a
+ * parked event's (0..2^63-1, readParkedJob), so `$3 - 1` cannot overflow, and
+ * inbox_next_version cannot either (inbox migration 000007).
  */
 export async function skipVersion(tx: Queryable, schemaSql: string, consumer: string, key: string, version: bigint): Promise<void> {
   await tx.query(
