@@ -127,8 +127,7 @@ export class Janitor {
   #inBatches(sql: string, retentionMs: number): Promise<number> {
     const { pool, pruneBatchSize } = this.#o;
     return deleteInBatches(
-      async () =>
-        ((await pool.query(sql, [retentionMs, pruneBatchSize, RELAY_PROTOCOL])) as { rowCount?: number | null }).rowCount ?? 0,
+      async () => ((await pool.query(sql, [retentionMs, pruneBatchSize, RELAY_PROTOCOL])) as { rowCount?: number | null }).rowCount ?? 0,
       pruneBatchSize,
       MAX_BATCHES_PER_RUN,
     );
