@@ -21,6 +21,7 @@ import { showEventSql } from '../sql/show-event.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { MinuteHistory, minuteCharts } from './charts.js';
 import { ago, esc, Html, hiddenField, html, iso, qs, readForm, showPayload } from './html.js';
+import { inboxInstancesSection, waitingKeysAdvice } from './inbox-instances.js';
 import {
   type BlockedRow,
   blockedKeys,
@@ -314,7 +315,7 @@ ${rows.map(
       let statusMs = 0;
       try {
         const [status, jobTable, lag, minutes] = await Promise.all([
-          readStatus(longPool, o.schema, { publishedLastMinute: false }).finally(() => {
+          readStatus(longPool, o.schema, { publishedLastMinute: false, bossSchema: o.bossSchema }).finally(() => {
             statusMs = Date.now() - at;
           }),
           bossJobTable(o.pool, o.bossSchema),
@@ -393,6 +394,7 @@ ${rows.map(
       advice.push(
         html`<p class="advice">Consumer ${p.consumer} has ${p.failed} failed parked event(s) holding their keys: <a href="/parked${qs({ consumer: p.consumer })}">retry or discard them</a>.</p>`,
       );
+    advice.push(...waitingKeysAdvice(status.inbox));
     if (lag.error) advice.push(html`<p class="advice">NATS: ${lag.error}</p>`);
     const card = (label: string, value: string | number, bad = false) =>
       html`<div class="card${bad ? new Html(' bad') : ''}" data-card="${label}"><b>${value}</b>${label}</div>`;
@@ -410,6 +412,7 @@ ${
 }${status.mixedReleases === null ? '' : html`<p class="note">Relays run different releases: ${status.mixedReleases}. Upgrades stop, migrate, start (docs/operations.md).</p>`}${status.relaysBeforeLeases.map(
   (r) => html`<p class="note">A relay from before lane leases holds lanes by advisory lock: ${describeRelayBeforeLeases(r)}. Stop it.</p>`,
 )}
+${inboxInstancesSection(status.inbox)}
 <h2>Lanes</h2>
 <table><tr><th>lane</th><th>pending</th><th>dead</th><th>oldest pending</th><th>owner</th><th>lease age</th><th>epoch</th></tr>${status.lanes.map(
       (l) =>
