@@ -5,11 +5,13 @@
 // --max-waiting-keys; and every inbox heartbeats into inbox_instances, listed with its release.
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
-import { FERRY_RELEASE } from '@ferry/core';
+import { FERRY_RELEASE, quoteIdentifier } from '@ferry/core';
 import { compileInboxOptions, type InboxHealth, type InboxOptions, isValidationError } from '@ferry/inbox';
-import { waitFor } from '@ferry/testkit';
+import { createTestDatabase, uniqueName, waitFor } from '@ferry/testkit';
+import pg from 'pg';
 import { EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
 import { ferry } from './ops-helpers.js';
+import { outcome, roleUrl } from './role-helpers.js';
 
 let f: InboxFixture | undefined;
 after(async () => {
@@ -171,6 +173,51 @@ describe('inbox health in ferry status and ferry doctor', () => {
         () => compileInboxOptions({ ...base, heartbeatIntervalMs: bad as number }),
         (err: Error) => isValidationError(err) && /heartbeatIntervalMs must be an integer from 1000 to 600000/.test(err.message),
       );
+    }
+  });
+
+  test('inbox migration 9 - a role granted the consumer tables before it beats as its own consumer after the upgrade, and only as it', async () => {
+    const db = await createTestDatabase({ prefix: 'inbox_beat_grants', migrate: ['inbox'] });
+    const role = uniqueName('fi');
+    const r = quoteIdentifier(role);
+    const s = quoteIdentifier(db.schema);
+    const rolePool = new pg.Pool({ connectionString: roleUrl(db.url, role), max: 1 });
+    try {
+      // The schema as the release before 000009 left it, with a role confined by that release's --print-grants.
+      await db.pool.query(`DROP TABLE ${s}.inbox_instances`);
+      await db.pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'inbox' AND version = 9`);
+      await db.pool.query(`CREATE ROLE ${r} LOGIN`);
+      await db.pool.query(`GRANT USAGE ON SCHEMA ${s} TO ${r}`);
+      for (const t of ['inbox_versions', 'inbox_messages', 'inbox_early']) {
+        await db.pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${s}.${t} TO ${r}`);
+        await db.pool.query(
+          `CREATE POLICY "ferry_role_${role}" ON ${s}.${t} FOR ALL TO ${r} USING (consumer IN ('billing')) WITH CHECK (consumer IN ('billing'))`,
+        );
+      }
+      const migrated = await ferry(['migrate', '--inbox', '--database-url', db.url, '--schema', db.schema]);
+      assert.equal(migrated.code, 0, migrated.err);
+      await db.pool.query(
+        `INSERT INTO ${s}.inbox_instances (instance, consumer, stream, mode, release, expires_at) VALUES ('0ther000', 'other', 'S', 'latest', 'x', now() + interval '1 minute')`,
+      );
+      const beat = (instance: string, consumer: string) =>
+        outcome(
+          rolePool,
+          `INSERT INTO ${s}.inbox_instances (instance, consumer, stream, mode, release, expires_at) VALUES ($1, $2, 'S', 'latest', 'x', now() + interval '1 minute')`,
+          [instance, consumer],
+        );
+      assert.equal(await beat('b111111a', 'billing'), 'ok (1 rows)', 'its own consumer: granted and allowed by the copied policy');
+      assert.equal(await beat('b222222b', 'other'), '42501', "another consumer's heartbeat: refused by the policy");
+      const seen = await rolePool.query<{ consumer: string }>(`SELECT consumer FROM ${s}.inbox_instances ORDER BY consumer`);
+      assert.deepEqual(
+        seen.rows.map((x) => x.consumer),
+        ['billing'],
+        "it sees its own consumer's heartbeats only",
+      );
+    } finally {
+      await rolePool.end();
+      await db.pool.query(`DROP OWNED BY ${r}`).catch(() => {});
+      await db.pool.query(`DROP ROLE IF EXISTS ${r}`);
+      await db.close();
     }
   });
 });
