@@ -104,11 +104,18 @@ export async function readInboxHealth(db: Queryable, options: { schema: string; 
   const bossSchema = validateIdentifier(options.bossSchema, 'bossSchema');
   const s = quoteIdentifier(schema);
   const { rows } = await db.query<{ versions: boolean; readable: boolean; instances: boolean; boss: boolean }>(
-    `SELECT to_regclass($1) IS NOT NULL AS versions,
-            to_regclass($1) IS NOT NULL AND has_table_privilege(to_regclass($1), 'SELECT') AS readable,
-            to_regclass($2) IS NOT NULL AND has_table_privilege(to_regclass($2), 'SELECT') AS instances,
-            to_regclass($3) IS NOT NULL AND has_table_privilege(to_regclass($3), 'SELECT') AS boss`,
-    [`${s}.inbox_versions`, `${s}.inbox_instances`, `${quoteIdentifier(bossSchema)}.job`],
+    // to_regclass raises on a schema the role may not use (a reader role and the inboxes' pg-boss): each
+    // lookup runs only behind that schema's USAGE check.
+    `WITH u AS (
+       SELECT coalesce(bool_or(n.nspname = $4 AND has_schema_privilege(n.oid, 'USAGE')), false) AS own,
+              coalesce(bool_or(n.nspname = $5 AND has_schema_privilege(n.oid, 'USAGE')), false) AS boss
+         FROM pg_catalog.pg_namespace n WHERE n.nspname IN ($4, $5))
+     SELECT CASE WHEN u.own THEN to_regclass($1) IS NOT NULL ELSE false END AS versions,
+            CASE WHEN u.own THEN to_regclass($1) IS NOT NULL AND has_table_privilege(to_regclass($1), 'SELECT') ELSE false END AS readable,
+            CASE WHEN u.own THEN to_regclass($2) IS NOT NULL AND has_table_privilege(to_regclass($2), 'SELECT') ELSE false END AS instances,
+            CASE WHEN u.boss THEN to_regclass($3) IS NOT NULL AND has_table_privilege(to_regclass($3), 'SELECT') ELSE false END AS boss
+       FROM u`,
+    [`${s}.inbox_versions`, `${s}.inbox_instances`, `${quoteIdentifier(bossSchema)}.job`, schema, bossSchema],
   );
   const found = rows[0];
   if (!found?.versions) return null;
