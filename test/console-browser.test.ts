@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { grantsSql, quoteIdentifier, withTransaction } from '@ferry/core';
+import { FERRY_RELEASE, grantsSql, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createInbox, type Inbox } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, createRelay, type Relay, startConsole } from '@ferry/relay';
@@ -412,6 +412,36 @@ describe('ferry console in Chromium', () => {
       await blocker.query('ROLLBACK').catch(() => {});
       blocker.release();
       await fresh.close();
+    }
+  });
+
+  test('console - the overview lists each running inbox with its consumer, release and last heartbeat, and a stale one as stale', async () => {
+    // A heartbeat left by an inbox that was killed (it stopped renewing a minute ago; a clean stop deletes the row).
+    await db.pool.query(
+      `INSERT INTO ${s}.inbox_instances (instance, consumer, stream, mode, release, host, pid, seen_at, expires_at)
+       VALUES ('deadbeef', 'shipping', 'ORDERS', 'sequential', '0.0.1', 'gone-host', 4242, now() - interval '1 minute', now() - interval '30 seconds')`,
+    );
+    try {
+      const { page, problems } = await watchedPage();
+      await page.goto(`${consoleServer.url}/`);
+      const live = '#inbox-instances tr[data-inbox]:not([data-inbox=deadbeef])';
+      await showsText(page, live, (t) => t.includes('billing'), 'the running inbox in the Inboxes table');
+      const row = page.locator(live);
+      assert.equal(await row.count(), 1, "one running inbox: the test's billing consumer");
+      const cells = await row.locator('td').allTextContents();
+      assert.match(cells[0] ?? '', /^[0-9a-f]{8}$/, 'its instance id');
+      assert.equal(cells[1], 'billing');
+      assert.equal(cells[2], FERRY_RELEASE);
+      assert.equal(cells[3], `latest on ${inboxStream.name}`);
+      assert.match(cells[5] ?? '', /^[\d.]+ (ms|s) ago$/, 'a recent heartbeat, not stale');
+      await showsText(page, '#inbox-instances tr[data-inbox=deadbeef]', (t) => t.includes('stale'), 'the killed inbox shown stale');
+      const stale = page.locator('#inbox-instances tr[data-inbox=deadbeef]');
+      assert.equal(await stale.getAttribute('class'), 'bad');
+      assert.match((await stale.textContent()) ?? '', /shipping.*0\.0\.1.*stale, stopped beating/);
+      assert.deepEqual(problems, []);
+      await page.close();
+    } finally {
+      await db.pool.query(`DELETE FROM ${s}.inbox_instances WHERE instance = 'deadbeef'`);
     }
   });
 

@@ -361,7 +361,7 @@ describe('migrate', () => {
     const schema = fresh();
     const r = await migrate({ pool, schema, set: 'inbox' });
     assert.ok(r.applied.length > 0);
-    assert.deepEqual(await tables(schema), ['inbox_early', 'inbox_messages', 'inbox_versions', 'migrations']);
+    assert.deepEqual(await tables(schema), ['inbox_early', 'inbox_instances', 'inbox_messages', 'inbox_versions', 'migrations']);
     await migrate({ pool, schema, set: 'outbox' });
     assert.ok((await tables(schema)).includes('outbox'));
     assert.deepEqual((await migrate({ pool, schema, set: 'inbox' })).applied, []);

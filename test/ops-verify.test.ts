@@ -15,6 +15,7 @@ interface VerifyReport {
   commitToAckMs: number | null;
   commitToConsumeMs: number | null;
   relaysAlive: number;
+  relaysBelowFloor: number;
   cleanup: { consumerDeleted: boolean; streamMessageDeleted: boolean; outboxRow: string };
   error: string | null;
 }
@@ -72,6 +73,26 @@ test('ferry verify - without a relay: exit 1 after --timeout, says so, removes t
   assert.match(r.err, /no relay is running/);
   assert.deepEqual(await outboxRows(), []);
   assert.equal(await consumerCount(), 0);
+});
+
+test('ferry verify - a relay below the relay floor is not counted alive: the failure says to stop it', async () => {
+  // A heartbeat of a relay from before the floor (no protocol reported): what an earlier release writes.
+  const s = quoteIdentifier(db.schema);
+  await db.pool.query(
+    `INSERT INTO ${s}.relay_instances (instance, application_name, backend_pid, seen_at, expires_at)
+     VALUES ('0ld0ld01', 'ferry-relay:0ld0ld01:lease', 1, now(), now() + interval '10 minutes')`,
+  );
+  try {
+    const r = await ferry([...base(), '--timeout', '1500ms', '--json']);
+    assert.equal(r.code, 1);
+    const report = r.json<VerifyReport>();
+    assert.equal(report.relaysAlive, 0, 'a relay refused every lane is not alive');
+    assert.equal(report.relaysBelowFloor, 1);
+    assert.match(report.error ?? '', /no relay is running for schema .*1 relay instance below the schema's relay floor .*stop it/);
+    assert.deepEqual(await outboxRows(), []);
+  } finally {
+    await db.pool.query(`DELETE FROM ${s}.relay_instances WHERE instance = '0ld0ld01'`);
+  }
 });
 
 test('ferry verify - with a relay: the canary goes through, latencies reported, consumer and stream message cleaned up', async () => {

@@ -47,8 +47,11 @@ test('grants - the relay changes only delivery state, never an event row, reads 
 
 test('grants - an inbox role gets DML on the consumer tables, a policy per consumer it runs, and its pg-boss', () => {
   const inbox = grantsSql({ role: 'ferry_inbox', for: 'inbox', schema: 'billing', bossSchema: 'billing_boss', consumers: ['a', 'b', 'a'] });
-  assert.match(inbox, /ON "billing"\.inbox_versions, "billing"\.inbox_messages, "billing"\.inbox_early TO "ferry_inbox";/);
-  for (const t of ['inbox_versions', 'inbox_messages', 'inbox_early']) {
+  assert.match(
+    inbox,
+    /ON "billing"\.inbox_versions, "billing"\.inbox_messages, "billing"\.inbox_early, "billing"\.inbox_instances TO "ferry_inbox";/,
+  );
+  for (const t of ['inbox_versions', 'inbox_messages', 'inbox_early', 'inbox_instances']) {
     assert.ok(inbox.includes(`DROP POLICY IF EXISTS "ferry_role_ferry_inbox" ON "billing".${t};`), t);
     assert.ok(
       inbox.includes(
@@ -84,7 +87,7 @@ test('grants - idempotency and reader get only their tables', () => {
 test('grants - the console reads the audit trail, inbox_versions and the parking lot, and changes nothing', () => {
   const console_ = grantsSql({ role: 'ops', for: 'console', schema: 'app', bossSchema: 'app_parked' });
   assert.match(console_, /GRANT SELECT ON "app"\.operator_actions TO "ops";/);
-  assert.match(console_, /GRANT SELECT ON "app"\.inbox_versions TO "ops";/);
+  assert.match(console_, /GRANT SELECT ON "app"\.inbox_versions, "app"\.inbox_instances TO "ops";/);
   assert.match(console_, /GRANT SELECT ON "app_parked"\.job TO "ops";/);
   assert.doesNotMatch(console_, /GRANT [^;]*(INSERT|UPDATE|DELETE|TRUNCATE|EXECUTE)/);
 });

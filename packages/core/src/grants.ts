@@ -64,7 +64,7 @@ function auditRevoke(s: string, role: string, ifExists = false): string {
 }
 
 /** The consumer tables, each with a `consumer` column the row-level security policies test. */
-const INBOX_TABLES = ['inbox_versions', 'inbox_messages', 'inbox_early'] as const;
+const INBOX_TABLES = ['inbox_versions', 'inbox_messages', 'inbox_early', 'inbox_instances'] as const;
 /** The columns of outbox_pending the relay may update (outbox migration 000015): the delivery state, not which event, key or lane. */
 const PENDING_UPDATE_COLUMNS = ['attempts', 'next_attempt_at', 'last_error', 'dead_at'] as const;
 
@@ -147,7 +147,7 @@ function inboxPolicies(s: string, roleName: string, role: string, consumers: rea
  *
  * Every part's grants end with a REVOKE of any write on `operator_actions`.
  * - inbox: read/write the rows of its consumers (`consumers`; row-level security)
- *   in the three consumer tables; DML on its pg-boss schema (the parking lot).
+ *   in the four consumer tables (the fourth, inbox_instances, its heartbeats: inbox migration 000009); DML on its pg-boss schema (the parking lot).
  *   The handlers' own tables are the application's to grant.
  * - idempotency: read/write `idempotency_keys`; DML on the janitor's pg-boss.
  * - reader: SELECT on the outbox, its settings and the migrations: the read-only commands.
@@ -234,7 +234,7 @@ export function grantsSql(options: GrantOptions): string {
         // The audit trail (outbox migration 000012), what inbox_versions recorded, and the parking lot's jobs: read only.
         `GRANT SELECT ON ${s}.operator_actions TO ${role};`,
         '-- The inbox part (leave it out when this schema has no inbox tables): SELECT only, every consumer.',
-        `GRANT SELECT ON ${s}.inbox_versions TO ${role};`,
+        `GRANT SELECT ON ${s}.inbox_versions, ${s}.inbox_instances TO ${role};`,
         ...inboxPolicies(s, roleName, role, consumers).filter((l) => !l.startsWith('--')),
         `GRANT USAGE ON SCHEMA ${boss} TO ${role};`,
         `GRANT SELECT ON ${boss}.job TO ${role};`,

@@ -30,6 +30,7 @@ import { startDedupePrune } from './dedupe-prune.js';
 import { DeliveryAttempts } from './delivery-attempts.js';
 import { EarlyVersions } from './early-versions.js';
 import { Gate } from './gate.js';
+import { Heartbeat } from './heartbeat.js';
 import { endIntake } from './intake-drain.js';
 import { KeyScheduler } from './key-scheduler.js';
 import { InboxMetrics, startLagSampler } from './metrics.js';
@@ -65,6 +66,7 @@ class InboxImpl implements Inbox {
   readonly #early: EarlyVersions;
   readonly #parking: Parking;
   readonly #parkWorker: ParkWorker;
+  readonly #heartbeat: Heartbeat;
 
   constructor(options: CompiledInboxOptions) {
     this.#s = quoteIdentifier(options.schema);
@@ -88,6 +90,15 @@ class InboxImpl implements Inbox {
     this.#report = report;
     this.#gate = gate;
     this.#early = early;
+    this.#heartbeat = new Heartbeat({
+      db: ownQueries(o),
+      s,
+      consumer: o.consumer,
+      stream: o.stream,
+      mode: o.mode,
+      intervalMs: o.heartbeatIntervalMs,
+      logger: o.logger,
+    });
   }
 
   get consumer(): string {
@@ -148,8 +159,9 @@ class InboxImpl implements Inbox {
       const every = Math.min(1_000, Math.max(100, Math.floor(o.gapTimeoutMs / 4)));
       this.#early.startSweeping(every);
     }
+    await this.#heartbeat.start();
     this.#state = 'running';
-    o.logger.info({ stream: o.stream, consumer: o.consumer, mode: o.mode }, 'inbox started');
+    o.logger.info({ stream: o.stream, consumer: o.consumer, mode: o.mode, instance: this.#heartbeat.instance }, 'inbox started');
   }
 
   stop(): Promise<void> {
@@ -195,6 +207,8 @@ class InboxImpl implements Inbox {
           await step('stop park worker', () => within(boss.offWork(this.parkQueue, { id, wait: true }), boundMs, 'park worker stop'));
     }
     await step('flush acks', () => this.#o.nc.flush());
+    // Gone, not stale: ferry status and the console stop listing it (a killed inbox's row expires).
+    await step('remove heartbeat', () => this.#heartbeat.stop());
     this.#state = errors.length > 0 ? 'failed' : 'stopped';
     this.#o.logger.info({ consumer: this.#o.consumer, counts: this.#counts }, 'inbox stopped');
   }

@@ -14,6 +14,7 @@ export {
   PoisonMessageError,
   ValidationError,
 } from './errors.js';
+export { type ConsumerHealth, type InboxHealth, type InboxInstance, readInboxHealth } from './health.js';
 export { createInbox, migrateInbox } from './inbox.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
 export { discardParked, listParked, type ParkedAdminOptions, type ParkedConfirmation, type ParkedEvent, retryParked } from './parked.js';

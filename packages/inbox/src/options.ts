@@ -37,6 +37,7 @@ export const INBOX_DEFAULTS = {
   // Long enough to ride out a dependency's restart (docs/inbox-modes.md#how-long-a-failing-handler-is-retried).
   retrySpanMs: 15 * 60_000,
   lagSampleIntervalMs: 5_000,
+  heartbeatIntervalMs: 10_000,
   transactionIdleTimeoutMs: 30_000,
   lockTimeoutMs: 30_000,
 } as const;
@@ -88,6 +89,8 @@ export interface CompiledInboxOptions {
   /** The caller's prom-client registry, or `undefined` for no metrics. */
   readonly metrics: Registry | undefined;
   readonly lagSampleIntervalMs: number;
+  /** How often the inbox renews its `inbox_instances` row (heartbeat.ts). */
+  readonly heartbeatIntervalMs: number;
 }
 
 /** A logger that drops everything (core's): `createInbox({ …, logger: SILENT_LOGGER })` mutes the default warn lines. */
@@ -238,6 +241,7 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     onEvent: userOnEvent ? guardOnEvent(userOnEvent, logger) : noop,
     metrics,
     lagSampleIntervalMs: int(options.lagSampleIntervalMs, 'lagSampleIntervalMs', 100, 600_000, INBOX_DEFAULTS.lagSampleIntervalMs),
+    heartbeatIntervalMs: int(options.heartbeatIntervalMs, 'heartbeatIntervalMs', 1_000, 600_000, INBOX_DEFAULTS.heartbeatIntervalMs),
   });
 }
 

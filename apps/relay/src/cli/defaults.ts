@@ -28,6 +28,12 @@ export const CLI_DEFAULTS = Object.freeze({
   replayProgress: 'auto' as const,
   dlqListLimit: 100,
   parkedListLimit: 1000,
+  /** `ferry status --check`: parked inbox events per consumer tolerated before it exits 1. */
+  statusMaxParked: 0,
+  /** `ferry status --check`: failed parked events per consumer tolerated (each holds its key for good). */
+  statusMaxFailedParked: 0,
+  /** `ferry status --check`: keys per consumer tolerated waiting on a version nothing holds. */
+  statusMaxWaitingKeys: 0,
   /** `ferry console`: its port (the relay's metrics are on 9464, an inbox's often on 9465). */
   consolePort: 9470,
   /** `ferry console`: statement_timeout of every query it sends, so no page can load the database for long. */

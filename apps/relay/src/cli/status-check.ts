@@ -1,15 +1,33 @@
 import type { StatusReport } from '../commands/status.js';
 import { count } from '../count.js';
+import { CLI_DEFAULTS } from './defaults.js';
+
+/** How many of each inbox problem, per consumer, `ferry status --check` tolerates (`--max-parked` and its two siblings). */
+export interface InboxLimits {
+  maxParked: number;
+  maxFailedParked: number;
+  maxWaitingKeys: number;
+}
+
+export const DEFAULT_INBOX_LIMITS: InboxLimits = Object.freeze({
+  maxParked: CLI_DEFAULTS.statusMaxParked,
+  maxFailedParked: CLI_DEFAULTS.statusMaxFailedParked,
+  maxWaitingKeys: CLI_DEFAULTS.statusMaxWaitingKeys,
+});
 
 /**
  * What in a status needs a person, one phrase each (empty: nothing): what
  * `ferry status --check` exits 1 on. Dead events and blocked keys hold their
  * keys' later events; a lane with pending events and no live owner ships
  * nothing until a relay takes it; a relay below the schema's relay floor is an
- * old release left running after an upgrade.
+ * old release left running after an upgrade. Per inbox consumer, above the
+ * limits: parked events (each holds its key's later events in `sequential`
+ * mode), failed parked events (held until retried or discarded) and keys
+ * waiting on a version nothing holds (they never move by themselves).
  */
 export function statusAttention(
-  r: Pick<StatusReport, 'dead' | 'blockedKeys' | 'unownedLanesWithBacklog' | 'instances' | 'relaysBeforeLeases'>,
+  r: Pick<StatusReport, 'dead' | 'blockedKeys' | 'unownedLanesWithBacklog' | 'instances' | 'relaysBeforeLeases' | 'inbox'>,
+  limits: InboxLimits = DEFAULT_INBOX_LIMITS,
 ): string[] {
   const out: string[] = [];
   if (r.dead > 0) out.push(`${count(r.dead, 'dead event')} (ferry dlq list)`);
@@ -29,6 +47,22 @@ export function statusAttention(
     out.push(
       `${count(r.relaysBeforeLeases.length, 'relay')} from before lane leases, to stop (backend pid ${r.relaysBeforeLeases.map((x) => x.pid).join(',')})`,
     );
+  }
+  for (const c of r.inbox?.consumers ?? []) {
+    const list = `(ferry inbox parked list --consumer ${c.consumer})`;
+    if (c.failedParked > limits.maxFailedParked) {
+      out.push(
+        `consumer ${c.consumer}: ${count(c.failedParked, 'failed parked event')}, above --max-failed-parked ${limits.maxFailedParked} ${list}`,
+      );
+    }
+    if (c.keysWaitingOnMissingVersion > limits.maxWaitingKeys) {
+      out.push(
+        `consumer ${c.consumer}: ${count(c.keysWaitingOnMissingVersion, 'key waits', 'keys wait')} on a version nothing holds, above --max-waiting-keys ${limits.maxWaitingKeys} ${list}`,
+      );
+    }
+    if (c.parked > limits.maxParked) {
+      out.push(`consumer ${c.consumer}: ${count(c.parked, 'parked event')}, above --max-parked ${limits.maxParked} ${list}`);
+    }
   }
   return out;
 }

@@ -10,7 +10,7 @@ import {
   OLD_BOSS_SCHEMA,
   quoteIdentifier,
 } from '@ferry/core';
-import { findParkedElsewhere } from '@ferry/inbox';
+import { type ConsumerHealth, findParkedElsewhere, readInboxHealth } from '@ferry/inbox';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import type pg from 'pg';
@@ -81,9 +81,12 @@ Checks, each printed with its fix:
   max_payload    the server's max_payload >= --max-payload-bytes and the largest event
   consumer NAME  (--consumer, repeatable) an inbox consumer: pull, explicit ack,
                  max_deliver unlimited (or above the inbox's maxDeliver), ack_wait
-  parked         where an inbox of this schema keeps its tables: nothing parked out of
-                 view (under --old-boss-schema, where earlier releases parked, or
-                 counted in inbox_versions but missing from --boss-schema)
+  parked         where an inbox of this schema keeps its tables: per consumer (those
+                 named by --consumer, else all), parked events (a warning), failed
+                 ones or keys waiting on a version nothing holds (a problem); and
+                 nothing parked out of view (under --old-boss-schema, where earlier
+                 releases parked, or counted in inbox_versions but missing from
+                 --boss-schema)
 
 Pass the relay's own --max-attempts/--backoff-base-ms/--backoff-max-ms/
 --publish-timeout-ms/--poll-interval-ms (or the same FERRY_* variables) so the
@@ -353,8 +356,33 @@ async function checkParked(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise
         );
       }
     }
-    if (found.length === 0) add('parked', 'ok', `every parked event is in pg-boss schema "${bossSchema}", where the inbox looks`);
+    const health = await readInboxHealth(pool, { schema: flags.schema, bossSchema });
+    const named = new Set(flags.consumer ?? []);
+    const held = (health?.consumers ?? []).filter((c) => named.size === 0 || named.has(c.consumer));
+    for (const c of held) addConsumerParked(c, flags.schema, add);
+    if (found.length === 0 && held.length === 0) {
+      const whose = named.size === 0 ? 'no consumer has' : `${[...named].join(', ')}: no`;
+      add('parked', 'ok', `${whose} parked events, in pg-boss schema "${bossSchema}" or elsewhere`);
+    }
   } catch (err) {
     add('parked', 'skipped', `could not look for parked events: ${(err as Error).message}`);
   }
+}
+
+/**
+ * One consumer's parked events: a problem when any failed (each holds its key until retried or
+ * discarded) or a key waits on a version nothing holds (it never moves by itself); a warning while
+ * they only wait for the park worker's retries.
+ */
+function addConsumerParked(c: ConsumerHealth, schema: string, add: Add): void {
+  const parts = [count(c.parked, 'parked event'), `${c.failedParked} failed`];
+  if (c.keysWaitingOnMissingVersion > 0)
+    parts.push(`${count(c.keysWaitingOnMissingVersion, 'key waits', 'keys wait')} on a version nothing holds`);
+  const stuck = c.failedParked > 0 || c.keysWaitingOnMissingVersion > 0;
+  add(
+    'parked',
+    stuck ? 'problem' : 'warning',
+    `consumer ${c.consumer}: ${parts.join(', ')}${stuck ? ': their keys are held until someone acts' : ': the park worker retries them'}`,
+    `ferry inbox parked list --schema ${schema} --consumer ${c.consumer}, then retry or discard them (ferry inbox parked --help)`,
+  );
 }

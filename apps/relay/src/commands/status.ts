@@ -1,6 +1,9 @@
-import { laneCountSql, quoteIdentifier } from '@ferry/core';
-import { Command } from 'commander';
+import { bossSchemaFor, laneCountSql, quoteIdentifier } from '@ferry/core';
+import { type InboxHealth, readInboxHealth } from '@ferry/inbox';
+import { Command, Option } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
+import { CLI_DEFAULTS } from '../cli/defaults.js';
+import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
 import {
   describeRelayBeforeLeases,
   describeRelease,
@@ -11,9 +14,10 @@ import {
   releaseMix,
 } from '../cli/relay-instances.js';
 import { addDatabaseOptions, type DatabaseFlags } from '../cli/shared-options.js';
-import { statusAttention } from '../cli/status-check.js';
+import { type InboxLimits, statusAttention } from '../cli/status-check.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
+import { NotMigratedError } from '../errors.js';
 import { EXIT, exitWith } from '../exit-codes.js';
 import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 import { countBlockedKeysSql } from '../sql/count-blocked-keys.js';
@@ -58,6 +62,10 @@ export interface StatusReport {
   blockedKeys: number;
   /** The oldest of them (at most 20), each with its reason and how many events wait behind it. */
   blocked: BlockedKey[];
+  /** The schema holds no outbox, only inbox tables (a consumer's database): the outbox numbers are all 0. */
+  inboxOnly: boolean;
+  /** The inboxes whose tables are in this schema (their parked events per consumer, and each running inbox), or null when it holds none. */
+  inbox: InboxHealth | null;
 }
 
 /** Blocked keys listed by `ferry status` at most. */
@@ -70,19 +78,29 @@ renews it every third of the term: a lane whose owner let the term pass is
 shown as overdue (frozen, cut off or stuck), and a live instance takes it on
 its next poll.
 
+When the schema also holds inbox tables (or only them: a consumer's
+database), status lists every running inbox (its consumer, release and last
+heartbeat; one that stopped beating shows STALE) and, per consumer, its parked
+events, the failed ones, and the sequential keys waiting on a version that
+nothing holds (the next version is neither early nor parked, a later one is
+parked: it never applies by itself). The parking lot is read in --boss-schema.
+
 Exit codes:
   0  the status was read (with --check: and nothing needs a person)
   1  PostgreSQL unreachable, or the schema is not migrated; with --check also
      when something needs a person: dead events, keys blocked behind a failed
      event, lanes with pending events and no live relay, relay instances
-     below the schema's relay floor or from before lane leases (named on
-     stderr)
+     below the schema's relay floor or from before lane leases, and per inbox
+     consumer more parked events, failed parked events or keys waiting on a
+     missing version than --max-parked, --max-failed-parked and
+     --max-waiting-keys allow (each 0 by default; named on stderr)
   2  bad usage
 
 Examples:
   ferry status --database-url postgres://ops@db/app
   ferry status --json | jq '.lanes[] | select(.pending > 0)'
-  ferry status --check || page-someone   # in cron or a probe`;
+  ferry status --check || page-someone   # in cron or a probe
+  ferry status --check --max-parked 10   # page at the 11th parked event of a consumer`;
 
 /**
  * `ferry status`'s numbers. `publishedLastMinute: false` leaves that count out (0 in the report): it
@@ -92,9 +110,29 @@ Examples:
 export async function readStatus(
   pool: import('pg').Pool,
   schema: string,
-  { publishedLastMinute = true }: { publishedLastMinute?: boolean } = {},
+  { publishedLastMinute = true, bossSchema }: { publishedLastMinute?: boolean; bossSchema?: string } = {},
 ): Promise<StatusReport> {
-  await requireOutbox(pool, schema);
+  let inbox: InboxHealth | null = null;
+  try {
+    await requireOutbox(pool, schema);
+  } catch (err) {
+    // A consumer's database holds the inbox's tables alone: its status is the inbox part.
+    if (!(err instanceof NotMigratedError)) throw err;
+    inbox = await readInboxHealth(pool, { schema, bossSchema: bossSchema ?? bossSchemaFor(schema) });
+    if (inbox === null) throw err;
+    return {
+      ...EMPTY_OUTBOX,
+      schema,
+      lanes: [],
+      instances: [],
+      relaysBeforeLeases: [],
+      unownedLanesWithBacklog: [],
+      blocked: [],
+      inboxOnly: true,
+      inbox,
+    };
+  }
+  inbox = await readInboxHealth(pool, { schema, bossSchema: bossSchema ?? bossSchemaFor(schema) });
   const schemaSql = quoteIdentifier(schema);
   const [settings, perLane, recent, instances, blocked, blockedCount, leases, beforeLeases] = await Promise.all([
     pool.query<{ value: string }>(laneCountSql(schemaSql)),
@@ -138,8 +176,21 @@ export async function readStatus(
     unownedLanesWithBacklog: lanes.filter((l) => l.pending > 0 && (l.owner === null || l.overdue)).map((l) => l.lane),
     blockedKeys: blockedCount.rows[0]?.n ?? 0,
     blocked: blocked.rows.map(toBlockedKey),
+    inboxOnly: false,
+    inbox,
   };
 }
+
+/** The outbox part of a status of a schema with no outbox. */
+const EMPTY_OUTBOX = {
+  laneCount: 0,
+  pending: 0,
+  dead: 0,
+  oldestPendingSeconds: 0,
+  publishedLastMinute: 0,
+  mixedReleases: null,
+  blockedKeys: 0,
+} as const;
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
@@ -151,6 +202,11 @@ export function formatAge(seconds: number): string {
 }
 
 function printStatus(r: StatusReport, out: (line: string) => void): void {
+  if (r.inboxOnly) {
+    out(`schema ${r.schema}: inbox tables only (no outbox)`);
+    if (r.inbox) printInbox(r.inbox, out);
+    return;
+  }
   out(`schema ${r.schema}: ${count(r.laneCount, 'lane')}`);
   out(
     `pending ${r.pending}, oldest ${formatAge(r.oldestPendingSeconds)}, dead ${r.dead}, published in the last minute ${r.publishedLastMinute}`,
@@ -201,6 +257,36 @@ function printStatus(r: StatusReport, out: (line: string) => void): void {
   }
   if (r.blockedKeys > r.blocked.length) out(`… and ${count(r.blockedKeys - r.blocked.length, 'more blocked key')} (ferry status --json)`);
   if (r.dead > 0) out(`warning: ${count(r.dead, 'dead event blocks its key', 'dead events block their keys')}: see ferry dlq list`);
+  if (r.inbox) printInbox(r.inbox, out);
+}
+
+/** The inbox part: each running inbox, then each consumer with parked events or keys waiting on a missing version. */
+function printInbox(h: InboxHealth, out: (line: string) => void): void {
+  const live = h.instances.filter((i) => !i.stale);
+  out(
+    `inbox instances alive: ${live.length}${live.length === h.instances.length ? '' : ` (and ${h.instances.length - live.length} stale)`}`,
+  );
+  for (const i of h.instances) {
+    out(
+      `  ${i.instance}  consumer ${i.consumer}  release ${i.release}  ${i.mode} on stream ${i.stream}  pid ${i.pid ?? '?'} on ${i.host ?? '?'}  last heartbeat ${formatAge(i.lastHeartbeatAgeSeconds)} ago${i.stale ? '  STALE (stopped beating: killed, frozen or cut off)' : ''}`,
+    );
+  }
+  for (const c of h.consumers) {
+    const parts = [count(c.parked, 'parked event'), `${c.failedParked} failed`];
+    if (c.keysWaitingOnMissingVersion > 0) {
+      parts.push(`${count(c.keysWaitingOnMissingVersion, 'key waits', 'keys wait')} on a version nothing holds`);
+    }
+    out(`warning: consumer ${c.consumer}: ${parts.join(', ')}: ferry inbox parked list --consumer ${c.consumer}`);
+  }
+  if (h.note) out(`note: ${h.note}`);
+}
+
+interface StatusFlags extends DatabaseFlags {
+  check?: boolean;
+  bossSchema?: string;
+  maxParked: number;
+  maxFailedParked: number;
+  maxWaitingKeys: number;
 }
 
 export function statusCommand(ctx: CommandContext): Command {
@@ -209,15 +295,43 @@ export function statusCommand(ctx: CommandContext): Command {
       'backlog per lane, oldest pending age, dead events, events published in the last minute, live relays and their lanes',
     ),
   )
-    .option('--check', 'exit 1 when something needs a person: dead events, blocked keys, lanes without a live relay')
+    .option('--check', 'exit 1 when something needs a person: dead events, blocked keys, lanes without a live relay, parked inbox events')
+    .addOption(
+      new Option('--boss-schema <name>', "the inboxes' pg-boss schema, where their parked events are (default <schema>_boss)")
+        .env('FERRY_BOSS_SCHEMA')
+        .argParser(parseSchema),
+    )
+    .addOption(
+      new Option('--max-parked <n>', 'with --check: parked inbox events a consumer may have before it needs a person')
+        .env('FERRY_STATUS_MAX_PARKED')
+        .default(CLI_DEFAULTS.statusMaxParked)
+        .argParser(parseIntIn(0, 1_000_000_000)),
+    )
+    .addOption(
+      new Option('--max-failed-parked <n>', 'with --check: failed parked events a consumer may have (each holds its key)')
+        .env('FERRY_STATUS_MAX_FAILED_PARKED')
+        .default(CLI_DEFAULTS.statusMaxFailedParked)
+        .argParser(parseIntIn(0, 1_000_000_000)),
+    )
+    .addOption(
+      new Option('--max-waiting-keys <n>', 'with --check: keys a consumer may have waiting on a version nothing holds')
+        .env('FERRY_STATUS_MAX_WAITING_KEYS')
+        .default(CLI_DEFAULTS.statusMaxWaitingKeys)
+        .argParser(parseIntIn(0, 1_000_000_000)),
+    )
     .addHelpText('after', HELP_AFTER)
-    .action(async (flags: DatabaseFlags & { check?: boolean }) => {
+    .action(async (flags: StatusFlags) => {
       const pool = commandPool(flags, ctx, 'ferry-status');
       try {
-        const report = await readStatus(pool, flags.schema);
+        const report = await readStatus(pool, flags.schema, flags.bossSchema ? { bossSchema: flags.bossSchema } : {});
         if (flags.json) ctx.out(JSON.stringify(report));
         else printStatus(report, ctx.out);
-        const attention = flags.check ? statusAttention(report) : [];
+        const limits: InboxLimits = {
+          maxParked: flags.maxParked,
+          maxFailedParked: flags.maxFailedParked,
+          maxWaitingKeys: flags.maxWaitingKeys,
+        };
+        const attention = flags.check ? statusAttention(report, limits) : [];
         if (attention.length > 0) {
           ctx.err(`ferry status --check: needs a person: ${attention.join('; ')}`);
           exitWith(EXIT.failure);

@@ -37,7 +37,10 @@ export interface VerifyReport {
   commitToAckMs: number | null;
   /** COMMIT returned → the canary read back from the stream, on this machine's clock. */
   commitToConsumeMs: number | null;
+  /** Live relay instances that may lease lanes: one below the schema's relay floor is not counted (see `relaysBelowFloor`). */
   relaysAlive: number;
+  /** Live relay instances below the schema's relay floor: refused every lane lease, so they publish nothing. */
+  relaysBelowFloor: number;
   cleanup: { consumerDeleted: boolean; streamMessageDeleted: boolean; outboxRow: 'kept-published' | 'deleted-unpublished' | 'none' };
   error: string | null;
 }
@@ -98,6 +101,14 @@ export function verifyCommand(ctx: CommandContext): Command {
     });
 }
 
+/** What a failed canary says of relays below the floor: they beat, so they look alive, but send nothing. */
+function belowFloorNote(n: number): string {
+  if (n === 0) return '';
+  return n === 1
+    ? "; 1 relay instance below the schema's relay floor is refused every lane: stop it and run the current release (ferry status names it)"
+    : `; ${n} relay instances below the schema's relay floor are refused every lane: stop them and run the current release (ferry status names them)`;
+}
+
 export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promise<VerifyReport> {
   const key = `ferry-canary-${randomBytes(6).toString('hex')}`;
   const report: VerifyReport = {
@@ -110,6 +121,7 @@ export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promis
     commitToAckMs: null,
     commitToConsumeMs: null,
     relaysAlive: 0,
+    relaysBelowFloor: 0,
     cleanup: { consumerDeleted: false, streamMessageDeleted: false, outboxRow: 'none' },
     error: null,
   };
@@ -120,7 +132,10 @@ export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promis
   const schemaSql = quoteIdentifier(flags.schema);
   try {
     await requireOutbox(pool, flags.schema);
-    report.relaysAlive = (await relayInstances(pool, flags.schema)).length;
+    // A relay below the floor beats but is refused every lane: it publishes nothing, so it is not alive here.
+    const instances = await relayInstances(pool, flags.schema);
+    report.relaysBelowFloor = instances.filter((i) => i.belowFloor).length;
+    report.relaysAlive = instances.length - report.relaysBelowFloor;
     const nc = await connectNats(flags, 'ferry-verify');
     try {
       const jsm = await jetstreamManager(nc);
@@ -164,7 +179,7 @@ export async function runVerify(flags: VerifyFlags, ctx: CommandContext): Promis
           const secs = `${Math.round(flags.timeout / 100) / 10}s`;
           report.error =
             report.relaysAlive === 0 && removed.rowCount === 1
-              ? `the canary was not published within ${secs}: no relay is running for schema "${flags.schema}" (start ferry relay --schema ${flags.schema}); the canary row was removed`
+              ? `the canary was not published within ${secs}: no relay is running for schema "${flags.schema}" (start ferry relay --schema ${flags.schema})${belowFloorNote(report.relaysBelowFloor)}; the canary row was removed`
               : removed.rowCount === 1
                 ? `the canary was not published within ${secs} although ${report.relaysAlive} relays are alive: see ferry status and ferry doctor; the canary row was removed`
                 : `the relay published the canary but it was not read back from stream ${stream} within ${secs}: see ferry doctor`;

@@ -1,6 +1,7 @@
 import { describeRelayBeforeLeases, describeRelease } from '../cli/relay-instances.js';
 import { minuteCharts } from './charts.js';
 import { ago, Html, html, qs } from './html.js';
+import { inboxInstancesSection, waitingKeysAdvice } from './inbox-instances.js';
 import type { ConsoleContext, PageModule, Req } from './page-kit.js';
 import type { ConsoleSnapshot } from './snapshot.js';
 import type { StreamsConsole } from './streams.js';
@@ -40,6 +41,7 @@ export function overviewPages(c: ConsoleContext & { snapshotView: ConsoleSnapsho
       advice.push(
         html`<p class="advice">Consumer ${p.consumer} has ${p.failed} failed parked event(s) holding their keys: <a href="/parked${qs({ consumer: p.consumer })}">retry or discard them</a>.</p>`,
       );
+    advice.push(...waitingKeysAdvice(status.inbox));
     if (lag.error) advice.push(html`<p class="advice">NATS: ${lag.error}</p>`);
     const card = (label: string, value: string | number, bad = false) =>
       html`<div class="card${bad ? new Html(' bad') : ''}" data-card="${label}"><b>${value}</b>${label}</div>`;
@@ -57,6 +59,7 @@ ${
 }${status.mixedReleases === null ? '' : html`<p class="note">Relays run different releases: ${status.mixedReleases}. Upgrades stop, migrate, start (docs/operations.md).</p>`}${status.relaysBeforeLeases.map(
   (r) => html`<p class="note">A relay from before lane leases holds lanes by advisory lock: ${describeRelayBeforeLeases(r)}. Stop it.</p>`,
 )}
+${inboxInstancesSection(status.inbox)}
 <h2>Lanes</h2>
 <table><tr><th>lane</th><th>pending</th><th>dead</th><th>oldest pending</th><th>owner</th><th>lease age</th><th>epoch</th></tr>${status.lanes.map(
       (l) =>

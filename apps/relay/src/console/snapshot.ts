@@ -43,7 +43,7 @@ export function consoleSnapshot(c: ConsoleContext, natsView: () => Promise<NatsV
       let statusMs = 0;
       try {
         const [status, jobTable, lag, minutes] = await Promise.all([
-          readStatus(longPool, o.schema, { publishedLastMinute: false }).finally(() => {
+          readStatus(longPool, o.schema, { publishedLastMinute: false, bossSchema: o.bossSchema }).finally(() => {
             statusMs = Date.now() - at;
           }),
           bossJobTable(o.pool, o.bossSchema),

@@ -1,9 +1,18 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { isConflictError, quoteIdentifier, SILENT_LOGGER, withTransaction } from '@ferry/core';
+import {
+  isConflictError,
+  isMigrationError,
+  quoteIdentifier,
+  RELAY_FLOOR_SETTING,
+  RELAY_PROTOCOL,
+  SILENT_LOGGER,
+  withTransaction,
+} from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
+import { prunePublishedSql } from '../sql/prune-published.js';
 import { setRetentionSql } from '../sql/retention.js';
 import type { Logger } from '../types.js';
 import { Janitor } from './janitor.js';
@@ -23,7 +32,7 @@ before(async () => {
 });
 after(() => db.close());
 
-function janitor(retentionMs: number): Janitor {
+function janitor(retentionMs: number, logger: Logger = silent): Janitor {
   return new Janitor({
     databaseUrl: db.url,
     pool: db.pool,
@@ -34,7 +43,7 @@ function janitor(retentionMs: number): Janitor {
     pruneCron: '* * * * *',
     pruneBatchSize: 2,
     cronMonitorIntervalSeconds: 1,
-    logger: silent,
+    logger,
     onPrune: () => {},
   });
 }
@@ -130,5 +139,31 @@ describe('janitor', () => {
     await db.pool.query(setRetentionSql(s), [30 * 60_000]);
     await janitor(7 * 86_400_000).prune();
     assert.deepEqual(await rowsOf('ret'), [], 'a 30-minute outbox retention prunes them, whatever this instance says');
+  });
+
+  test('janitor - a relay below the relay floor prunes nothing, in its check and in the delete itself', async () => {
+    const publisher = createPublisher({ schema: db.schema, source: 'svc' });
+    await withTransaction(db.pool, (tx) => publisher.publishMany(tx, [ev(randomUUID(), 'floor'), ev(randomUUID(), 'floor')]));
+    await publishedLongAgo();
+    // A newer release migrated the schema while this relay ran: its floor is above this relay's protocol.
+    await db.pool.query(`UPDATE ${s}.settings SET value = $1 WHERE name = '${RELAY_FLOOR_SETTING}'`, [String(RELAY_PROTOCOL + 1)]);
+    const warned: string[] = [];
+    const logger: Logger = { ...silent, warn: (_obj: object, msg?: string) => void warned.push(String(msg)) };
+    try {
+      await assert.rejects(janitor(60_000, logger).prune(), (err: Error) => {
+        assert.ok(isMigrationError(err), String(err));
+        assert.match(err.message, new RegExp(`admits relay protocol ${RELAY_PROTOCOL + 1} or later.*prunes nothing; stop it`));
+        return true;
+      });
+      assert.equal(warned.length, 1, 'the refusal is logged at warn');
+      assert.deepEqual(await rowsOf('floor'), [1, 2], 'nothing pruned');
+      // The statement itself checks the floor: one that slipped past the check deletes nothing either.
+      const direct = await db.pool.query(prunePublishedSql(s), [60_000, 100, RELAY_PROTOCOL]);
+      assert.equal(direct.rowCount, 0);
+      assert.deepEqual(await rowsOf('floor'), [1, 2]);
+    } finally {
+      await db.pool.query(`UPDATE ${s}.settings SET value = $1 WHERE name = '${RELAY_FLOOR_SETTING}'`, [String(RELAY_PROTOCOL)]);
+    }
+    assert.equal(await janitor(60_000).prune(), 2, 'at the floor it prunes');
   });
 });

@@ -1,4 +1,14 @@
-import { deleteInBatches, relayBossSchemaFor, startPruner, stopPruner } from '@ferry/core';
+import {
+  deleteInBatches,
+  FERRY_RELEASE,
+  MigrationError,
+  RELAY_FLOOR_SETTING,
+  RELAY_PROTOCOL,
+  relayBossSchemaFor,
+  relayFloorSql,
+  startPruner,
+  stopPruner,
+} from '@ferry/core';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
 import { prunePublishedSql, pruneRecognisedIdsSql } from '../sql/prune-published.js';
@@ -88,6 +98,7 @@ export class Janitor {
    */
   async prune(): Promise<number> {
     const o = this.#o;
+    await this.#requireFloor();
     const retentionMs = await this.retentionMs();
     const total = await this.#inBatches(this.#sql, retentionMs);
     // The ids of rows pruned more than a retention ago: a re-publish of one is no longer recognised.
@@ -96,11 +107,27 @@ export class Janitor {
     return total;
   }
 
-  /** Runs a bounded delete (`$1` retention, `$2` batch size) until a batch comes back short; returns rows deleted. */
+  /**
+   * Refuses to prune once the schema's relay floor is above this relay's protocol (a newer release
+   * migrated the schema while this one ran): the lease trigger already refuses it every lane, and its
+   * prune must not go on deleting by the old rules either. The job fails, so pg-boss retries it and
+   * an instance at the floor may take it. The delete statements check the floor too (`$3`).
+   */
+  async #requireFloor(): Promise<void> {
+    const { rows } = await this.#o.pool.query<{ value: string }>(relayFloorSql(this.#o.schemaSql));
+    const floor = Number(rows[0]?.value ?? 0);
+    if (floor > RELAY_PROTOCOL) {
+      const message = `schema "${this.#o.schema}" admits relay protocol ${floor} or later (settings ${RELAY_FLOOR_SETTING}); this relay is release ${FERRY_RELEASE}, relay protocol ${RELAY_PROTOCOL}, below the floor: it prunes nothing; stop it and run the release that migrated the schema`;
+      this.#o.logger.warn({ event: 'prune-below-floor', floor, protocol: RELAY_PROTOCOL }, message);
+      throw new MigrationError(message);
+    }
+  }
+
+  /** Runs a bounded delete (`$1` retention, `$2` batch size, `$3` this relay's protocol) until a batch comes back short; returns rows deleted. */
   #inBatches(sql: string, retentionMs: number): Promise<number> {
     const { pool, pruneBatchSize } = this.#o;
     return deleteInBatches(
-      async () => ((await pool.query(sql, [retentionMs, pruneBatchSize])) as { rowCount?: number | null }).rowCount ?? 0,
+      async () => ((await pool.query(sql, [retentionMs, pruneBatchSize, RELAY_PROTOCOL])) as { rowCount?: number | null }).rowCount ?? 0,
       pruneBatchSize,
       MAX_BATCHES_PER_RUN,
     );

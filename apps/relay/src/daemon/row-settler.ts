@@ -29,6 +29,11 @@ function withRetries<T>(what: string, logger: Logger, fn: () => Promise<T>): Pro
   });
 }
 
+/** 1, 2, 4, 8, …: the attempts at which a backing-off head is logged. */
+function isPowerOfTwo(n: number): boolean {
+  return n > 0 && (n & (n - 1)) === 0;
+}
+
 /** Integers (numbers, or text as PostgreSQL prints a bigint) as a PostgreSQL array literal, e.g. `{1,2,3}`. */
 function integerArray(values: ReadonlyArray<string | number>): string {
   return `{${values.join(',')}}`;
@@ -119,6 +124,24 @@ export class RowSettler {
       if (r.rowCount === 0) return;
     } catch (err) {
       logger.error({ err, id: row.id }, 'could not record a failed attempt; the row will be tried again');
+    }
+    if (!dead && isPowerOfTwo(attempt)) {
+      // One line at a head's first failure, then at each doubling of its attempts: a key backing off
+      // is visible at warn from its first attempt (it used to log nothing until it went dead, some 22
+      // minutes later with the defaults), and a key failing for hours writes about 25 lines, not one a try.
+      logger.warn(
+        {
+          event: 'key-backing-off',
+          id: row.id,
+          key: row.key,
+          seq: row.seq,
+          subject: row.subject,
+          reason: outcome.reason,
+          attempt,
+          nextAttemptInMs: delay,
+        },
+        `key ${row.key} is backing off: attempt ${attempt} of ${o.maxAttempts} failed (${error}); next attempt in ${delay} ms, and its later events wait behind it (ferry status lists blocked keys)`,
+      );
     }
     if (dead) {
       logger.error(
