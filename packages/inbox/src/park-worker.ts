@@ -148,7 +148,7 @@ export class ParkWorker {
       throw new PoisonMessageError(outcome.reason === 'unknown-type' ? 'unknown-type' : 'undecodable-body', outcome.error);
     if (outcome.kind === 'gap') {
       throw new ParkedGapError(
-        `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${outcome.recorded + 1n}, which is neither applied nor parked`,
+        `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${outcome.recorded + 1n}, which is neither applied nor parked (if it never comes: ferry inbox parked list names the fix)`,
       );
     }
     this.#report.settled(outcome, event, true);

@@ -7,7 +7,7 @@ import { recordOperatorActionSql } from '../sql/record-operator-action.js';
 export type ActionVia = 'cli' | 'console';
 
 /** The action names recorded in `operator_actions.action`. */
-export type ActionName = 'dlq.retry' | 'dlq.discard' | 'parked.retry' | 'parked.discard' | 'replay';
+export type ActionName = 'dlq.retry' | 'dlq.discard' | 'parked.retry' | 'parked.discard' | 'inbox.skip' | 'replay';
 
 /** Who asked, and through what: every action function takes one. */
 export interface Operator {

@@ -19,10 +19,7 @@ export interface ResumeInput {
   failures: readonly ReplayFailure[];
 }
 
-/** Quotes one argument for a POSIX shell, so a printed resume command can be pasted as is. */
-export function shellQuote(arg: string): string {
-  return /^[A-Za-z0-9_.,:@%+=/-]+$/.test(arg) ? arg : `'${arg.replaceAll("'", "'\\''")}'`;
-}
+export { shellQuote } from '../actions/shell-quote.js';
 
 /**
  * The replay commands that send exactly the selected rows not yet sent (the
