@@ -37,6 +37,7 @@ import {
   parkedEvents,
   searchEvents,
 } from './queries.js';
+import { skipPages } from './skip-pages.js';
 
 /** How `ferry console` is reached and what it may do. */
 export interface ConsoleOptions {
@@ -143,6 +144,8 @@ export const CONSOLE_PATHS = new Set([
   '/dlq/apply',
   '/parked/preview',
   '/parked/apply',
+  '/skip/preview',
+  '/skip/apply',
   '/replay/preview',
   '/replay/apply',
 ]);
@@ -649,6 +652,20 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
     return layout(r, `Event ${id}`, '/events', body);
   }
 
+  // Keys waiting for a version nothing holds, and their previewed skip (console/skip-pages.ts).
+  const skip = skipPages<Req>({
+    pool: o.pool,
+    schema: o.schema,
+    bossSchema: o.bossSchema,
+    layout,
+    csrfField,
+    canAct,
+    checkAction,
+    replayForm,
+    httpError: (status, message) => new HttpError(status, message),
+    changed,
+  });
+
   async function parkedPage(r: Req): Promise<string> {
     // Nothing parked is out of sight: events an earlier release left under the old pg-boss schema, or
     // counted in inbox_versions but missing here (the same check as ferry inbox parked list).
@@ -672,8 +689,14 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
       (p) =>
         html`<tr><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
     )}</table>`;
+    const stuck = consumer ? await skip.stuckSection(r, consumer) : '';
     if (!consumer || !counts.some((c) => c.consumer === consumer)) {
-      return layout(r, 'Parked events', '/parked', html`${warn}${counts.length ? list : html`<p class="ok">No parked events.</p>`}`);
+      return layout(
+        r,
+        'Parked events',
+        '/parked',
+        html`${warn}${counts.length ? list : html`<p class="ok">No parked events.</p>`}${stuck}`,
+      );
     }
     const key = r.url.searchParams.get('key') ?? undefined;
     const rows = await parkedEvents(o.pool, jobTable, consumer, LIST_LIMIT, key ? { key } : {});
@@ -684,7 +707,7 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
         : '';
     const body = html`${warn}${list}<h2>Consumer ${consumer}${key ? ` · key ${key}` : ''}</h2>
 <form class="filter" method="get" action="/parked"><input type="hidden" name="consumer" value="${consumer}"><label>key<input name="key" value="${key ?? ''}"></label><button type="submit">Filter</button></form>
-${bulk}${parkedTable(r, consumer, rows)}`;
+${stuck}${bulk}${parkedTable(r, consumer, rows)}`;
     return layout(r, `Parked events of ${consumer}`, '/parked', body);
   }
 
@@ -1057,7 +1080,10 @@ ${parkedTable(r, consumer, eligible, false)}`;
       await boss.stop({ graceful: false, close: false }).catch(() => {});
     }
     const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${done.changed}</b> of ${ids.length} parked event(s) of ${consumer}.</p>
-${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
+${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}${
+  // A discard leaves a key whose missing version lies below the discarded ones waiting: what remains to decide.
+  action === 'discard' ? await skip.stuckSection(r, consumer) : ''
+}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
     return layout(r, 'Done', '/parked', body);
   }
 
@@ -1127,6 +1153,8 @@ ${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${d
     '/dlq/apply': dlqApply,
     '/parked/preview': parkedPreview,
     '/parked/apply': parkedApply,
+    '/skip/preview': skip.preview,
+    '/skip/apply': skip.apply,
     '/replay/preview': replayPreview,
     '/replay/apply': replayApply,
   };
