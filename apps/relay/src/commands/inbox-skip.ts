@@ -184,7 +184,8 @@ async function runSkip(flags: SkipFlags, ctx: CommandContext): Promise<void> {
       else for (const l of lines) ctx.out(l);
       throw new ValidationError('through', p.refusal ?? 'nothing to skip');
     }
-    const replayable = p.outbox.some((r) => r.state === 'published');
+    // The outbox still has a missing version (sent already: a replay re-sends it; not yet: the relay or ferry dlq retry will).
+    const replayable = p.outbox.some((r) => r.state !== 'discarded');
     if (flags.dryRun) {
       if (flags.json) ctx.out(JSON.stringify(jsonPreview(p, true)));
       else {
@@ -198,7 +199,7 @@ async function runSkip(flags: SkipFlags, ctx: CommandContext): Promise<void> {
     if (replayable && !flags.skipReplayable) {
       for (const l of describeOutbox(p, t.outboxSchema ?? t.schema)) ctx.err(`ferry: ${l}`);
       throw new CommandFailedError(
-        `nothing done: the outbox still holds missing version(s) of key ${JSON.stringify(t.key)}: replay them (above), or, to skip them anyway, add --skip-replayable`,
+        `nothing done: the outbox still holds missing version(s) of key ${JSON.stringify(t.key)}: send them (above), or, to skip them anyway, add --skip-replayable`,
       );
     }
     let expect: ExpectedSelection | undefined = flags.expectSelection !== undefined ? { digest: flags.expectSelection } : undefined;
@@ -266,8 +267,9 @@ parked) or had discarded: exactly the missing ones. A range that holds a version
 inbox has (stored early or parked) is refused: that one is not lost.
 
 Replay first: when the outbox in this database (--outbox-schema, default --schema) still
-holds a missing version, the preview prints the exact ferry replay that sends it again,
-and the skip is refused unless --skip-replayable.
+holds a missing version, the preview prints the exact ferry replay that sends it again
+(or, for one not published yet, the ferry dlq retry that unblocks it), and the skip is
+refused unless --skip-replayable.
 
 It previews, then asks on a terminal; elsewhere pass --yes. --dry-run only previews and
 prints the selection digest: --yes --expect-selection DIGEST then skips exactly that
@@ -303,7 +305,7 @@ export function inboxSkipCommand(ctx: CommandContext): Command {
       ).argParser(parseVersion),
     )
     .addOption(
-      new Option('--skip-replayable', 'skip even versions the outbox still holds (by default a replay of them is offered instead)'),
+      new Option('--skip-replayable', 'skip even versions the outbox still holds (by default the skip is refused and their replay, or dlq retry, is offered instead)'),
     )
     .addOption(new Option('--json', 'print JSON'))
     .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
