@@ -20,6 +20,7 @@ import { ferry } from './ops-helpers.js';
 const KEY = 'order-7';
 const REPLAY_KEY = 'order-replay';
 const DISCARD_KEY = 'order-discard';
+const RACE_KEY = 'order-race';
 
 let fx: InboxFixture;
 let boss: PgBoss;
@@ -92,10 +93,12 @@ before(async () => {
     ...[1, 3, 4, 5].map((version) => ferryEvent(p, { key: KEY, version })),
     ...[1, 3].map((version) => ferryEvent(p, { key: REPLAY_KEY, version })),
     ...[1, 3, 4].map((version) => ferryEvent(p, { key: DISCARD_KEY, version })),
+    ...[1, 3].map((version) => ferryEvent(p, { key: RACE_KEY, version })),
   ]);
   await headFailed(KEY, 2);
   await headFailed(REPLAY_KEY, 0);
   await headFailed(DISCARD_KEY, 1);
+  await headFailed(RACE_KEY, 0);
 });
 
 after(async () => {
@@ -113,7 +116,7 @@ describe('ferry inbox skip', () => {
       listed.err,
       /does not hold it to replay; accept it as lost: ferry inbox skip --consumer billing --key order-7 --through 2 .*--dry-run/,
     );
-    assert.match(listed.err, /2 key\(s\)|3 key\(s\)/);
+    assert.match(listed.err, /4 key\(s\) wait for a version nothing holds/);
 
     // Later versions park behind the stuck head, as before.
     await publishEvents(
@@ -224,6 +227,52 @@ describe('ferry inbox skip', () => {
     });
     assert.deepEqual(await appliedInOrder(REPLAY_KEY), ['1', '2', '3']);
     for (const v of [1, 2, 3]) assert.equal(calls.get(`${REPLAY_KEY}/${v}`), 1);
+  });
+
+  test('inbox skip - a skip that commits while the park worker is failing the head on its gap makes the worker run it again, not fail it', async () => {
+    const job = (await listParked({ boss, consumer: 'billing' })).find((r) => r.key === RACE_KEY);
+    assert.ok(job);
+    const jobTable = `"${fx.bossSchema}".job`;
+    const client = await fx.db.pool.connect();
+    try {
+      // Hold the key's row lock, as a skip's transaction does, while the head runs on its last attempt.
+      await client.query('BEGIN');
+      await client.query(`SELECT version FROM ${fx.s}.inbox_versions WHERE consumer = 'billing' AND key = $1 FOR UPDATE`, [RACE_KEY]);
+      await fx.db.pool.query(
+        `UPDATE ${jobTable} SET state = 'retry', start_after = now(), retry_count = retry_limit WHERE id = $1 AND state = 'failed'`,
+        [job.jobId],
+      );
+      // The run's gate finds the gap (an UPDATE that matches no row does not wait), and the worker then
+      // waits for the key's lock to fail the job.
+      await waitFor(
+        async () => {
+          const { rows } = await fx.db.pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1 AND query LIKE '%FOR UPDATE%'`,
+            [`%${fx.s}.inbox_versions%`],
+          );
+          return rows[0]?.n === 1 ? true : undefined;
+        },
+        { what: 'the park worker waiting for the key lock after its gap', timeoutMs: 30_000, intervalMs: 50 },
+      );
+      // The skip of version 2, committed before the worker gets the lock.
+      await client.query(`UPDATE ${fx.s}.inbox_versions SET version = 2 WHERE consumer = 'billing' AND key = $1`, [RACE_KEY]);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    const state = await waitFor(
+      async () => {
+        const { rows } = await fx.db.pool.query<{ state: string }>(`SELECT state::text AS state FROM ${jobTable} WHERE id = $1`, [
+          job.jobId,
+        ]);
+        const s = rows[0]?.state;
+        return s === 'completed' || s === 'failed' ? s : undefined;
+      },
+      { what: 'the head job settled', timeoutMs: 30_000 },
+    );
+    assert.equal(state, 'completed', 'the gap had closed: the job ran again and applied');
+    assert.deepEqual(await appliedInOrder(RACE_KEY), ['1', '3']);
+    assert.equal(calls.get(`${RACE_KEY}/3`), 1);
   });
 
   test('inbox skip - discarding every parked event of a key waiting below them names the exact skip, which then moves the key on', async () => {
