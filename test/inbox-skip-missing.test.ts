@@ -76,6 +76,24 @@ before(async () => {
     },
   });
   await inbox.start();
+  // A second consumer of the same stream whose gap timeout never comes in this test: its early
+  // versions stay stored in inbox_early, so a skip must hand them to the early-version sweep.
+  await fx.db.pool.query(
+    `CREATE TABLE ${fx.s}.ledger (key text, version bigint, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (key, version))`,
+  );
+  const ledger = fx.inbox({
+    consumer: 'ledger',
+    mode: 'sequential',
+    gapTimeoutMs: 600_000,
+    handlers: {
+      Set: async (event, { tx }) => {
+        const id = `ledger/${event.key}/${event.version}`;
+        calls.set(id, (calls.get(id) ?? 0) + 1);
+        await tx.query(`INSERT INTO ${fx.s}.ledger (key, version) VALUES ($1, $2)`, [event.key, event.version.toString()]);
+      },
+    },
+  });
+  await ledger.start();
   boss = new PgBoss({ connectionString: fx.db.url, schema: fx.bossSchema, supervise: false, schedule: false, max: 2 });
   boss.on('error', () => {});
   await boss.start();
@@ -307,5 +325,33 @@ describe('ferry inbox skip', () => {
     const clean = await run(['inbox', 'parked', 'list', '--consumer', 'billing']);
     assert.equal(clean.code, 0, clean.err);
     assert.equal(clean.out, 'no parked events');
+  });
+
+  test('inbox skip - successors stored early (the gap timeout far off) apply once, in order, right after the skip', async () => {
+    const early = async () =>
+      (
+        await fx.db.pool.query<{ v: string }>(
+          `SELECT version::text AS v FROM ${fx.s}.inbox_early WHERE consumer = 'ledger' AND key = $1 ORDER BY version`,
+          [KEY],
+        )
+      ).rows.map((r) => r.v);
+    await waitFor(async () => ((await early()).length === 5 ? true : undefined), { what: 'ledger stored v3..v7 early', timeoutMs: 30_000 });
+    const preview = await run(['inbox', 'skip', '--consumer', 'ledger', '--key', KEY, '--dry-run']);
+    assert.equal(preview.code, 0, preview.err);
+    assert.match(preview.out, /held above it: 3 \(early\), 4 \(early\), 5 \(early\), 6 \(early\), 7 \(early\)/);
+    assert.match(preview.out, /would skip version\(s\) 2\.\.2/);
+    const skipped = await run(['inbox', 'skip', '--consumer', 'ledger', '--key', KEY, '--yes']);
+    assert.equal(skipped.code, 0, skipped.err);
+    const applied = async () =>
+      (
+        await fx.db.pool.query<{ v: string }>(`SELECT version::text AS v FROM ${fx.s}.ledger WHERE key = $1 ORDER BY applied_at, version`, [
+          KEY,
+        ])
+      ).rows.map((r) => r.v);
+    // Well inside the 600 s gap timeout: the sweep (every second) drains them, nothing parks them.
+    await waitFor(async () => ((await applied()).length === 6 ? true : undefined), { what: 'ledger applied v3..v7', timeoutMs: 30_000 });
+    assert.deepEqual(await applied(), ['1', '3', '4', '5', '6', '7']);
+    for (const v of [1, 3, 4, 5, 6, 7]) assert.equal(calls.get(`ledger/${KEY}/${v}`), 1);
+    assert.deepEqual(await early(), []);
   });
 });
