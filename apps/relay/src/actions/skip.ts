@@ -155,13 +155,14 @@ export interface SettleSkipOptions extends SkipTarget, Operator {
 
 export interface SettledSkip {
   done: SkippedVersions;
-  /** Why the skip is not in the audit trail, when the inbox's schema has none (the skip is made all the same). */
+  /** Why the skip is not in the audit trail (no trail in the schema, or the role may not write it); the skip is made all the same. */
   notRecorded?: string;
 }
 
 /**
  * The skip, and its record in operator_actions in the same transaction (under a savepoint: an inbox
- * schema without the audit trail still gets its skip, reported as not recorded). A key that moved
+ * schema without the audit trail, or a role that may not write it, still gets its skip, reported as
+ * not recorded). A key that moved
  * since the preview changes nothing (SelectionChangedError); the refusal is recorded too.
  */
 export async function settleSkip(o: SettleSkipOptions): Promise<SettledSkip> {
@@ -210,9 +211,10 @@ export async function settleSkip(o: SettleSkipOptions): Promise<SettledSkip> {
           );
           await tx.query('RELEASE SAVEPOINT ferry_audit');
         } catch (err) {
-          if (!isAuditMissing(err)) throw err;
+          // As for parked actions: a schema without the trail, or a role that may not write it (an
+          // inbox role holds no EXECUTE on record_operator_action), still gets its skip, reported.
           await tx.query('ROLLBACK TO SAVEPOINT ferry_audit');
-          notRecorded = auditMissingReason(o.schema);
+          notRecorded = isAuditMissing(err) ? auditMissingReason(o.schema) : (err as Error).message;
         }
       },
     });
