@@ -305,7 +305,10 @@ export function inboxSkipCommand(ctx: CommandContext): Command {
       ).argParser(parseVersion),
     )
     .addOption(
-      new Option('--skip-replayable', 'skip even versions the outbox still holds (by default the skip is refused and their replay, or dlq retry, is offered instead)'),
+      new Option(
+        '--skip-replayable',
+        'skip even versions the outbox still holds (by default the skip is refused and their replay, or dlq retry, is offered instead)',
+      ),
     )
     .addOption(new Option('--json', 'print JSON'))
     .addOption(new Option('--yes', 'do not ask for confirmation (needed without a terminal)'))
