@@ -146,21 +146,36 @@ describe('ferry console: skip missing versions, in Chromium', () => {
     assert.equal(await page.textContent('#range'), '2..2');
     assert.equal(await page.locator('#replay-first').count(), 0, 'the outbox does not hold k-skip/2');
     assert.deepEqual(await appliedInOrder('k-skip'), ['1'], 'a preview changes nothing');
-    await page.click('#confirm');
-    await page.waitForURL('**/skip/apply');
-    assert.equal(await page.textContent('#done'), '2..2');
+    // A second tab previews and confirms the same skip first.
+    const other = await watchedPage();
+    await other.page.goto(`${consoleServer.url}/parked?consumer=billing`);
+    await other.page.locator('table.stuck tr[data-stuck-key="k-skip"] button[data-action=skip]').click();
+    await other.page.waitForURL('**/skip/preview');
+    await other.page.click('#confirm');
+    await other.page.waitForURL('**/skip/apply');
+    assert.equal(await other.page.textContent('#done'), '2..2');
+    assert.deepEqual(other.problems, []);
+    await other.page.close();
+    // This tab's confirmation is of a key that has moved: nothing is done, and the new preview is shown (409).
+    const [answer] = await Promise.all([page.waitForResponse('**/skip/apply'), page.click('#confirm')]);
+    assert.equal(answer.status(), 409);
+    assert.equal(await page.locator('#changed').count(), 1);
+    assert.match((await page.textContent('#error')) ?? '', /nothing done: key "k-skip" of consumer billing is at version [2-4] now/);
     await waitFor(async () => ((await appliedInOrder('k-skip')).length === 3 ? true : undefined), {
       what: 'k-skip v3 and v4 applied after the skip',
       timeoutMs: 30_000,
     });
     assert.deepEqual(await appliedInOrder('k-skip'), ['1', '3', '4']);
     for (const v of [1, 3, 4]) assert.equal(calls.get(`k-skip/${v}`), 1);
-    const { rows } = await fx.db.pool.query<{ via: string; filter: { key: string; through: string } }>(
-      `SELECT via, filter FROM ${fx.s}.operator_actions WHERE action = 'inbox.skip' AND outcome = 'ok'`,
+    const { rows } = await fx.db.pool.query<{ via: string; filter: { key: string; through: string }; outcome: string }>(
+      `SELECT via, filter, outcome FROM ${fx.s}.operator_actions WHERE action = 'inbox.skip' ORDER BY id`,
     );
     assert.deepEqual(
-      rows.map((r) => [r.via, r.filter.key, r.filter.through]),
-      [['console', 'k-skip', '2']],
+      rows.map((r) => [r.via, r.filter.key, r.filter.through, r.outcome.startsWith('nothing done') ? 'refused' : r.outcome]),
+      [
+        ['console', 'k-skip', '2', 'ok'],
+        ['console', 'k-skip', '2', 'refused'],
+      ],
     );
     assert.deepEqual(problems, []);
     await page.close();
