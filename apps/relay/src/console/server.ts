@@ -689,7 +689,7 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
       (p) =>
         html`<tr><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
     )}</table>`;
-    const stuck = consumer ? await skip.stuckSection(r, consumer) : '';
+    const stuck = await skip.stuckSection(r, consumer || undefined);
     if (!consumer || !counts.some((c) => c.consumer === consumer)) {
       return layout(
         r,

@@ -40,17 +40,23 @@ export function skipPages<R extends { status?: number }>(d: SkipPageDeps<R>) {
     return html`<form class="inline" method="post" action="/skip/preview">${d.csrfField(r)}<input type="hidden" name="consumer" value="${consumer}">${hiddenField('key', key)}<button type="submit" data-action="skip">${label}</button></form>`;
   }
 
-  /** The parked page's section: the consumer's keys waiting for a version nothing holds, each with its skip form. */
-  async function stuckSection(r: R, consumer: string): Promise<Html | string> {
-    const stuck = await findStuckKeys(d.pool, { schema: d.schema, bossSchema: d.bossSchema, consumer }).catch(() => [] as KeyGap[]);
+  /**
+   * The parked page's section: the keys (of `consumer`, or of every consumer) that wait for a version
+   * nothing holds, each with its skip form. A consumer whose stuck keys have nothing parked (every
+   * parked event discarded) has no row in the parked counts: the page without a consumer lists it here.
+   */
+  async function stuckSection(r: R, consumer?: string): Promise<Html | string> {
+    const stuck = await findStuckKeys(d.pool, { schema: d.schema, bossSchema: d.bossSchema, ...(consumer ? { consumer } : {}) }).catch(
+      () => [] as KeyGap[],
+    );
     if (stuck.length === 0) return '';
     return html`<h2>Keys waiting for a version nothing holds</h2>
-<p class="advice" id="stuck">${stuck.length} key(s) of ${consumer} wait for a version that is not applied, not stored early and not parked: they cannot move on until it arrives (replay it, when the outbox still has it) or it is accepted as lost.</p>
-<table class="stuck"><tr><th>key</th><th>at version</th><th>waits for</th><th>missing</th><th>parked</th><th>stored early</th><th>discarded</th><th></th></tr>${stuck
+<p class="advice" id="stuck">${stuck.length} key(s)${consumer ? ` of ${consumer}` : ''} wait for a version that is not applied, not stored early and not parked: they cannot move on until it arrives (replay it, when the outbox still has it) or it is accepted as lost.</p>
+<table class="stuck"><tr><th>consumer</th><th>key</th><th>at version</th><th>waits for</th><th>missing</th><th>parked</th><th>stored early</th><th>discarded</th><th></th></tr>${stuck
       .slice(0, STUCK_SHOWN)
       .map(
         (g) =>
-          html`<tr data-stuck-key="${g.key}"><td>${g.key}</td><td class="n">${g.recorded}</td><td class="n">${g.waitsFor}</td><td>${g.missing ? `${g.missing.from}..${g.missing.through}` : ''}</td><td class="n">${g.parked}</td><td class="n">${g.early}</td><td>${g.discarded.join(', ')}</td><td>${skipForm(r, consumer, g.key, 'Skip missing versions…')}</td></tr>`,
+          html`<tr data-stuck-key="${g.key}"><td>${g.consumer}</td><td>${g.key}</td><td class="n">${g.recorded}</td><td class="n">${g.waitsFor}</td><td>${g.missing ? `${g.missing.from}..${g.missing.through}` : ''}</td><td class="n">${g.parked}</td><td class="n">${g.early}</td><td>${g.discarded.join(', ')}</td><td>${skipForm(r, g.consumer, g.key, 'Skip missing versions…')}</td></tr>`,
       )}</table>`;
   }
 
