@@ -79,7 +79,7 @@ describe('relay logs a backing-off key', () => {
       assert.equal(l.obj.reason, 'no_responders');
       assert.match(l.msg, /^key stuck-key is backing off: attempt \d+ of 1000 failed/);
       assert.ok(l.msg.includes(`no stream binds subject ${unbound}`), l.msg);
-      assert.match(l.msg, /add it to a stream's subjects \(nats stream edit STREAM --subjects/);
+      assert.match(l.msg, /add it to a stream \(ferry streams ensure STREAM=/);
     }
     assert.equal(lines.filter((l) => l.level === 'error' && l.obj.key === 'stuck-key').length, 0, 'not dead, no error line');
   });

@@ -133,7 +133,7 @@ describe('relay per-key order in the stream under poison', () => {
     // Issue 29: the reason names the cause and the fix, not nats.js's bare "no responders: 'subject'".
     assert.match(
       dead.last_error,
-      /^no_responders: no stream binds subject order-nowhere\.x; add it to a stream's subjects .* or discard the event \(ferry dlq discard\)/,
+      /^no_responders: no stream binds subject order-nowhere\.x; add it to a stream \(ferry streams ensure STREAM=order-nowhere\.x\) or discard the event \(ferry dlq discard\)/,
     );
     assert.deepEqual(await versionsInStream('unbound'), [], 'nothing of the key after its head is dead');
     await discardAndExpectOrder(db, 'unbound', ids);

@@ -16,6 +16,15 @@ export {
 } from './errors.js';
 export { type ConsumerHealth, type InboxHealth, type InboxInstance, readInboxHealth } from './health.js';
 export { createInbox, migrateInbox } from './inbox.js';
+export {
+  findStuckKeys,
+  type KeyGap,
+  type KeyGapOptions,
+  readKeyGaps,
+  type SkipMissingOptions,
+  type SkippedVersions,
+  skipMissingVersions,
+} from './missing-versions.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
 export { discardParked, listParked, type ParkedAdminOptions, type ParkedConfirmation, type ParkedEvent, retryParked } from './parked.js';
 export { type FindParkedElsewhereOptions, findParkedElsewhere, moveCommand, type ParkedElsewhere } from './parked-elsewhere.js';

@@ -93,34 +93,48 @@ export class ParkWorker {
       return;
     }
     let data = read.job;
-    // Each turn runs a strictly lower version than the one before: bounded by the key's recorded version.
+    let rerun = false;
+    // Each turn runs a strictly lower version than the one before (bounded by the key's recorded
+    // version), or, once, the same version again when its gap closed meanwhile.
     for (;;) {
       try {
         await this.#retryOnce(job, data, boss);
         return;
       } catch (err) {
-        const lower = await this.#failOrLower(job, key, data, err);
-        if (!lower) return; // failed under the lock (pg-boss retries it after its backoff, or it holds the key)
-        data = lower;
+        const next = await this.#failOrLower(job, key, data, err, !rerun);
+        if (!next) return; // failed under the lock (pg-boss retries it after its backoff, or it holds the key)
+        if (next === data) rerun = true;
+        data = next;
       }
     }
   }
 
   /**
    * Under the key's row lock: sorts the key's parked events into its jobs with `job` first. Returns
-   * the event `job` holds now when that changed (a lower version was parked); otherwise fails `job`
-   * with `err` in the same transaction and returns undefined.
+   * the event `job` holds now when that changed (a lower version was parked), or (`mayRerun`) the
+   * same event when its run failed on a gap that has closed since: an operator's skip of the missing
+   * version (`ferry inbox skip`) committed between the run's gate and this lock, and failing the job
+   * now would hold the key again. Otherwise fails `job` with `err` in the same transaction and
+   * returns undefined.
    */
-  async #failOrLower(job: Job<ParkedJobData>, key: string, data: ParkedJobData, err: unknown): Promise<ParkedJobData | undefined> {
+  async #failOrLower(
+    job: Job<ParkedJobData>,
+    key: string,
+    data: ParkedJobData,
+    err: unknown,
+    mayRerun: boolean,
+  ): Promise<ParkedJobData | undefined> {
     const o = this.#o;
     const boss = this.#boss();
     return withTransaction(
       o.pool,
       async (tx) => {
-        await lockKey(tx, this.#s, o.consumer, key);
+        const row = await lockKey(tx, this.#s, o.consumer, key);
         const changed = await orderParked(tx, this.#b, this.#parkQueue, key, { active: job.id });
         const mine = changed.find((c) => c.id === job.id);
         if (mine && mine.data.version !== data.version) return mine.data;
+        if (mayRerun && err instanceof ParkedGapError && data.version !== undefined && BigInt(data.version) - 1n === row.version)
+          return data;
         await boss.fail(this.#parkQueue, { id: job.id, retryCount: job.retryCount }, { message: errorText(err) }, { db: pgBossDb(tx) });
         return undefined;
       },
@@ -147,7 +161,7 @@ export class ParkWorker {
       throw new PoisonMessageError(outcome.reason === 'unknown-type' ? 'unknown-type' : 'undecodable-body', outcome.error);
     if (outcome.kind === 'gap') {
       throw new ParkedGapError(
-        `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${outcome.recorded + 1n}, which is neither applied nor parked`,
+        `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${outcome.recorded + 1n}, which is neither applied nor parked (if it never comes: ferry inbox parked list names the fix)`,
       );
     }
     this.#report.settled(outcome, event, true);

@@ -7,7 +7,15 @@ import { recordOperatorActionSql } from '../sql/record-operator-action.js';
 export type ActionVia = 'cli' | 'console';
 
 /** The action names recorded in `operator_actions.action`. */
-export type ActionName = 'dlq.retry' | 'dlq.discard' | 'parked.retry' | 'parked.discard' | 'parked.move' | 'replay' | 'streams.ensure';
+export type ActionName =
+  | 'dlq.retry'
+  | 'dlq.discard'
+  | 'parked.retry'
+  | 'parked.discard'
+  | 'parked.move'
+  | 'inbox.skip'
+  | 'replay'
+  | 'streams.ensure';
 
 /** Who asked, and through what: every action function takes one. */
 export interface Operator {

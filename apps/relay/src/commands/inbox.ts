@@ -14,6 +14,7 @@ import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
 import { parkedMoveCommand, refuseUnworkedRetry } from './inbox-move.js';
+import { adviseAfterDiscard, inboxSkipCommand, outboxSchemaOption, parkedJobKeys, reportStuckKeys } from './inbox-skip.js';
 
 interface ParkedFlags {
   databaseUrl?: string;
@@ -29,6 +30,8 @@ interface ParkedFlags {
   dryRun?: boolean;
   /** The selection digest a --dry-run printed: change nothing unless the selection is still exactly that. */
   expectSelection?: string;
+  /** list: the outbox in this database, looked up for a replay of a stuck key's missing version. */
+  outboxSchema?: string;
 }
 
 function validateJobIds(ids: string[]): string[] {
@@ -178,7 +181,7 @@ function confirmAndSettle(action: ParkedAction, ids: string[], flags: ParkedFlag
 
 /** `ferry inbox parked list|retry|discard`: the inbox's parked events, in its pg-boss queues. */
 export function inboxCommand(ctx: CommandContext): Command {
-  const inbox = new Command('inbox').description('operate inbox consumers: their parked events');
+  const inbox = new Command('inbox').description('operate inbox consumers: their parked events, and keys waiting for a lost version');
   const parked = new Command('parked').description(
     'events an inbox parked (handler kept failing, poison input, sequential gap): list, retry or discard them, or move them out of an old pg-boss schema',
   );
@@ -204,13 +207,19 @@ export function inboxCommand(ctx: CommandContext): Command {
           .default(OLD_BOSS_SCHEMA)
           .argParser(parseSchema),
       )
+      .addOption(outboxSchemaOption())
       .addHelpText(
         'after',
         `
 It also checks that nothing parked is out of view: parked events of a consumer in the
 --old-boss-schema (${OLD_BOSS_SCHEMA}, the parking lot of releases before <schema>_boss), or
 counted in inbox_versions.parked but missing from the --boss-schema. Each is named on stderr
-with where it is and what to do, and the exit code is 1.`,
+with where it is and what to do, and the exit code is 1.
+
+And that no sequential key is stuck: one that waits for a version nothing holds (not applied,
+not stored early, not parked) while later versions of it are parked or were discarded. Each is
+named on stderr with the fix (the exact ferry replay when the outbox in this database, the
+--outbox-schema, still holds the version; else the exact ferry inbox skip), and the exit code is 1.`,
       )
       .action(async (flags: ParkedFlags) => {
         const outOfView = await parkedOutOfView(flags, ctx);
@@ -231,11 +240,13 @@ with where it is and what to do, and the exit code is 1.`,
         else if (rows.length === 0) ctx.out('no parked events');
         else for (const r of rows) for (const line of describeParked(r)) ctx.out(line);
         for (const f of outOfView) ctx.err(`ferry: ${f.advice}`);
+        const stuck = await reportStuckKeys(flags, ctx);
         if (outOfView.length > 0) {
           throw new CommandFailedError(
             `parked events out of view for ${outOfView.map((f) => f.consumer).join(', ')}: they are not where --boss-schema ${flags.bossSchema ?? bossSchemaFor(flags.schema)} looks (see above)`,
           );
         }
+        if (stuck > 0) throw new CommandFailedError(`${stuck} key(s) wait for a version nothing holds (see above)`);
       }),
   );
   const changing = (cmd: Command) =>
@@ -283,7 +294,10 @@ where they are. Move them first: ferry inbox parked move --from-boss-schema OLD 
       .argument('<JOB_ID...>', 'parked job ids (ferry inbox parked list)')
       .action(async (ids: string[], flags: ParkedFlags) => {
         const valid = validateJobIds(ids);
+        const keys = await parkedJobKeys(flags, ctx, valid);
         const n = await confirmAndSettle('discard', valid, flags, ctx);
+        // A key whose missing version lies below the discarded ones does not move on: say what remains to decide.
+        await adviseAfterDiscard(flags, ctx, keys, n === undefined);
         if (n === undefined) return; // --dry-run
         if (flags.json) ctx.out(JSON.stringify({ discarded: n, requested: valid.length }));
         else ctx.out(`discarded ${n} of ${valid.length} parked event(s)`);
@@ -291,7 +305,9 @@ where they are. Move them first: ferry inbox parked move --from-boss-schema OLD 
   );
   parked.addCommand(parkedMoveCommand(changing(new Command('move')), ctx, { withBoss, describeParked }));
   inbox.addCommand(parked);
-  for (const cmd of [parked, ...parked.commands]) {
+  const skip = inboxSkipCommand(ctx);
+  inbox.addCommand(skip);
+  for (const cmd of [parked, ...parked.commands, skip]) {
     cmd.exitOverride().configureOutput({ writeOut: (t) => ctx.out(t.trimEnd()), writeErr: (t) => ctx.err(t.trimEnd()) });
   }
   return inbox;

@@ -8,11 +8,25 @@ import { Html, html, qs, showPayload } from './html.js';
 import { LIST_LIMIT, PAYLOAD_BYTES } from './limits.js';
 import { type ConsoleContext, HttpError, type PageModule, type Req } from './page-kit.js';
 import { bossJobTable, type ParkedRow, parkedCounts, parkedEvents } from './queries.js';
+import { skipPages } from './skip-pages.js';
 
 // GET /parked (each inbox consumer's parked events) and POST /parked/preview, /parked/apply (retry, discard).
 export function parkedPages(c: ConsoleContext): PageModule {
   const { o, changed } = c;
-  const { layout, csrfField, canAct, checkAction, eventLink } = c.kit;
+  const { layout, csrfField, canAct, checkAction, eventLink, replayForm } = c.kit;
+  // Keys waiting for a version nothing holds, and their previewed skip (skip-pages.ts).
+  const skip = skipPages<Req>({
+    pool: o.pool,
+    schema: o.schema,
+    bossSchema: o.bossSchema,
+    layout,
+    csrfField,
+    canAct,
+    checkAction,
+    replayForm,
+    httpError: (status, message) => new HttpError(status, message),
+    changed,
+  });
 
   async function parkedPage(r: Req): Promise<string> {
     // Nothing parked is out of sight: events an earlier release left under the old pg-boss schema, or
@@ -37,8 +51,14 @@ export function parkedPages(c: ConsoleContext): PageModule {
       (p) =>
         html`<tr><td><a href="/parked${qs({ consumer: p.consumer })}">${p.consumer}</a></td><td class="n">${p.live}</td><td class="n">${p.failed}</td></tr>`,
     )}</table>`;
+    const stuck = await skip.stuckSection(r, consumer || undefined);
     if (!consumer || !counts.some((c) => c.consumer === consumer)) {
-      return layout(r, 'Parked events', '/parked', html`${warn}${counts.length ? list : html`<p class="ok">No parked events.</p>`}`);
+      return layout(
+        r,
+        'Parked events',
+        '/parked',
+        html`${warn}${counts.length ? list : html`<p class="ok">No parked events.</p>`}${stuck}`,
+      );
     }
     const key = r.url.searchParams.get('key') ?? undefined;
     const rows = await parkedEvents(o.pool, jobTable, consumer, LIST_LIMIT, key ? { key } : {});
@@ -49,7 +69,7 @@ export function parkedPages(c: ConsoleContext): PageModule {
         : '';
     const body = html`${warn}${list}<h2>Consumer ${consumer}${key ? ` · key ${key}` : ''}</h2>
 <form class="filter" method="get" action="/parked"><input type="hidden" name="consumer" value="${consumer}"><label>key<input name="key" value="${key ?? ''}"></label><button type="submit">Filter</button></form>
-${bulk}${parkedTable(r, consumer, rows)}`;
+${stuck}${bulk}${parkedTable(r, consumer, rows)}`;
     return layout(r, `Parked events of ${consumer}`, '/parked', body);
   }
 
@@ -169,9 +189,15 @@ ${parkedTable(r, consumer, eligible, false)}`;
       await boss.stop({ graceful: false, close: false }).catch(() => {});
     }
     const body = html`<p id="result">${action === 'retry' ? 'Retried' : 'Discarded'} <b id="done">${done.changed}</b> of ${ids.length} parked event(s) of ${consumer}.</p>
-${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
+${done.notRecorded ? html`<p class="advice">Not recorded in the audit trail: ${done.notRecorded}</p>` : ''}${
+  // A discard leaves a key whose missing version lies below the discarded ones waiting: what remains to decide.
+  action === 'discard' ? await skip.stuckSection(r, consumer) : ''
+}<p><a href="/parked${qs({ consumer })}">Parked events of ${consumer}</a> · <a href="/audit">Audit trail</a></p>`;
     return layout(r, 'Done', '/parked', body);
   }
 
-  return { get: { '/parked': parkedPage }, post: { '/parked/preview': parkedPreview, '/parked/apply': parkedApply } };
+  return {
+    get: { '/parked': parkedPage },
+    post: { '/parked/preview': parkedPreview, '/parked/apply': parkedApply, '/skip/preview': skip.preview, '/skip/apply': skip.apply },
+  };
 }

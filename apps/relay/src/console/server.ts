@@ -51,6 +51,8 @@ export const CONSOLE_PATHS = new Set([
   '/dlq/apply',
   '/parked/preview',
   '/parked/apply',
+  '/skip/preview',
+  '/skip/apply',
   '/replay/preview',
   '/replay/apply',
   '/streams/preview',
