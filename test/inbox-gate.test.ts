@@ -330,7 +330,16 @@ describe('inbox gate', () => {
       const first = await migrateInbox({ pool: f.db.pool, schema });
       assert.deepEqual(
         first.applied.map((m) => m.name),
-        ['inbox', 'inbox_parked', 'inbox_early', 'inbox_skipped', 'versions_fillfactor', 'row_security', 'next_version_no_overflow'],
+        [
+          'inbox',
+          'inbox_parked',
+          'inbox_early',
+          'inbox_skipped',
+          'versions_fillfactor',
+          'row_security',
+          'next_version_no_overflow',
+          'inbox_instances',
+        ],
       );
       // Room on each page for the per-event update to stay HOT (inbox migration 000005).
       const { rows: options } = await f.db.pool.query(`SELECT reloptions FROM pg_class WHERE oid = $1::regclass`, [

@@ -176,16 +176,16 @@ describe('inbox health in ferry status and ferry doctor', () => {
     }
   });
 
-  test('inbox migration 9 - a role granted the consumer tables before it beats as its own consumer after the upgrade, and only as it', async () => {
+  test('inbox migration 8 - a role granted the consumer tables before it beats as its own consumer after the upgrade, and only as it', async () => {
     const db = await createTestDatabase({ prefix: 'inbox_beat_grants', migrate: ['inbox'] });
     const role = uniqueName('fi');
     const r = quoteIdentifier(role);
     const s = quoteIdentifier(db.schema);
     const rolePool = new pg.Pool({ connectionString: roleUrl(db.url, role), max: 1 });
     try {
-      // The schema as the release before 000009 left it, with a role confined by that release's --print-grants.
+      // The schema as the release before 000008 left it, with a role confined by that release's --print-grants.
       await db.pool.query(`DROP TABLE ${s}.inbox_instances`);
-      await db.pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'inbox' AND version = 9`);
+      await db.pool.query(`DELETE FROM ${s}.migrations WHERE migration_set = 'inbox' AND version = 8`);
       await db.pool.query(`CREATE ROLE ${r} LOGIN`);
       await db.pool.query(`GRANT USAGE ON SCHEMA ${s} TO ${r}`);
       for (const t of ['inbox_versions', 'inbox_messages', 'inbox_early']) {

@@ -147,7 +147,7 @@ function inboxPolicies(s: string, roleName: string, role: string, consumers: rea
  *
  * Every part's grants end with a REVOKE of any write on `operator_actions`.
  * - inbox: read/write the rows of its consumers (`consumers`; row-level security)
- *   in the four consumer tables (the fourth, inbox_instances, its heartbeats: inbox migration 000009); DML on its pg-boss schema (the parking lot).
+ *   in the four consumer tables (the fourth, inbox_instances, its heartbeats: inbox migration 000008); DML on its pg-boss schema (the parking lot).
  *   The handlers' own tables are the application's to grant.
  * - idempotency: read/write `idempotency_keys`; DML on the janitor's pg-boss.
  * - reader: SELECT on the outbox, its settings and the migrations: the read-only commands.

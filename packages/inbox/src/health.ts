@@ -14,7 +14,7 @@ export interface ConsumerHealth {
   readonly keysWaitingOnMissingVersion: number;
 }
 
-/** One inbox's heartbeat row (inbox migration 000009). */
+/** One inbox's heartbeat row (inbox migration 000008). */
 export interface InboxInstance {
   readonly instance: string;
   readonly consumer: string;
@@ -38,7 +38,7 @@ export interface InboxHealth {
   /** Consumers with parked events or keys waiting on a missing version; none listed when all is well. */
   readonly consumers: ConsumerHealth[];
   readonly instances: InboxInstance[];
-  /** Why part of it could not be read (a schema before inbox migration 000009, no pg-boss yet, a role without SELECT), or null. */
+  /** Why part of it could not be read (a schema before inbox migration 000008, no pg-boss yet, a role without SELECT), or null. */
   readonly note: string | null;
 }
 
@@ -122,7 +122,7 @@ export async function readInboxHealth(db: Queryable, options: { schema: string; 
   const notes: string[] = [];
   if (!found.readable) notes.push(`this role may not read ${schema}.inbox_versions: parked events not counted`);
   else if (!found.boss) notes.push(`no readable pg-boss schema "${bossSchema}" (pass the inbox's bossSchema): parked events not counted`);
-  if (!found.instances) notes.push(`no readable ${schema}.inbox_instances (inbox migration 9: ferry migrate --inbox): inboxes not listed`);
+  if (!found.instances) notes.push(`no readable ${schema}.inbox_instances (inbox migration 8: ferry migrate --inbox): inboxes not listed`);
   const [consumers, instances] = await Promise.all([
     found.readable && found.boss
       ? db.query<{ consumer: string; parked: number; failed: number; waiting: number }>(consumerHealthSql(s, quoteIdentifier(bossSchema)), [

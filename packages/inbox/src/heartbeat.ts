@@ -19,7 +19,7 @@ export interface HeartbeatOptions {
 }
 
 /**
- * The inbox's row in `inbox_instances` (inbox migration 000009), as a relay
+ * The inbox's row in `inbox_instances` (inbox migration 000008), as a relay
  * keeps its row in `relay_instances`: written on start, renewed every
  * `heartbeatIntervalMs`, deleted on a clean stop, so `ferry status` and the
  * console list every running inbox with its consumer, release and last beat.
@@ -76,7 +76,7 @@ export class Heartbeat {
       if (!this.#failing) {
         o.logger.warn(
           { err, instance: this.instance },
-          `inbox heartbeat failed: ferry status shows this inbox as stale after ${termMs} ms (is inbox migration 9 applied? ferry migrate --inbox)`,
+          `inbox heartbeat failed: ferry status shows this inbox as stale after ${termMs} ms (is inbox migration 8 applied? ferry migrate --inbox)`,
         );
       }
       this.#failing = true;

@@ -221,7 +221,7 @@ export interface InboxOptions<E extends EventMap = EventMap> {
   /** How often the consumer's pending/ack-pending counts are read from JetStream for the metrics, in ms. Default 5 000. */
   lagSampleIntervalMs?: number;
   /**
-   * How often the inbox renews its row in `inbox_instances` (inbox migration 000009), in ms: `ferry
+   * How often the inbox renews its row in `inbox_instances` (inbox migration 000008), in ms: `ferry
    * status` and the console list each running inbox with its consumer, release and last heartbeat,
    * and show it stale once three intervals pass without one. From 1 000 to 600 000; default 10 000.
    */

@@ -3,7 +3,7 @@ import { ago, type Html, html } from './html.js';
 
 /**
  * The overview's "Inboxes" section: every inbox whose heartbeat is in the schema's
- * `inbox_instances` (inbox migration 000009), with its consumer, release and last heartbeat, as the
+ * `inbox_instances` (inbox migration 000008), with its consumer, release and last heartbeat, as the
  * relays are listed above it. One that stopped beating is shown stale (a clean stop removes its row).
  */
 export function inboxInstancesSection(inbox: InboxHealth | null): Html {
