@@ -1,4 +1,4 @@
-import type { StatusReport } from '../commands/status.js';
+import type { StatusReport } from '../commands/status-report.js';
 import { count } from '../count.js';
 import { CLI_DEFAULTS } from './defaults.js';
 

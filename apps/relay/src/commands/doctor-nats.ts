@@ -13,7 +13,7 @@ import { formatDuration } from '../duration.js';
 import { retrySpanMs } from '../relay-options.js';
 import { largestEventSql } from '../sql/largest-event.js';
 import type { BoundedOutboxEventRow } from '../sql/outbox-event-columns.js';
-import type { Add, DoctorFlags } from './doctor.js';
+import type { Add, DoctorFlags } from './doctor-report.js';
 
 const fmtMs = (ms: number) => formatDuration(ms, true);
 

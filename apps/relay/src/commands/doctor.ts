@@ -19,14 +19,7 @@ import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
 import { connectNats } from '../cli/nats-connection.js';
 import { describeRelayBeforeLeases, describeRelease, relayInstances, relaysBeforeLeases, releaseMix } from '../cli/relay-instances.js';
-import {
-  addDatabaseOptions,
-  addNatsOptions,
-  addRetrySpanOptions,
-  type DatabaseFlags,
-  type NatsFlags,
-  type RetrySpanFlags,
-} from '../cli/shared-options.js';
+import { addDatabaseOptions, addNatsOptions, addRetrySpanOptions } from '../cli/shared-options.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
 import { EXIT, exitWith } from '../exit-codes.js';
@@ -35,35 +28,9 @@ import { countDeadSql } from '../sql/count-dead.js';
 import { outboxSubjectsSql } from '../sql/outbox-subjects.js';
 import { SERVER_SETTINGS_SQL } from '../sql/server-settings.js';
 import { checkNats } from './doctor-nats.js';
+import type { Add, DoctorFlags, DoctorReport, Finding, FindingStatus } from './doctor-report.js';
 
-export interface DoctorFlags extends DatabaseFlags, NatsFlags, RetrySpanFlags {
-  stream?: string[];
-  consumer?: string[];
-  maxPayloadBytes: number;
-  leaseTermMs: number;
-  inboxMaxDeliver: number;
-  bossSchema?: string;
-  oldBossSchema?: string;
-}
-
-export const FINDING_STATUSES = ['ok', 'warning', 'problem', 'skipped'] as const;
-export type FindingStatus = (typeof FINDING_STATUSES)[number];
-
-/** One check's result; a `problem` counts towards the exit code, a `warning` does not. */
-export interface Finding {
-  check: string;
-  status: FindingStatus;
-  message: string;
-  /** What to do about it (present for warnings and problems). */
-  fix?: string;
-}
-
-/** The `--json` output of `ferry doctor`. */
-export interface DoctorReport {
-  problems: number;
-  warnings: number;
-  findings: Finding[];
-}
+export { type Add, type DoctorFlags, type DoctorReport, FINDING_STATUSES, type Finding, type FindingStatus } from './doctor-report.js';
 
 const HELP_AFTER = `
 Checks, each printed with its fix:
@@ -200,8 +167,6 @@ export async function runDoctor(flags: DoctorFlags, ctx: CommandContext): Promis
     findings,
   };
 }
-
-export type Add = (check: string, status: FindingStatus, message: string, fix?: string) => void;
 
 /** Returns the outbox's distinct subjects with their counts, or undefined when they cannot be read. */
 async function checkDatabase(pool: pg.Pool, flags: DoctorFlags, add: Add): Promise<Map<string, number> | undefined> {

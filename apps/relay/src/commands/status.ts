@@ -4,69 +4,21 @@ import { Command, Option } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
-import {
-  describeRelayBeforeLeases,
-  describeRelease,
-  type RelayBeforeLeases,
-  type RelayInstance,
-  relayInstances,
-  relaysBeforeLeases,
-  releaseMix,
-} from '../cli/relay-instances.js';
+import { describeRelayBeforeLeases, describeRelease, relayInstances, relaysBeforeLeases, releaseMix } from '../cli/relay-instances.js';
 import { addDatabaseOptions, type DatabaseFlags } from '../cli/shared-options.js';
 import { type InboxLimits, statusAttention } from '../cli/status-check.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
 import { NotMigratedError } from '../errors.js';
 import { EXIT, exitWith } from '../exit-codes.js';
-import { type BlockedKey, type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
+import { type BlockedKeyRow, blockedKeysSql, toBlockedKey } from '../sql/blocked-keys.js';
 import { countBlockedKeysSql } from '../sql/count-blocked-keys.js';
 import { laneBacklogSql } from '../sql/lane-backlog.js';
 import { publishedRecentlySql } from '../sql/published-recently.js';
 import { type LaneLeaseRow, laneLeasesSql } from '../sql/relay-instances.js';
+import type { LaneStatus, StatusReport } from './status-report.js';
 
-export interface LaneStatus {
-  lane: number;
-  /** Unpublished, not dead rows. */
-  pending: number;
-  dead: number;
-  /** Age of the oldest pending row in seconds (0 when none). */
-  oldestPendingSeconds: number;
-  /** Instance leasing the lane, or null when no relay holds it. */
-  owner: string | null;
-  /** Seconds since the owner last renewed the lease (null when never held). */
-  leaseAgeSeconds: number | null;
-  /** The lease's epoch: one more on every take. */
-  epoch: string;
-  /** The owner's term ran out without a renewal (frozen, cut off or stuck): a live instance takes the lane on its next poll. */
-  overdue: boolean;
-}
-
-/** The `--json` output of `ferry status`. */
-export interface StatusReport {
-  schema: string;
-  laneCount: number;
-  pending: number;
-  dead: number;
-  oldestPendingSeconds: number;
-  publishedLastMinute: number;
-  lanes: LaneStatus[];
-  instances: RelayInstance[];
-  /** The live instances' releases when they differ (each with its instance ids), else null: see `releaseMix`. */
-  mixedReleases: string | null;
-  /** Relays from before leases holding lanes by advisory lock: sending beside the others until stopped. */
-  relaysBeforeLeases: RelayBeforeLeases[];
-  /** Lanes with pending rows that no live relay leases (free, or overdue). */
-  unownedLanesWithBacklog: number[];
-  /** Keys held behind a failed row (backing off or dead); their later events wait. */
-  blockedKeys: number;
-  /** The oldest of them (at most 20), each with its reason and how many events wait behind it. */
-  blocked: BlockedKey[];
-  /** The schema holds no outbox, only inbox tables (a consumer's database): the outbox numbers are all 0. */
-  inboxOnly: boolean;
-  /** The inboxes whose tables are in this schema (their parked events per consumer, and each running inbox), or null when it holds none. */
-  inbox: InboxHealth | null;
-}
+export type { LaneStatus, StatusReport } from './status-report.js';
 
 /** Blocked keys listed by `ferry status` at most. */
 const BLOCKED_SHOWN = 20;
