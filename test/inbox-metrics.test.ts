@@ -46,7 +46,11 @@ describe('inbox metrics', () => {
         20,
       { timeoutMs: 10_000, what: 'the lag sample to count the 20 waiting messages' },
     );
-    assert.ok(((await value(registry, `ferry_inbox_in_flight{${c}}`)) ?? 0) > 0, 'held messages are in flight');
+    // NATS counts them as soon as they are waiting; the inbox holds them once delivered to its handler.
+    await waitFor(async () => ((await value(registry, `ferry_inbox_in_flight{${c}}`)) ?? 0) > 0, {
+      timeoutMs: 10_000,
+      what: 'held messages in flight',
+    });
     open();
     await waitFor(() => inbox.counts().applied === 20, { timeoutMs: 10_000, what: 'the 20 events to apply' });
 

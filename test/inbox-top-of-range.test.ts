@@ -84,7 +84,7 @@ async function publishBeyondTop(f: InboxFixture, key: string): Promise<void> {
       'ce-type': 'Set',
       'ce-partitionkey': key,
       'ce-sequence': (MAX + 1n).toString(),
-      'content-type': 'application/json',
+      'Content-Type': 'application/json',
     },
     Buffer.from('{}'),
   );

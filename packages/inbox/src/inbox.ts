@@ -138,6 +138,9 @@ class InboxImpl implements Inbox {
     await ensureConsumer(o);
     await this.#startBoss();
     await this.#warnParkedElsewhere();
+    // Before the first message: once handlers run they may hold every pool connection (a handler
+    // waiting on its own dependency), and a first beat queued behind them held start() for that long.
+    await this.#heartbeat.start();
     const js = jetstream(o.nc);
     const consumer = await js.consumers.get(o.stream, o.consumer);
     // Pull requests expire after pullExpiresMs (default 10 s; nats.js: 30 s), so heartbeats come
@@ -159,7 +162,6 @@ class InboxImpl implements Inbox {
       const every = Math.min(1_000, Math.max(100, Math.floor(o.gapTimeoutMs / 4)));
       this.#early.startSweeping(every);
     }
-    await this.#heartbeat.start();
     this.#state = 'running';
     o.logger.info({ stream: o.stream, consumer: o.consumer, mode: o.mode, instance: this.#heartbeat.instance }, 'inbox started');
   }
