@@ -142,10 +142,13 @@ test('ferry doctor - parked events under the old pg-boss schema are a warning wh
     'nats://127.0.0.1:1',
     ...base(),
   ]);
-  const ok = there.json<{ findings: Array<{ check: string; status: string }> }>().findings.filter((f) => f.check === 'parked');
+  // Nothing out of view; the one event parked there is counted as parked (issue 43: doctor is never ok while events are parked).
+  const there_ = there
+    .json<{ findings: Array<{ check: string; status: string; message: string }> }>()
+    .findings.filter((f) => f.check === 'parked');
   assert.deepEqual(
-    ok.map((f) => f.status),
-    ['ok'],
+    there_.map((f) => [f.status, f.message]),
+    [['warning', 'consumer billing: 1 parked event, 0 failed: the park worker retries them']],
   );
 });
 

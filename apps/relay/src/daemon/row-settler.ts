@@ -125,7 +125,9 @@ export class RowSettler {
     } catch (err) {
       logger.error({ err, id: row.id }, 'could not record a failed attempt; the row will be tried again');
     }
-    if (!dead && isPowerOfTwo(attempt)) {
+    // Not while JetStream itself is down: the circuit breaker says that once, for every key (200 failing
+    // heads would otherwise write 200 lines of one outage).
+    if (!dead && !outcome.outage && isPowerOfTwo(attempt)) {
       // One line at a head's first failure, then at each doubling of its attempts: a key backing off
       // is visible at warn from its first attempt (it used to log nothing until it went dead, some 22
       // minutes later with the defaults), and a key failing for hours writes about 25 lines, not one a try.
