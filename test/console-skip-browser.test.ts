@@ -1,7 +1,4 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { migrate, withTransaction } from '@ferry/core';
 import { listParked } from '@ferry/inbox';
@@ -9,7 +6,8 @@ import { createPublisher } from '@ferry/publisher';
 import { type ConsoleServer, startConsole } from '@ferry/relay';
 import { waitFor } from '@ferry/testkit';
 import { PgBoss } from 'pg-boss';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
+import { type Browser, launchChromium, logIn } from './chromium.js';
 import { markPublished } from './delivery-state.js';
 import { EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents } from './inbox-support.js';
 
@@ -19,14 +17,13 @@ import { EFFECT_SQL, ferryEvent, type InboxFixture, inboxFixture, publishEvents 
 // still holds the missing version the preview offers its replay first; a discard that leaves its
 // key waiting shows the key's skip on the result page.
 
-const CHROMIUM = process.env.FERRY_CHROMIUM ?? '/usr/bin/chromium';
 const TOKEN = 'console-skip-token-0123456789';
 
 let fx: InboxFixture;
 let boss: PgBoss;
 let consoleServer: ConsoleServer;
 let context: BrowserContext;
-let userDataDir: string;
+let browser: Browser;
 const calls = new Map<string, number>();
 
 async function appliedInOrder(key: string): Promise<string[]> {
@@ -105,29 +102,13 @@ before(async () => {
     token: TOKEN,
     refreshMs: 1000,
   });
-  userDataDir = mkdtempSync(join(tmpdir(), 'ferry-console-skip-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-  const page = await context.newPage();
-  await page.goto(`${consoleServer.url}/login`);
-  await page.fill('input[name=token]', TOKEN);
-  await Promise.all([page.waitForURL(`${consoleServer.url}/`), page.click('button[type=submit]')]);
-  await page.close();
+  browser = await launchChromium();
+  context = browser.context;
+  await logIn(context, consoleServer.url, TOKEN);
 });
 
 after(async () => {
-  await context?.close().catch(() => {});
-  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+  await browser?.close();
   await consoleServer?.close();
   await boss?.stop({ graceful: false }).catch(() => {});
   await fx?.close();

@@ -24,6 +24,13 @@ export function schemaOption(): Option {
     .argParser(parseSchema);
 }
 
+/** `--boss-schema` of the inbox commands: the inbox's pg-boss schema, where its parked events are. */
+export function inboxBossSchemaOption(): Option {
+  return new Option('--boss-schema <name>', 'schema of the inbox pg-boss (its bossSchema option; default <schema>_boss)')
+    .env('FERRY_BOSS_SCHEMA')
+    .argParser(parseSchema);
+}
+
 /** What `addDatabaseOptions` parses: the flags the operator commands (status, replay, doctor, verify) share. */
 export interface DatabaseFlags {
   databaseUrl?: string;

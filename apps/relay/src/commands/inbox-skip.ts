@@ -11,7 +11,7 @@ import { describeOutbox, previewSkip, type SkipPreview, type SkipTarget, settleS
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseSchema, parseSelectionDigest } from '../cli/flag-parsers.js';
-import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
+import { databaseUrlOption, inboxBossSchemaOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
@@ -298,11 +298,7 @@ export function inboxSkipCommand(ctx: CommandContext): Command {
     .description("accept a sequential key's missing versions as lost, so its later versions apply (preview first)")
     .addOption(databaseUrlOption())
     .addOption(schemaOption())
-    .addOption(
-      new Option('--boss-schema <name>', 'schema of the inbox pg-boss (its bossSchema option; default <schema>_boss)')
-        .env('FERRY_BOSS_SCHEMA')
-        .argParser(parseSchema),
-    )
+    .addOption(inboxBossSchemaOption())
     .addOption(outboxSchemaOption())
     .addOption(new Option('--consumer <name>', 'the inbox consumer (durable name)').env('FERRY_INBOX_CONSUMER').argParser(parseSchema))
     .addOption(new Option('--key <key>', 'the event key that waits for a missing version'))

@@ -9,7 +9,7 @@ import { type ExpectedSelection, selectionOfSet } from '../actions/selection.js'
 import { commandPool } from '../cli/database.js';
 import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn, parseSchema, parseSelectionDigest } from '../cli/flag-parsers.js';
-import { databaseUrlOption, schemaOption } from '../cli/shared-options.js';
+import { databaseUrlOption, inboxBossSchemaOption, schemaOption } from '../cli/shared-options.js';
 import { confirm } from '../confirm.js';
 import type { CommandContext } from '../context.js';
 import { CommandFailedError, NotConfirmedError } from '../errors.js';
@@ -189,11 +189,7 @@ export function inboxCommand(ctx: CommandContext): Command {
     cmd
       .addOption(databaseUrlOption())
       .addOption(schemaOption())
-      .addOption(
-        new Option('--boss-schema <name>', 'schema of the inbox pg-boss (its bossSchema option; default <schema>_boss)')
-          .env('FERRY_BOSS_SCHEMA')
-          .argParser(parseSchema),
-      )
+      .addOption(inboxBossSchemaOption())
       .addOption(new Option('--consumer <name>', 'the inbox consumer (durable name)').env('FERRY_INBOX_CONSUMER').argParser(parseSchema))
       .addOption(new Option('--json', 'print JSON'));
   parked.addCommand(
