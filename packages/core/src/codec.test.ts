@@ -3,7 +3,9 @@ import { describe, test } from 'node:test';
 import { type CloudEvent, HTTP } from 'cloudevents';
 import fc from 'fast-check';
 import {
+  CONTRACT_HEADERS,
   decodeEvent,
+  decodeMessage,
   encodedSize,
   encodedSizeAtMost,
   encodeEvent,
@@ -183,6 +185,7 @@ describe('codec', () => {
       'x-kept': 'yes',
       'X-KEPT': 'second spelling',
       'x-number': 5 as unknown as string,
+      'CE-DATASCHEMA': 'forged:Other/v9',
     };
     const enc = encodeEvent({ ...event, headers: forged });
     const names = enc.headers.map(([n]) => n.toLowerCase());
@@ -197,9 +200,28 @@ describe('codec', () => {
     assert.equal(last.get('nats-expected-stream'), undefined);
     assert.equal(last.get('x-kept'), 'yes');
     assert.equal(last.get('x-number'), undefined);
+    assert.equal(last.get('ce-dataschema'), undefined, 'a contract header passes only under its exact name');
     assert.deepEqual(
       enc.headers.slice(-10).map(([n]) => n),
-      Object.values(WIRE_HEADERS),
+      Object.values(WIRE_HEADERS).filter((n) => !CONTRACT_HEADERS.includes(n)),
+    );
+  });
+
+  test('codec - the contract headers travel under their exact names and come back in headers; a malformed value is left out', () => {
+    const event = fc.sample(eventArb, 1)[0] as FerryEvent;
+    const headers = { 'ce-dataschema': 'ferry:OrderPlaced/v2', 'ce-dataversion': '2' };
+    const enc = encodeEvent({ ...event, headers });
+    assert.deepEqual(enc.headers.slice(-2), [
+      ['ce-dataschema', 'ferry:OrderPlaced/v2'],
+      ['ce-dataversion', '2'],
+    ]);
+    const back = decodeMessage(enc.headers, enc.body, enc.subject);
+    assert.equal(back.headers['ce-dataschema'], 'ferry:OrderPlaced/v2');
+    assert.equal(back.headers['ce-dataversion'], '2');
+    const bad = encodeEvent({ ...event, headers: { 'ce-dataschema': 'a\r\nNats-Msg-Id: x', 'ce-dataversion': 'x'.repeat(2000) } });
+    assert.equal(
+      bad.headers.some(([n]) => n.startsWith('ce-data')),
+      false,
     );
   });
 });

@@ -1,6 +1,6 @@
 import type { FerryEvent } from './envelope.js';
 import { describeValue, ValidationError } from './errors.js';
-import { isReservedHeader, TRACE_HEADERS, validateKey } from './validate.js';
+import { CONTROL_CHARACTER, isReservedHeader, TRACE_HEADERS, validateKey } from './validate.js';
 
 /**
  * Wire header names: CloudEvents 1.0, NATS protocol binding, binary mode.
@@ -17,7 +17,30 @@ export const WIRE_HEADERS = {
   partitionKey: 'ce-partitionkey',
   sequence: 'ce-sequence',
   contentType: 'Content-Type',
+  /** CloudEvents `dataschema`: the contract the data was checked against (`@ferry/contracts`); absent without one. */
+  dataschema: 'ce-dataschema',
+  /** Ferry's CloudEvents extension: the contract version of the data (1, 2, 3…); absent without a contract. */
+  dataversion: 'ce-dataversion',
 } as const;
+
+/**
+ * The two `ce-*` headers an event carries in its `headers` rather than in a
+ * field of its own: the publisher stamps them from a contract, the codec
+ * passes them through under these exact names, and they are never taken from
+ * a caller's `headers` (reserved like every `ce-*` name).
+ */
+export const CONTRACT_HEADERS: readonly string[] = [WIRE_HEADERS.dataschema, WIRE_HEADERS.dataversion];
+
+/** The contract headers of `headers` that are well formed, as wire pairs. */
+function contractHeaders(headers: unknown): Array<readonly [string, string]> {
+  if (typeof headers !== 'object' || headers === null) return [];
+  const out: Array<readonly [string, string]> = [];
+  for (const name of CONTRACT_HEADERS) {
+    const value = Object.hasOwn(headers, name) ? (headers as Record<string, unknown>)[name] : undefined;
+    if (typeof value === 'string' && value.length > 0 && value.length <= 1024 && !CONTROL_CHARACTER.test(value)) out.push([name, value]);
+  }
+  return out;
+}
 
 export const SPEC_VERSION = '1.0';
 /** Width of the zero-padded `ce-sequence`: wide enough for any unsigned 64-bit value, so text order is numeric order. */
@@ -75,6 +98,7 @@ export function encodeEvent(event: FerryEvent, options: EncodeOptions = {}): Enc
     [WIRE_HEADERS.partitionKey, event.key],
     [WIRE_HEADERS.sequence, formatSequence(event.version)],
     [WIRE_HEADERS.contentType, event.contentType],
+    ...contractHeaders(user),
   );
   return { subject: event.subject, headers, body: event.data };
 }
@@ -185,6 +209,7 @@ const DECODED_HEADERS = new Map(
     WIRE_HEADERS.partitionKey,
     WIRE_HEADERS.sequence,
     WIRE_HEADERS.contentType,
+    ...CONTRACT_HEADERS,
   ].map((name) => [name.toLowerCase(), name] as const),
 );
 
@@ -279,7 +304,7 @@ export function decodeEvent(
     const v = read(name);
     if (v !== undefined) kept.set(name, v);
   }
-  for (const name of TRACE_HEADERS) {
+  for (const name of [...TRACE_HEADERS, ...CONTRACT_HEADERS]) {
     const v = read(name);
     if (v !== undefined) kept.set(name, v);
   }

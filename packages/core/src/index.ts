@@ -3,6 +3,7 @@
 // applications need not use it.
 export { backoffDelayMs, equalJitterMs, exponentialCapMs, fullJitterMs } from './backoff.js';
 export {
+  CONTRACT_HEADERS,
   decodeEvent,
   decodeMessage,
   type EncodedEvent,
@@ -103,6 +104,7 @@ export {
   transactionState,
 } from './transaction-guard.js';
 export {
+  CONTROL_CHARACTER,
   isNatsName,
   isReservedHeader,
   isUuid,

@@ -97,8 +97,7 @@ function validateText(value: unknown, field: string, max: number, example: strin
     throw new ValidationError(field, `${field} ${describeValue(value)} is ${value.length} characters; the limit is ${max}`);
   }
   // Control characters cannot travel in a NATS header (CR/LF would split it).
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: we are rejecting control characters
-  if (/[\u0000-\u001f\u007f]/.test(value)) {
+  if (CONTROL_CHARACTER.test(value)) {
     throw new ValidationError(field, `${field} ${describeValue(value)} contains a control character; remove it`);
   }
   refuseLoneSurrogate(value, field, field);
@@ -116,6 +115,10 @@ export const validateKey = (key: unknown, field = 'key'): string => validateText
 export const validateType = (type: unknown, field = 'type'): string => validateText(type, field, LIMITS.typeMaxLength, '"OrderPlaced"');
 export const validateSource = (source: unknown, field = 'source'): string =>
   validateText(source, field, LIMITS.sourceMaxLength, '"orders-service"');
+
+/** A control character: none may travel in a NATS header (CR/LF would split it). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: we are rejecting control characters
+export const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** A UUID in its text form (any version, either case): an event id, a pg-boss job id. */
