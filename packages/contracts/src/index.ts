@@ -26,6 +26,7 @@ export {
   isContractValidationError,
   isContractValidatorError,
 } from './errors.js';
+export { type ContractedEvent, checkPublish, type PublishStamp } from './publish.js';
 export {
   type ContractEventMap,
   ContractRegistry,

@@ -15,4 +15,14 @@ export {
   withTransaction,
 } from '@ferry/core';
 export { compilePublisherOptions, createPublisher, MAX_BATCH, refusedByPublishFunction } from './outbox-publisher.js';
-export type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';
+export type {
+  ContractPublisher,
+  ContractPublishInput,
+  EventFields,
+  EventMap,
+  Publisher,
+  PublisherOptions,
+  PublishInput,
+  PublishResult,
+  ResolvedPublisherOptions,
+} from './types.js';

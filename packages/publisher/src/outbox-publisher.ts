@@ -1,4 +1,5 @@
 import { randomFillSync } from 'node:crypto';
+import { checkPublish, isContractRegistry, type PublishStamp } from '@ferry/contracts';
 import {
   ConflictError,
   DEFAULT_SCHEMA,
@@ -35,7 +36,17 @@ import { v7 as uuidv7 } from 'uuid';
 import { encodeData } from './encode-data.js';
 import { insertEventSql, insertEventsSql } from './sql/insert-events.js';
 import { type CreateSpans, withCreateSpans } from './tracing.js';
-import type { EventMap, Publisher, PublisherOptions, PublishInput, PublishResult } from './types.js';
+import type {
+  AnyContract,
+  ContractPublisher,
+  ContractRegistry,
+  EventMap,
+  Publisher,
+  PublisherOptions,
+  PublishInput,
+  PublishResult,
+  ResolvedPublisherOptions,
+} from './types.js';
 
 const MIN_PAYLOAD = 1024;
 const MAX_PAYLOAD = LIMITS.maxEventBytes;
@@ -45,7 +56,7 @@ const MAX_TIME_MS = 253_402_300_799_999;
 /** Per batch: PostgreSQL accepts at most 65,535 bind values but arrays travel as one value each; this bounds memory. */
 export const MAX_BATCH = 10_000;
 
-export function compilePublisherOptions(options: PublisherOptions): Readonly<Required<PublisherOptions>> {
+export function compilePublisherOptions(options: PublisherOptions): ResolvedPublisherOptions {
   if (typeof options !== 'object' || options === null) {
     throw new ValidationError('options', 'createPublisher needs an options object, e.g. { source: "orders-service" }');
   }
@@ -64,7 +75,14 @@ export function compilePublisherOptions(options: PublisherOptions): Readonly<Req
   if (typeof preparedStatements !== 'boolean') {
     throw new ValidationError('preparedStatements', `preparedStatements must be true or false, got ${describeValue(preparedStatements)}`);
   }
-  return Object.freeze({ schema, source, maxPayloadBytes, notify, preparedStatements });
+  const contracts = options.contracts;
+  if (contracts !== undefined && !isContractRegistry(contracts)) {
+    throw new ValidationError(
+      'contracts',
+      `contracts must be a registry made by defineContracts([...]) of @ferry/contracts, got ${describeValue(contracts)}`,
+    );
+  }
+  return Object.freeze({ schema, source, maxPayloadBytes, notify, preparedStatements, contracts });
 }
 
 interface NodePostgresClient {
@@ -126,7 +144,7 @@ function plainDate(value: unknown): Date | undefined {
 }
 
 class OutboxPublisher<E extends EventMap> implements Publisher<E> {
-  readonly options: Readonly<Required<PublisherOptions>>;
+  readonly options: ResolvedPublisherOptions;
   /** [batch statement, single-event statement], each with its prepared-statement name. */
   readonly #statements: ReadonlyArray<{ name: string; text: string }>;
   readonly #channel: string;
@@ -151,16 +169,16 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     return tx.query(statement.text, values);
   }
 
-  #prepare(input: PublishInput<E>, field: string, spans?: CreateSpans): Prepared {
-    if (typeof input !== 'object' || input === null) {
-      throw new ValidationError(field, `${field} must be an event object with subject, key, type and data, got ${describeValue(input)}`);
-    }
-    const subject = validateSubject(input.subject, `${field}.subject`);
+  #prepare(input: PublishInput<E>, field: string, spans?: CreateSpans, stamp?: PublishStamp): Prepared {
+    requireEventObject(input, field);
+    const subject = validateSubject(input.subject ?? stamp?.subject, `${field}.subject`);
     const key = validateKey(input.key, `${field}.key`);
     const type = validateType(input.type, `${field}.type`);
     const id = input.id === undefined ? uuidv7(UUID_OPTIONS) : validateEventId(input.id, `${field}.id`);
     const version = input.version === undefined ? null : validateVersion(input.version, `${field}.version`);
     let headers = validateHeaders(input.headers, `${field}.headers`);
+    // After the check that refuses ce-* names from the caller: only the contract writes these two.
+    if (stamp) headers = { ...headers, ...stamp.headers };
     // Tracing: the creation context goes in before the size check, so the check counts it.
     if (spans) headers = spans.headers(headers, { id, key, subject, type }, input.id !== undefined);
     const time = input.time === undefined ? new Date() : plainDate(input.time);
@@ -215,7 +233,10 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
     if (events.length > MAX_BATCH) {
       throw new ValidationError('events', `publishMany got ${events.length} events; the limit per call is ${MAX_BATCH}: split the array`);
     }
-    const prepared = events.map((e, i) => this.#prepare(e, single ? 'event' : `events[${i}]`, spans));
+    const field = (i: number) => (single ? 'event' : `events[${i}]`);
+    // With contracts, every event is checked before any is encoded or written.
+    const stamps = this.options.contracts ? await checkAll(this.options.contracts, events, field) : undefined;
+    const prepared = events.map((e, i) => this.#prepare(e, field(i), spans, stamps?.[i]));
     const ids = new Set<string>();
     const explicitKeys = new Map<string, boolean>();
     const lastVersion = new Map<string, bigint>();
@@ -340,6 +361,25 @@ class OutboxPublisher<E extends EventMap> implements Publisher<E> {
   }
 }
 
+function requireEventObject(input: unknown, field: string): asserts input is object {
+  if (typeof input !== 'object' || input === null) {
+    throw new ValidationError(field, `${field} must be an event object with subject, key, type and data, got ${describeValue(input)}`);
+  }
+}
+
+/** Each event's contract stamp, in input order; one promise only when a validator is asynchronous. */
+function checkAll(
+  registry: ContractRegistry,
+  events: ReadonlyArray<unknown>,
+  field: (i: number) => string,
+): PublishStamp[] | Promise<PublishStamp[]> {
+  const stamps = events.map((e, i) => {
+    requireEventObject(e, field(i));
+    return checkPublish(registry, e, field(i));
+  });
+  return stamps.some((s) => s instanceof Promise) ? Promise.all(stamps) : (stamps as PublishStamp[]);
+}
+
 /**
  * The publish functions' own checks (migration 000005) raise SQLSTATE 22023
  * with COLUMN naming the field: that becomes a `ValidationError` on the field,
@@ -368,6 +408,10 @@ export function refusedByPublishFunction(err: unknown): ValidationError | undefi
  * type OrderEvents = { OrderPlaced: { id: string; total: number } };
  * const publisher = createPublisher<OrderEvents>({ source: 'orders-service' });
  */
-export function createPublisher<E extends EventMap = EventMap>(options: PublisherOptions): Publisher<E> {
-  return new OutboxPublisher<E>(options);
+export function createPublisher<C extends AnyContract>(
+  options: PublisherOptions & { contracts: ContractRegistry<C> },
+): ContractPublisher<C>;
+export function createPublisher<E extends EventMap = EventMap>(options: PublisherOptions): Publisher<E>;
+export function createPublisher(options: PublisherOptions): Publisher<EventMap> {
+  return new OutboxPublisher<EventMap>(options);
 }

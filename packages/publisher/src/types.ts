@@ -1,15 +1,38 @@
+import type { AnyContract, ContractInput, ContractRegistry, Latest } from '@ferry/contracts';
+
+export type { AnyContract, ContractRegistry };
+
 import type { EventMap, Queryable } from '@ferry/core';
 
 /** Event type → payload shape (core's `EventMap`). `createPublisher<MyEvents>()` makes `publish` check `data` against `type`. */
 export type { EventMap };
 
+/** The fields of an event besides its type, data and subject. */
+export interface EventFields {
+  /** Partition / aggregate key (1-256 characters). Order is kept per key. */
+  key: string;
+  /** MIME type; required for bytes, defaults to `application/json`. */
+  contentType?: string;
+  /** Event id (UUID). Supply it to make the publish idempotent; default a new UUIDv7. */
+  id?: string;
+  /**
+   * Explicit per-key version. Default: the next one, assigned in commit order.
+   * It must be above every version the key has had (also pruned ones), and
+   * increase along one `publishMany`; otherwise `VersionOrderError`
+   * (`FERRY_CONFLICT`) is raised and nothing is written.
+   */
+  version?: bigint | number;
+  /** Extra headers (not `ce-*`, `Nats-*` or `Content-Type`); `traceparent`/`tracestate` pass through. */
+  headers?: Record<string, string>;
+  /** When it happened, in the years 0001-9999 UTC (what ce-time and PostgreSQL both hold). Default: now. */
+  time?: Date;
+}
+
 /** One event to publish. */
 export type PublishInput<E extends EventMap = EventMap> = {
-  [T in keyof E & string]: {
+  [T in keyof E & string]: EventFields & {
     /** NATS subject, e.g. `orders.placed`. No wildcards. */
     subject: string;
-    /** Partition / aggregate key (1-256 characters). Order is kept per key. */
-    key: string;
     /** Event type, e.g. `OrderPlaced`. */
     type: T;
     /**
@@ -19,23 +42,28 @@ export type PublishInput<E extends EventMap = EventMap> = {
      * (a Map, Set, RegExp, Error, nested bytes, NaN, a function) is refused.
      */
     data: E[T] | Uint8Array | ArrayBuffer | ArrayBufferView;
-    /** MIME type; required for bytes, defaults to `application/json`. */
-    contentType?: string;
-    /** Event id (UUID). Supply it to make the publish idempotent; default a new UUIDv7. */
-    id?: string;
-    /**
-     * Explicit per-key version. Default: the next one, assigned in commit order.
-     * It must be above every version the key has had (also pruned ones), and
-     * increase along one `publishMany`; otherwise `VersionOrderError`
-     * (`FERRY_CONFLICT`) is raised and nothing is written.
-     */
-    version?: bigint | number;
-    /** Extra headers (not `ce-*`, `Nats-*` or `Content-Type`); `traceparent`/`tracestate` pass through. */
-    headers?: Record<string, string>;
-    /** When it happened, in the years 0001-9999 UTC (what ce-time and PostgreSQL both hold). Default: now. */
-    time?: Date;
   };
 }[keyof E & string];
+
+/**
+ * One event to publish through a publisher given `contracts`: `data` is what
+ * the contract's validator accepts, at the type's newest version or at
+ * `contractVersion`, and `subject` defaults to the contract's.
+ */
+export type ContractPublishInput<C extends AnyContract> =
+  | {
+      [T in C['type']]: EventFields & {
+        type: T;
+        /** NATS subject; default the contract's `subject`. */
+        subject?: string;
+        data: ContractInput<Latest<C, T>>;
+        /** The contract version `data` follows; default the type's newest. */
+        contractVersion?: undefined;
+      };
+    }[C['type']]
+  | (C extends AnyContract
+      ? EventFields & { type: C['type']; subject?: string; data: ContractInput<C>; contractVersion: C['version'] }
+      : never);
 
 export interface PublishResult {
   readonly id: string;
@@ -88,7 +116,20 @@ export interface PublisherOptions {
    * in transaction mode before 1.21).
    */
   preparedStatements?: boolean;
+  /**
+   * The event contracts (`defineContracts()` of `@ferry/contracts`): `publish` then
+   * checks `data` against its type's contract before anything is written, throws a
+   * `ContractValidationError` naming each issue when it does not fit, and stamps the
+   * event with its contract (`ce-dataschema`, `ce-dataversion`). Every type published
+   * must have a contract. Default none: no check, no cost. See docs/contracts.md.
+   */
+  contracts?: ContractRegistry;
 }
+
+/** The options as a publisher holds them: each default applied. */
+export type ResolvedPublisherOptions = Readonly<Required<Omit<PublisherOptions, 'contracts'>>> & {
+  readonly contracts: ContractRegistry | undefined;
+};
 
 /**
  * Writes events into the outbox on the caller's connection, inside the
@@ -101,9 +142,12 @@ export interface PublisherOptions {
  *   await publisher.publish(tx, { subject: 'orders.placed', key: id, type: 'OrderPlaced', data: { id } });
  * });
  */
-export interface Publisher<E extends EventMap = EventMap> {
-  readonly options: Readonly<Required<PublisherOptions>>;
-  publish(tx: Queryable, event: PublishInput<E>): Promise<PublishResult>;
-  /** All events in one round trip; results in input order. */
-  publishMany(tx: Queryable, events: ReadonlyArray<PublishInput<E>>): Promise<PublishResult[]>;
+export interface Publisher<E extends EventMap = EventMap, I = PublishInput<E>> {
+  readonly options: ResolvedPublisherOptions;
+  publish(tx: Queryable, event: I): Promise<PublishResult>;
+  /** All events in one round trip; results in input order. With contracts, every event is checked before any is written. */
+  publishMany(tx: Queryable, events: ReadonlyArray<I>): Promise<PublishResult[]>;
 }
+
+/** A publisher given `contracts`: `publish` is typed, checked and stamped by them. */
+export type ContractPublisher<C extends AnyContract> = Publisher<EventMap, ContractPublishInput<C>>;
