@@ -1,3 +1,4 @@
+import type { ContractParkReason } from '@ferry/contracts';
 import { ConfigError, ERROR_CODES, FerryError } from '@ferry/core';
 
 export {
@@ -34,7 +35,7 @@ export const isConsumerMismatchError = (e: unknown): e is ConsumerMismatchError 
 
 /** Why a message could not become an event; carried into the park queue. Code `FERRY_POISON`. */
 export class PoisonMessageError extends FerryError {
-  readonly reason: 'undecodable-headers' | 'undecodable-body' | 'unknown-type';
+  readonly reason: 'undecodable-headers' | 'undecodable-body' | 'unknown-type' | ContractParkReason;
   constructor(reason: PoisonMessageError['reason'], message: string, options?: { cause?: unknown }) {
     super(ERROR_CODES.poison, message, options);
     this.name = 'PoisonMessageError';

@@ -1,3 +1,4 @@
+import { type ContractRegistry, consumeData } from '@ferry/contracts';
 import { type FerryEvent, type PooledConnection, pgBossDb, type Queryable, withTransaction } from '@ferry/core';
 import type { PgBoss } from 'pg-boss';
 import { GateRaceError } from './errors.js';
@@ -8,6 +9,35 @@ import type { ParkedJobData } from './parked-job.js';
 import { holdEarlyAndCommit } from './sql/early-statements.js';
 import { beginAndRecordMessage, beginGate, readKeyRow, transactionBoundsSql } from './sql/gate-statements.js';
 import type { Handler, HandlerContext, InboxEvent, TxBoss } from './types.js';
+
+/** An event ready for its handler. */
+interface Prepared {
+  handler: Handler<string, unknown>;
+  payload: unknown;
+  contract?: InboxEvent['contract'];
+}
+
+/**
+ * The payload checked against the contract the event was published under and
+ * upcast to its type's newest version, or the park outcome that says why it
+ * cannot be (`invalid-data`, `unknown-version`, `upcast-failed`).
+ */
+async function byContract(contracts: ContractRegistry, event: FerryEvent, prepared: Prepared): Promise<Prepared | GateOutcome> {
+  if (!JSON_TYPE.test(event.contentType)) {
+    return {
+      kind: 'park',
+      reason: 'invalid-data',
+      error: `${JSON.stringify(event.type)} has a contract, so its data must be JSON; this event's content type is ${JSON.stringify(event.contentType)}`,
+    };
+  }
+  const consumed = await consumeData(contracts, event.type, event.headers, prepared.payload);
+  if (!consumed.ok) return { kind: 'park', reason: consumed.reason, error: consumed.error };
+  return {
+    handler: prepared.handler,
+    payload: consumed.value,
+    contract: { version: consumed.version, publishedVersion: consumed.fromVersion },
+  };
+}
 
 export interface GateOptions {
   /** Runs in the transaction before COMMIT on applied, stale and duplicate outcomes (the park worker completes its job there). */
@@ -49,7 +79,7 @@ export class Gate {
   }
 
   /** Why an event cannot reach a handler, or its payload. */
-  #prepare(event: FerryEvent): { handler: Handler<string, unknown>; payload: unknown } | GateOutcome {
+  #prepare(event: FerryEvent): Prepared | GateOutcome {
     const handler = this.#o.handlers.get(event.type);
     if (!handler) return { kind: 'park', reason: 'unknown-type', error: `no handler for event type ${JSON.stringify(event.type)}` };
     if (!JSON_TYPE.test(event.contentType)) return { handler, payload: event.data };
@@ -147,13 +177,17 @@ export class Gate {
             );
           }
         }
-        const prepared = this.#prepare(event);
+        let prepared = this.#prepare(event);
+        // Only with contracts: the one await a plain inbox does not pay.
+        if (o.contracts && !('kind' in prepared)) prepared = await byContract(o.contracts, event, prepared);
         if ('kind' in prepared) {
           await end('ROLLBACK');
           return prepared;
         }
         const started = performance.now();
-        const inboxEvent: InboxEvent = { ...event, payload: prepared.payload };
+        const inboxEvent: InboxEvent = prepared.contract
+          ? { ...event, payload: prepared.payload, contract: prepared.contract }
+          : { ...event, payload: prepared.payload };
         const ctx: HandlerContext = { tx: client, boss: this.#txBoss(client), consumer: o.consumer, attempt };
         await prepared.handler(inboxEvent, ctx);
         const handled = performance.now();

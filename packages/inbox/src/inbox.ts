@@ -41,7 +41,7 @@ import { ParkWorker } from './park-worker.js';
 import { findParkedElsewhere } from './parked-elsewhere.js';
 import { inboxTablesExist } from './sql/inbox-tables.js';
 import { inProcessSpan } from './tracing.js';
-import type { EventMap, Inbox, InboxCounts, InboxOptions, InboxState } from './types.js';
+import type { AnyContract, ContractInboxOptions, EventMap, Inbox, InboxCounts, InboxOptions, InboxState } from './types.js';
 
 class InboxImpl implements Inbox {
   readonly #o: CompiledInboxOptions;
@@ -457,7 +457,9 @@ async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T>
  * // … on shutdown: stops intake, drains in-flight handlers, flushes acks
  * await inbox.stop();
  */
-export function createInbox<E extends EventMap = EventMap>(options: InboxOptions<NoInfer<E>>): Inbox {
+export function createInbox<C extends AnyContract>(options: ContractInboxOptions<C>): Inbox;
+export function createInbox<E extends EventMap = EventMap>(options: InboxOptions<NoInfer<E>>): Inbox;
+export function createInbox(options: InboxOptions): Inbox {
   return new InboxImpl(compileInboxOptions(options));
 }
 

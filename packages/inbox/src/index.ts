@@ -31,6 +31,7 @@ export { type FindParkedElsewhereOptions, findParkedElsewhere, moveCommand, type
 export { type ParkedJobData, type ParkedJobRead, RAW_JSON_MAX, readParkedJob } from './parked-job.js';
 export { type MovedParked, type MoveParkedOptions, moveParked } from './parked-move.js';
 export {
+  type ContractInboxOptions,
   type EventMap,
   type Handler,
   type HandlerContext,

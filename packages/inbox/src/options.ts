@@ -1,3 +1,4 @@
+import { type ContractRegistry, isContractRegistry } from '@ferry/contracts';
 import {
   bossSchemaFor,
   boundedQueries,
@@ -91,6 +92,8 @@ export interface CompiledInboxOptions {
   readonly lagSampleIntervalMs: number;
   /** How often the inbox renews its `inbox_instances` row (heartbeat.ts). */
   readonly heartbeatIntervalMs: number;
+  /** The event contracts each payload is checked and upcast by, or `undefined` for none. */
+  readonly contracts: ContractRegistry | undefined;
 }
 
 /** A logger that drops everything (core's): `createInbox({ …, logger: SILENT_LOGGER })` mutes the default warn lines. */
@@ -109,6 +112,31 @@ function int(value: unknown, option: string, min: number, max: number, fallback:
 const FILTER_SUBJECT = /^[^\s]+$/;
 
 /** Options → a frozen object with every default applied. Throws `ValidationError` naming the bad option. */
+/** A registry that has a contract for every handler's type, or a `ValidationError` naming the one that lacks it. */
+function compileContracts(contracts: unknown, handlers: object): ContractRegistry | undefined {
+  if (contracts === undefined) return undefined;
+  if (!isContractRegistry(contracts)) {
+    throw new ValidationError(
+      'contracts',
+      `contracts must be a registry made by defineContracts([...]) of @ferry/contracts, got ${describeValue(contracts)}`,
+    );
+  }
+  for (const type of Object.keys(handlers)) {
+    if (contracts.versions(type).length === 0) {
+      throw new ValidationError(
+        `handlers.${type}`,
+        `handlers.${type}: the contracts have no ${JSON.stringify(type)} (they have ${
+          contracts
+            .types()
+            .map((t) => JSON.stringify(t))
+            .join(', ') || 'none'
+        }); add its defineEvent() to the registry, or remove the handler`,
+      );
+    }
+  }
+  return contracts;
+}
+
 export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>): CompiledInboxOptions {
   if (typeof options !== 'object' || options === null) throw new ValidationError('options', 'createInbox needs an options object');
   const { pool, nc } = options;
@@ -159,6 +187,7 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     if (typeof fn !== 'function')
       throw new ValidationError(`handlers.${type}`, `handlers.${type} must be a function, got ${describeValue(fn)}`);
   }
+  const contracts = compileContracts(options.contracts, handlers);
   if (options.manageConsumer !== undefined && typeof options.manageConsumer !== 'boolean') {
     throw new ValidationError('manageConsumer', `manageConsumer must be a boolean, got ${describeValue(options.manageConsumer)}`);
   }
@@ -242,6 +271,7 @@ export function compileInboxOptions<E extends EventMap>(options: InboxOptions<E>
     metrics,
     lagSampleIntervalMs: int(options.lagSampleIntervalMs, 'lagSampleIntervalMs', 100, 600_000, INBOX_DEFAULTS.lagSampleIntervalMs),
     heartbeatIntervalMs: int(options.heartbeatIntervalMs, 'heartbeatIntervalMs', 1_000, 600_000, INBOX_DEFAULTS.heartbeatIntervalMs),
+    contracts,
   });
 }
 

@@ -11,6 +11,7 @@ import { lockKey } from './sql/lock-key.js';
 import { addParked } from './sql/park-count.js';
 import { orderParked } from './sql/park-order.js';
 import { inProcessSpan } from './tracing.js';
+import type { ParkReason } from './types.js';
 
 /**
  * The parking lot's worker: pg-boss hands it one parked event at a time, with
@@ -157,8 +158,7 @@ export class ParkWorker {
         await boss.complete(this.#parkQueue, job.id, null, { db: pgBossDb(tx) });
       },
     });
-    if (outcome.kind === 'park')
-      throw new PoisonMessageError(outcome.reason === 'unknown-type' ? 'unknown-type' : 'undecodable-body', outcome.error);
+    if (outcome.kind === 'park') throw new PoisonMessageError(poisonReason(outcome.reason), outcome.error);
     if (outcome.kind === 'gap') {
       throw new ParkedGapError(
         `version ${event.version} of key ${JSON.stringify(event.key)} waits for version ${outcome.recorded + 1n}, which is neither applied nor parked (if it never comes: ferry inbox parked list names the fix)`,
@@ -169,5 +169,18 @@ export class ParkWorker {
     // interval, so a key's parked chain drains at the handler's pace, not one event per poll.
     if (this.#workerId) boss.notifyWorker(this.#workerId);
     if (outcome.kind === 'applied' && o.mode === 'sequential') this.#early.queue(event.key, 'drain');
+  }
+}
+
+/** The reason a parked event's retry fails with: the gate's own, or `undecodable-body` for one that is not about the event's body. */
+function poisonReason(reason: ParkReason): PoisonMessageError['reason'] {
+  switch (reason) {
+    case 'unknown-type':
+    case 'invalid-data':
+    case 'unknown-version':
+    case 'upcast-failed':
+      return reason;
+    default:
+      return 'undecodable-body';
   }
 }

@@ -1,4 +1,8 @@
+import type { AnyContract, ContractEventMap, ContractRegistry } from '@ferry/contracts';
 import type { ConnectionPool, EventMap, FerryEvent, Logger, Queryable } from '@ferry/core';
+
+export type { AnyContract };
+
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { PgBoss, SendOptions } from 'pg-boss';
 import type { Registry } from 'prom-client';
@@ -18,6 +22,12 @@ export type InboxMode = (typeof INBOX_MODES)[number];
 export interface InboxEvent<T extends string = string, P = unknown> extends FerryEvent {
   readonly type: T;
   readonly payload: P;
+  /**
+   * With `contracts`: the version the payload was brought to (the type's newest, which the
+   * handler takes) and the version the event was published at (older ones were upcast).
+   * Absent without contracts.
+   */
+  readonly contract?: { readonly version: number; readonly publishedVersion: number };
 }
 
 /** pg-boss bound to the handler's transaction: a job sent here exists iff the handler commits. */
@@ -56,6 +66,9 @@ export const PARK_REASONS = [
   'unknown-type',
   'gap-timeout',
   'behind-parked',
+  'invalid-data',
+  'unknown-version',
+  'upcast-failed',
 ] as const;
 export type ParkReason = (typeof PARK_REASONS)[number];
 
@@ -226,7 +239,21 @@ export interface InboxOptions<E extends EventMap = EventMap> {
    * and show it stale once three intervals pass without one. From 1 000 to 600 000; default 10 000.
    */
   heartbeatIntervalMs?: number;
+  /**
+   * The event contracts (`defineContracts()` of `@ferry/contracts`). Each event is then checked
+   * against the contract it was published under (its `ce-dataschema`, else `ce-dataversion`, else
+   * v1) and upcast step by step to its type's newest version before its handler runs; one that fails
+   * is parked, never handed over: `invalid-data` (with the validator's issues), `unknown-version`
+   * (newer than this consumer knows), `upcast-failed`. Every handler's type must have a contract.
+   * Default none: payloads are handed over as decoded, at no cost. See docs/contracts.md.
+   */
+  contracts?: ContractRegistry;
 }
+
+/** `createInbox({ contracts, handlers })`: the handlers are typed by the registry, each payload its type's newest version. */
+export type ContractInboxOptions<C extends AnyContract> = Omit<InboxOptions<ContractEventMap<ContractRegistry<C>>>, 'contracts'> & {
+  contracts: ContractRegistry<C>;
+};
 
 export type InboxState = 'idle' | 'starting' | 'running' | 'draining' | 'stopped' | 'failed';
 
