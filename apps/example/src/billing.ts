@@ -3,13 +3,15 @@ import { createInbox, type Inbox } from '@ferry/inbox';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type pg from 'pg';
 import { PgBoss } from 'pg-boss';
-import type { OrderEvents } from './orders-service.js';
+import { contracts } from './contracts.js';
 
 export const RECEIPT_QUEUE = 'demo-receipt-email';
 
 export interface Billing {
   inbox: Inbox;
   boss: PgBoss;
+  /** Orders whose event was published at OrderPlaced v1 and upcast to v2 before the handler. */
+  upcast: Set<string>;
   stop(): Promise<void>;
 }
 
@@ -44,7 +46,8 @@ export async function startBilling(opts: {
       }
     },
   );
-  const inbox = createInbox<OrderEvents>({
+  const upcast = new Set<string>();
+  const inbox = createInbox({
     pool: opts.pool,
     nc: opts.nc,
     stream: opts.stream,
@@ -53,9 +56,14 @@ export async function startBilling(opts: {
     mode: 'latest',
     concurrency: 16,
     boss,
+    // Each event is checked against the contract it was published under and upcast to v2, the
+    // registry's newest: the handler sees only v2. One that does not fit is parked (invalid-data).
+    contracts,
     handlers: {
       OrderPlaced: async (event, ctx) => {
-        const { orderId, customer, totalCents } = event.payload;
+        const { orderId, customer, total } = event.payload;
+        const totalCents = total.amountCents;
+        if (event.contract?.publishedVersion === 1) upcast.add(orderId);
         await ctx.tx.query(`INSERT INTO ${s}.charges (order_id, customer, amount_cents) VALUES ($1, $2, $3)`, [
           orderId,
           customer,
@@ -69,6 +77,7 @@ export async function startBilling(opts: {
   return {
     inbox,
     boss,
+    upcast,
     async stop() {
       await inbox.stop();
       await boss.stop({ graceful: true, timeout: 5_000 });

@@ -10,6 +10,9 @@
  *    started in the middle of the traffic.
  * 3. A billing consumer charges through the inbox and enqueues a receipt
  *    email (pg-boss) in the charge's transaction.
+ * Both use the event contracts of contracts.ts: orders publishes OrderPlaced
+ * v2 (every seventh order as v1, as its previous release did), checked before
+ * the insert; billing's inbox checks each event again and upcasts v1 to v2.
  * 4. Clients retry with the same key (sequentially, concurrently, and after a
  *    timeout that hit once the order had committed), and every event is
  *    delivered a second time (a replay with new message ids).
@@ -139,7 +142,7 @@ async function main(): Promise<number> {
     await relay.start();
     say('  relay started (stream FERRY_DEMO ensured)');
     billing = await startBilling({ pool, databaseUrl: DATABASE_URL, nc, stream: STREAM, schema: SCHEMA, log: say });
-    say('  billing consumer started (inbox, mode latest)');
+    say('  billing consumer started (inbox, mode latest, contracts OrderPlaced v1..v2)');
     const orders = await startOrdersService(pool, SCHEMA);
     server = orders.server;
     say(`  orders service listening on ${orders.url}`);
@@ -147,11 +150,16 @@ async function main(): Promise<number> {
     // Traffic. Every logical order has ONE idempotency key, reused by every retry.
     let requests = 0;
     let replays = 0;
+    let legacy = 0;
     const created = new Set<string>();
     const customers = ['ada', 'grace', 'barbara', 'edsger', 'leslie', 'margaret'];
     for (let i = 0; i < ORDERS; i++) {
       const key = randomUUID();
       const order: OrderRequest = { customer: customers[i % customers.length] as string, totalCents: 1000 + i };
+      if (i % 7 === 6) {
+        order.legacyEvent = true;
+        legacy++;
+      }
       const answers: Array<{ status: number; replayed: boolean; body: { orderId?: string } }> = [];
       if (i % 5 === 1) {
         // a plain retry: the client did not trust the first answer
@@ -235,7 +243,7 @@ async function main(): Promise<number> {
     say(`  orders                ${summary.orders}`, false);
     say(`  events (outbox)       ${summary.events}  (${summary.published} published)`, false);
     say(`  events (stream)       ${summary.inStream}  (+${rows.length} replayed copies)`, false);
-    say(`  charges               ${summary.charges}`, false);
+    say(`  charges               ${summary.charges}  (${billing.upcast.size} of them from OrderPlaced v1 events, upcast to v2)`, false);
     say(`  emails                ${summary.emails}`, false);
     say(`  duplicates dropped    ${summary.duplicatesDropped}  (by the inbox)`, false);
     say(`  double charges: ${summary.doubleCharges}`, false);
@@ -247,6 +255,7 @@ async function main(): Promise<number> {
       summary.inStream === ORDERS &&
       summary.charges === ORDERS &&
       summary.emails === ORDERS &&
+      billing.upcast.size === legacy &&
       summary.doubleCharges === 0;
     say(ok ? 'OK: every order charged exactly once.' : 'FAILED: see the counts above.');
     return ok ? 0 : 1;

@@ -6,16 +6,15 @@ import { quoteIdentifier } from '@ferry/core';
 import { createIdempotency, nodeHttpIdempotency } from '@ferry/idempotency';
 import { createPublisher } from '@ferry/publisher';
 import type pg from 'pg';
-
-export type OrderEvents = {
-  OrderPlaced: { orderId: string; customer: string; totalCents: number };
-};
+import { contracts } from './contracts.js';
 
 export interface OrderRequest {
   customer: string;
   totalCents: number;
   /** Demo only: the service takes this long before answering, so a client timeout hits after the order committed. */
   slowMs?: number;
+  /** Demo only: publish this order's event as OrderPlaced v1, as the service's previous release did. */
+  legacyEvent?: boolean;
 }
 
 /**
@@ -38,7 +37,8 @@ function callerOf(authorization: string | undefined): string | undefined {
  */
 export async function startOrdersService(pool: pg.Pool, schema: string): Promise<{ url: string; server: Server }> {
   const s = quoteIdentifier(schema);
-  const publisher = createPublisher<OrderEvents>({ schema, source: 'orders-service' });
+  // Typed and checked by the contracts: a publish whose data does not fit OrderPlaced v2 throws before anything is written.
+  const publisher = createPublisher({ schema, source: 'orders-service', contracts });
   const keys = createIdempotency({ schema, scope: 'orders-api', retention: '24h' });
   const handle = nodeHttpIdempotency(keys, {
     pool,
@@ -57,12 +57,21 @@ export async function startOrdersService(pool: pg.Pool, schema: string): Promise
         order.customer,
         order.totalCents,
       ]);
-      await publisher.publish(tx, {
-        subject: 'demo.orders.placed',
-        key: orderId,
-        type: 'OrderPlaced',
-        data: { orderId, customer: order.customer, totalCents: order.totalCents },
-      });
+      // The subject comes from the contract; the event is stamped ce-dataschema ferry:OrderPlaced/v2.
+      if (order.legacyEvent) {
+        await publisher.publish(tx, {
+          key: orderId,
+          type: 'OrderPlaced',
+          contractVersion: 1,
+          data: { orderId, customer: order.customer, totalCents: order.totalCents },
+        });
+      } else {
+        await publisher.publish(tx, {
+          key: orderId,
+          type: 'OrderPlaced',
+          data: { orderId, customer: order.customer, total: { amountCents: order.totalCents, currency: 'EUR' } },
+        });
+      }
       if (order.slowMs) await sleep(order.slowMs);
       return { status: 201, body: { orderId } };
     },
