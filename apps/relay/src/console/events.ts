@@ -1,3 +1,4 @@
+import { WIRE_HEADERS } from '@ferry/core';
 import { EVENT_STATES, parseFilter } from '../actions/event-filter.js';
 import { showEventSql } from '../sql/show-event.js';
 import { Html, html, iso, qs, showPayload } from './html.js';
@@ -75,6 +76,9 @@ ${input('since', 'created since', '2026-11-01T00:00:00Z')}${input('until', 'crea
       ['lane', e.lane],
       ['subject', e.subject],
       ['type', e.type],
+      // Stamped by a publisher given contracts (@ferry/contracts): the contract the data was checked against.
+      ['contract', contractHeader(e.headers, WIRE_HEADERS.dataschema) ?? 'none (published without contracts)'],
+      ['contract version', contractHeader(e.headers, WIRE_HEADERS.dataversion)],
       ['source', e.source],
       ['content type', e.content_type],
       ['state', state],
@@ -103,4 +107,10 @@ ${state === 'published' ? html`<p>${replayForm(r, { key: e.key, from_seq: String
   }
 
   return { get: { '/events': eventsPage, '/event': eventPage } };
+}
+
+/** A contract header of a stored event, by its exact name (a header named `constructor` finds nothing it was not given). */
+function contractHeader(headers: Record<string, unknown> | null, name: string): string | undefined {
+  const value = headers && Object.hasOwn(headers, name) ? headers[name] : undefined;
+  return typeof value === 'string' ? value : undefined;
 }
