@@ -33,7 +33,7 @@ declareFlags(
     quick: 'the smoke run: small sizes, checks every scenario produced its numbers; output under bench/results/quick/',
     only:
       '<a,b,…> run only these scenarios (output under bench/results/partial/): ' +
-      'publisher, relay-drain, relay-latency, inbox, alternatives, growth, blocked-key, relay-sweep, relay-load',
+      'publisher, relay-drain, relay-latency, inbox, alternatives, growth, blocked-key, relay-sweep, relay-load, contract-cost',
     render: "write docs/benchmarks.md, the charts and README's figures again from bench/results/latest.json, run nothing",
   },
 );
@@ -124,6 +124,14 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     script: 'scenarios/relay-load.js',
     result: 'relay-load',
     quick: ['--quick', '--seconds', '1'],
+    full: [],
+  },
+  {
+    name: 'contract-cost',
+    title: '10. Event contracts: the CPU of a checked publish and inbox message (valibot, zod) against the plain path',
+    script: 'scenarios/contract-cost.js',
+    result: 'contract-cost',
+    quick: ['--quick'],
     full: [],
   },
 ];

@@ -45,6 +45,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
   const lat = r['relay-latency']?.headline?.byRate ?? {};
   const inbox = r.inbox?.results;
   const alt = r.alternatives;
+  const contract = r['contract-cost']?.ratios ?? {};
   const plain = 'business UPDATE + plain INSERT of the same JSON';
   const raw = 'raw pipelined JetStream publishing of the same messages, one connection';
   const byKeys = drain?.byKeys ?? {};
@@ -131,6 +132,30 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       moreThan(1),
     ),
     figure('relayVsNaiveRelay', 'relay / a naive relay', alt?.relayVsNaiveRelay, 'x', 'one row at a time, await each ack', moreThan(1)),
+    figure(
+      'contractPublishValibot',
+      'publish CPU with a valibot contract, 10-field event',
+      contract.publishValibot,
+      'x',
+      'the same publish without contracts (node + PostgreSQL CPU)',
+      atMost(1.05),
+    ),
+    figure(
+      'contractPublishZod',
+      'publish CPU with a zod contract, 10-field event',
+      contract.publishZod,
+      'x',
+      'the same publish without contracts (node + PostgreSQL CPU)',
+      'reported',
+    ),
+    figure(
+      'contractInboxValibot',
+      'inbox CPU with a valibot contract',
+      contract.inboxValibot,
+      'x',
+      'the same inbox without contracts',
+      'reported',
+    ),
   ];
 }
 
