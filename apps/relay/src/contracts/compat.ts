@@ -175,7 +175,8 @@ export function compareSchemas(oldRoot: Json, newRoot: Json): SchemaChange[] {
   const defs = (root: Json, k: string) => (isJsonObject(root) ? own(root, k) : undefined);
   const defsSame =
     sameJson(defs(oldRoot, '$defs'), defs(newRoot, '$defs')) && sameJson(defs(oldRoot, 'definitions'), defs(newRoot, 'definitions'));
-  return compare(oldRoot, newRoot, '', { oldRoot, newRoot, active: new Set(), defsSame });
+  // The roots are being compared: a `#` reference back to them adds nothing.
+  return compare(oldRoot, newRoot, '', { oldRoot, newRoot, active: new Set(['#\u0000#']), defsSame });
 }
 
 function compare(oldNode: Json, newNode: Json, path: string, ctx: Ctx): SchemaChange[] {
