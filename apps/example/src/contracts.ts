@@ -8,7 +8,17 @@
  * v1's upcaster brings each to v2, so billing's handler sees only v2.
  */
 import { defineContracts, defineEvent } from '@ferry/contracts';
+import { toJsonSchema } from '@valibot/to-json-schema';
 import * as v from 'valibot';
+
+/**
+ * A contract's validator and the JSON Schema of its data. valibot 1.x has no Standard JSON
+ * Schema export, so `ferry contracts snapshot`, `check` and `asyncapi` read this one.
+ */
+const data = <S extends v.GenericSchema>(schema: S) => ({
+  schema,
+  jsonSchema: toJsonSchema(schema, { target: 'draft-2020-12' }) as Record<string, unknown>,
+});
 
 /** The fields both versions share. */
 const order = {
@@ -21,10 +31,12 @@ export const OrderPlacedV1 = defineEvent({
   version: 1,
   subject: 'demo.orders.placed',
   description: 'A customer placed an order (total in euro cents).',
-  schema: v.object({
-    ...order,
-    totalCents: v.pipe(v.number(), v.integer(), v.minValue(1)),
-  }),
+  ...data(
+    v.object({
+      ...order,
+      totalCents: v.pipe(v.number(), v.integer(), v.minValue(1)),
+    }),
+  ),
   upcast: (d) => ({ orderId: d.orderId, customer: d.customer, total: { amountCents: d.totalCents, currency: 'EUR' } }),
 });
 
@@ -33,13 +45,15 @@ export const OrderPlacedV2 = defineEvent({
   version: 2,
   subject: 'demo.orders.placed',
   description: 'A customer placed an order.',
-  schema: v.object({
-    ...order,
-    total: v.object({
-      amountCents: v.pipe(v.number(), v.integer(), v.minValue(1)),
-      currency: v.pipe(v.string(), v.regex(/^[A-Z]{3}$/)),
+  ...data(
+    v.object({
+      ...order,
+      total: v.object({
+        amountCents: v.pipe(v.number(), v.integer(), v.minValue(1)),
+        currency: v.pipe(v.string(), v.regex(/^[A-Z]{3}$/)),
+      }),
     }),
-  }),
+  ),
 });
 
 export const contracts = defineContracts([OrderPlacedV1, OrderPlacedV2]);

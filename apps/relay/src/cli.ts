@@ -1,6 +1,7 @@
 import { FERRY_RELEASE, isConfigError, isMigrationError, isValidationError, RELAY_PROTOCOL } from '@ferry/core';
 import { Command, CommanderError } from 'commander';
 import { consoleCommand } from './commands/console.js';
+import { contractsCommand } from './commands/contracts.js';
 import { dlqCommand } from './commands/dlq.js';
 import { doctorCommand } from './commands/doctor.js';
 import { inboxCommand } from './commands/inbox.js';
@@ -45,6 +46,7 @@ export function buildProgram(ctx: CommandContext): Command {
   program.addCommand(doctorCommand(ctx));
   program.addCommand(verifyCommand(ctx));
   program.addCommand(consoleCommand(ctx));
+  program.addCommand(contractsCommand(ctx));
   for (const cmd of program.commands)
     cmd.exitOverride().configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) });
   return program;
