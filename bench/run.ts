@@ -33,7 +33,7 @@ declareFlags(
     quick: 'the smoke run: small sizes, checks every scenario produced its numbers; output under bench/results/quick/',
     only:
       '<a,b,…> run only these scenarios (output under bench/results/partial/): ' +
-      'publisher, relay-drain, relay-latency, inbox, alternatives, growth, blocked-key, relay-sweep, relay-load, contract-cost',
+      'publisher, relay-drain, relay-latency, inbox, alternatives, growth, blocked-key, relay-sweep, relay-load, contract-cost, soak',
     render: "write docs/benchmarks.md, the charts and README's figures again from bench/results/latest.json, run nothing",
   },
 );
@@ -132,6 +132,14 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     script: 'scenarios/contract-cost.js',
     result: 'contract-cost',
     quick: ['--quick'],
+    full: [],
+  },
+  {
+    name: 'soak',
+    title: '11. Soak: half the capacity for 30 minutes, retention pruned every minute',
+    script: 'scenarios/soak.js',
+    result: 'soak',
+    quick: ['--quick', '--minutes', '2'],
     full: [],
   },
 ];
@@ -248,6 +256,30 @@ function charts(r: Record<string, Json>): Record<string, string> {
           values: windows.map((w) => sweep.sweep.find((x: Json) => x.batchSize === b && x.maxInFlight === w)?.relayPerSec),
         })),
         { name: 'raw JetStream (ceiling)', values: windows.map((w) => sweep.rawByWindow?.[w]), dashed: true },
+      ],
+    });
+  }
+  const soak = r.soak;
+  if (soak?.perMinute?.length) {
+    const minutes = soak.perMinute.map((m: Json) => String(m.minute));
+    out['bench-soak-latency.svg'] = lineChart({
+      title: `Soak: commit → applied latency at ${fmt(soak.ratePerSec)} events/s`,
+      xLabel: 'minute',
+      yLabel: 'ms',
+      categories: minutes,
+      series: [
+        { name: 'p50', values: soak.perMinute.map((m: Json) => m.p50Ms) },
+        { name: 'p99', values: soak.perMinute.map((m: Json) => m.p99Ms) },
+      ],
+    });
+    out['bench-soak-size.svg'] = lineChart({
+      title: 'Soak: Ferry tables and indexes, and dead tuples',
+      xLabel: 'minute',
+      yLabel: 'MiB / thousands',
+      categories: minutes,
+      series: [
+        { name: 'tables + indexes, MiB', values: soak.perMinute.map((m: Json) => m.totalBytes / 2 ** 20) },
+        { name: 'dead tuples, thousands', values: soak.perMinute.map((m: Json) => m.deadTuples / 1000), dashed: true },
       ],
     });
   }

@@ -29,6 +29,7 @@ export function missingNumbers(name: string, r: Json): string[] {
     growth: ['levels.0.drainPerSec.median', 'levels.2.drainPerSec.median', 'levels.2.publishP50Ms.median', 'prune.after.tableMiB'],
     'blocked-key': ['claimRatio', 'drainRatio', 'claimMs.blocked.median'],
     'relay-sweep': ['sweep.0.relayPerSec', 'sweep.0.rawPerSec', 'recommended.batchSize'],
+    soak: ['capacityPerSec', 'budgets.p99Growth', 'budgets.sizeGrowth', 'budgets.deadTupleShare', 'perMinute.0.p99Ms'],
     'contract-cost': ['ratios.publishValibot', 'ratios.publishZod', 'ratios.inboxValibot', 'ratios.inboxZod'],
     'relay-load': ['capacityPerSec', 'runs.0.p50Ms', 'runs.0.p99Ms', 'runs.0.p999Ms', 'runs.1.p50Ms'],
   };

@@ -46,6 +46,8 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
   const inbox = r.inbox?.results;
   const alt = r.alternatives;
   const contract = r['contract-cost']?.ratios ?? {};
+  const soak = r.soak;
+  const soakText = soak ? `${soak.minutes} min at half the capacity` : 'the soak';
   const plain = 'business UPDATE + plain INSERT of the same JSON';
   const raw = 'raw pipelined JetStream publishing of the same messages, one connection';
   const byKeys = drain?.byKeys ?? {};
@@ -147,6 +149,30 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       'x',
       'the same publish without contracts (node + PostgreSQL CPU)',
       'reported',
+    ),
+    figure(
+      'soakP99Growth',
+      `commit → applied p99, last ${soak?.window ?? 5} min of ${soakText}`,
+      soak?.budgets?.p99Growth,
+      'x',
+      `the first ${soak?.window ?? 5} min`,
+      atMost(1.5),
+    ),
+    figure(
+      'soakSizeGrowth10Min',
+      'Ferry tables + indexes at the end of the soak',
+      soak?.budgets?.sizeGrowth,
+      'x',
+      `${soak?.sizeSpan ?? 10} min before the end`,
+      atMost(1.05),
+    ),
+    figure(
+      'soakDeadTupleShare',
+      `dead tuples at the end of the soak, worst table (${soak?.budgets?.deadTupleWorstTable ?? '-'})`,
+      soak?.budgets?.deadTupleShare,
+      'x',
+      'its live tuples',
+      atMost(0.2),
     ),
     figure(
       'contractInboxValibot',

@@ -211,6 +211,38 @@ fifth of the run was over twice that of the second fifth and over half a second 
 reported (they would describe a queue, not the relay).`;
 }
 
+function contractSection(c: Json): string {
+  if (!c) return '_not run_';
+  const row = (where: string, r: Json) =>
+    ['plain', 'valibot', 'zod'].map((k) => [
+      where,
+      k,
+      r?.[k]?.median,
+      `±${Math.round((r?.[k]?.spread ?? 0) * 100)}%`,
+      (r?.[k]?.median ?? 0) / (r?.plain?.median || 1),
+    ]);
+  return `The CPU of the same ${c.fields}-field event published (one transaction each: this process plus the PostgreSQL backend)
+and applied by an inbox (this process), without a contract and with one checked by valibot and by zod; ${c.rounds} rounds of
+${n(c.events)} events, the variants taking turns every 100 publishes (docs/contracts.md).
+
+${table(['where', 'contract', 'CPU µs per event', 'spread', '÷ plain'], [...row('publish', c.publishCpuUs), ...row('inbox', c.inboxCpuUs)])}`;
+}
+
+function soakSection(k: Json): string {
+  if (!k) return '_not run_';
+  return `Publisher, relay and one inbox in one process for ${k.minutes} minutes at ${n(k.ratePerSec)} events/s, half the
+${n(k.capacityPerSec)} events/s they drained from commit to applied; retention ${k.retentionMinutes} min, pruned every minute;
+PostgreSQL's default autovacuum. Latency is from the publisher's COMMIT to the inbox's.
+
+${table(
+  ['minute', 'applied', 'p50 ms', 'p99 ms', 'MiB', 'dead tuples', 'autovacuum runs'],
+  k.perMinute.map((m: Json) => [m.minute, m.applied, m.p50Ms, m.p99Ms, m.totalBytes / 2 ** 20, m.deadTuples, m.autovacuums]),
+)}
+
+Dead ÷ live tuples at the end, tables holding 1,000 rows or more:
+${k.deadTupleShares.map((x: Json) => `${x.name} ${x.share.toFixed(3)}`).join(', ') || 'none'}.`;
+}
+
 function inboxSection(inbox: Json): string {
   if (!inbox) return '_not run_';
   const cpu = (c: Json) => (c ? `${c.node} / ${c.postgres} / ${c.nats}` : '–');
@@ -430,5 +462,15 @@ ${sweepSection(s['relay-sweep'])}
 ## 8. Latency against offered load (relay in process)
 
 ${loadSection(s['relay-load'])}
+
+## 9. Event contracts
+
+${contractSection(s['contract-cost'])}
+
+## 10. Soak
+
+${chart('bench-soak-latency.svg', 'Soak: commit-to-applied p50 and p99, minute by minute')}
+${chart('bench-soak-size.svg', 'Soak: Ferry table and index size and dead tuples, minute by minute')}
+${soakSection(s.soak)}
 ${analysis ? `\n## Analysis\n\n${analysis}\n` : ''}`;
 }
