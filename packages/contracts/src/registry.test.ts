@@ -40,6 +40,8 @@ test('a registry refuses two contracts of one type and version, a gap, a missing
   assert.throws(() => defineContracts([noUpcast, x2]), /"X" v1 has no upcast to v2/);
   assert.throws(() => defineContracts([V1, V2]), /"OrderPlaced" v2 has an upcast but there is no v3/);
   assert.throws(() => defineContracts([V1, V2, V3], { dataschema: 'https://s.example/{type}.json' }), /both have dataschema/);
+  assert.throws(() => defineContracts([V1, V2, V3], { dataschema: ' https://s.example/{type}/{version} ' }), /whitespace at either end/);
+  assert.throws(() => defineContracts([V1, V2, V3], { dataschema: () => 'x\ny' }), /control characters/);
   assert.throws(() => defineEvent({ type: 'X', version: 0, schema: z.object({}) }), /version must be a whole number/);
   assert.throws(() => defineEvent({ type: 'X', version: 1, schema: { parse() {} } as never }), /Standard Schema v1 validator/);
 });

@@ -111,10 +111,10 @@ export class ContractRegistry<C extends AnyContract = AnyContract> {
         }
         const uri =
           typeof template === 'function' ? template(c) : template.replaceAll('{type}', c.type).replaceAll('{version}', String(c.version));
-        if (typeof uri !== 'string' || uri.length === 0 || uri.length > 1024 || CONTROL_CHARACTER.test(uri)) {
+        if (typeof uri !== 'string' || uri.length === 0 || uri.length > 1024 || CONTROL_CHARACTER.test(uri) || uri.trim() !== uri) {
           throw new ValidationError(
             'contracts.dataschema',
-            `dataschema of ${JSON.stringify(type)} v${c.version} is ${describeValue(uri)}: it must be a non-empty URI of at most 1024 characters without control characters`,
+            `dataschema of ${JSON.stringify(type)} v${c.version} is ${describeValue(uri)}: it must be a non-empty URI of at most 1024 characters without control characters or whitespace at either end (a NATS header value)`,
           );
         }
         const other = this.#byDataschema.get(uri);

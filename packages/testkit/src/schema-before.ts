@@ -2,11 +2,38 @@ import { quoteIdentifier } from '@ferry/core';
 import type pg from 'pg';
 
 /**
+ * Undoes outbox migration 000018 (when it ran): the publish checks refuse every ce-* header name
+ * again, as 000008 and 000005 wrote them, and version 18 is unrecorded. `undoReservedSubjects`
+ * starts with it, so a schema taken back to version 15 or 14 is that version.
+ */
+export async function undoContractHeaders(pool: pg.Pool, schema: string): Promise<void> {
+  const s = quoteIdentifier(schema);
+  await pool.query(`DO $undo$
+    DECLARE
+      v_ok constant regprocedure := '${s}.publish_headers_ok(jsonb)'::regprocedure;
+      v_check constant regprocedure := '${s}.publish_check_event(text, text, text, text, text, text, jsonb)'::regprocedure;
+    BEGIN
+      IF pg_get_functiondef(v_ok) !~ 'ce-dataschema' THEN
+        RETURN;
+      END IF;
+      EXECUTE replace(pg_get_functiondef(v_ok),
+        $r$(h.key !~* '^(ce-|nats-)|^content-type$' OR h.key IN ('ce-dataschema', 'ce-dataversion'))$r$,
+        $r$h.key !~* '^(ce-|nats-)|^content-type$'$r$);
+      EXECUTE replace(pg_get_functiondef(v_check),
+        $r$IF v_name ~* '^(ce-|nats-)|^content-type$' AND v_name NOT IN ('ce-dataschema', 'ce-dataversion') THEN$r$,
+        $r$IF v_name ~* '^(ce-|nats-)|^content-type$' THEN$r$);
+      DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 18;
+    END
+    $undo$`);
+}
+
+/**
  * Undoes outbox migration 000016 (when it ran): the publish checks without the reserved-subject
  * rule, as 000008 and 000005 left them, its two functions gone and version 16 unrecorded.
  * `undoPendingTable` starts with it, so a schema taken back to version 14 is that version.
  */
 export async function undoReservedSubjects(pool: pg.Pool, schema: string): Promise<void> {
+  await undoContractHeaders(pool, schema);
   const s = quoteIdentifier(schema);
   await pool.query(`DO $undo$
     DECLARE
