@@ -15,14 +15,4 @@ export {
   withTransaction,
 } from '@ferry/core';
 export { compilePublisherOptions, createPublisher, MAX_BATCH, refusedByPublishFunction } from './outbox-publisher.js';
-export type {
-  ContractPublisher,
-  ContractPublishInput,
-  EventFields,
-  EventMap,
-  Publisher,
-  PublisherOptions,
-  PublishInput,
-  PublishResult,
-  ResolvedPublisherOptions,
-} from './types.js';
+export type * from './types.js';
