@@ -1,4 +1,4 @@
-import { ERROR_CODES, type ErrorCode, FerryError } from '@ferry/core';
+import { ERROR_CODES, type ErrorCode, FerryError, messageErrorClass } from '@ferry/core';
 import { JetStreamApiError } from '@nats-io/jetstream';
 import { errors as natsErrors } from '@nats-io/transport-node';
 import type { FailureReason } from './types.js';
@@ -114,36 +114,16 @@ export class RelayError extends FerryError {
 }
 
 /** Thrown inside the circuit breaker when a whole batch failed for NATS reasons. */
-export class NatsUnavailableError extends RelayError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.unavailable, message, options);
-    this.name = 'NatsUnavailableError';
-  }
-}
+export class NatsUnavailableError extends messageErrorClass(RelayError, 'NatsUnavailableError', ERROR_CODES.unavailable) {}
 
 /** NATS refused a connection: not reachable (an operator command), or its TLS certificate failed verification. */
-export class NatsConnectError extends RelayError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.unavailable, message, options);
-    this.name = 'NatsConnectError';
-  }
-}
+export class NatsConnectError extends messageErrorClass(RelayError, 'NatsConnectError', ERROR_CODES.unavailable) {}
 
 /** The schema has no Ferry outbox tables, or no lane setting: run `ferry migrate` first. */
-export class NotMigratedError extends RelayError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.migration, message, options);
-    this.name = 'NotMigratedError';
-  }
-}
+export class NotMigratedError extends messageErrorClass(RelayError, 'NotMigratedError', ERROR_CODES.migration) {}
 
 /** A command did not do all it was asked: ids that were not dead, a replay left incomplete, a canary lost. */
-export class CommandFailedError extends RelayError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(RELAY_ERROR_CODES.failed, message, options);
-    this.name = 'CommandFailedError';
-  }
-}
+export class CommandFailedError extends messageErrorClass(RelayError, 'CommandFailedError', RELAY_ERROR_CODES.failed) {}
 
 /** The operator answered no: nothing was done. */
 export class NotConfirmedError extends RelayError {

@@ -61,14 +61,39 @@ export class FerryError extends Error {
   }
 }
 
+/** A constructor `(message, options?)`, as `messageErrorClass` returns. */
+export type MessageErrorClass<E extends FerryError> = new (message: string, options?: { cause?: unknown }) => E;
+
+/**
+ * The class of an error that carries only a message (and a cause) under a fixed `name` and `code`:
+ * the shape most of Ferry's errors share, written once. `base` is `FerryError` or a subclass whose
+ * constructor takes `(code, message, options)` (the relay's `RelayError`).
+ *
+ * @example
+ * export class GateRaceError extends messageErrorClass(FerryError, 'GateRaceError', ERROR_CODES.retry) {}
+ */
+export function messageErrorClass<C extends string, E extends FerryError>(
+  base: new (code: C, message: string, options?: { cause?: unknown }) => E,
+  name: string,
+  code: C,
+): MessageErrorClass<E> {
+  // A class cannot extend a constructor of a type parameter's instances; the instance is an E all the same.
+  const Base = base as unknown as new (code: C, message: string, options?: { cause?: unknown }) => FerryError;
+  return class extends Base {
+    constructor(message: string, options?: { cause?: unknown }) {
+      super(code, message, options);
+      this.name = name;
+    }
+  } as unknown as MessageErrorClass<E>;
+}
+
 /** Bad input: a field or option is invalid. Raised before any SQL runs. */
 export class ValidationError extends FerryError {
   /** The offending field or option, e.g. `subject` or `events[3].key`. */
-  readonly field: string;
+  declare readonly field: string;
   constructor(field: string, message: string, options?: { cause?: unknown }) {
     super(ERROR_CODES.invalid, message, options);
-    this.name = 'ValidationError';
-    this.field = field;
+    Object.assign(this, { name: 'ValidationError', field });
   }
 }
 
@@ -80,21 +105,19 @@ export class ValidationError extends FerryError {
  */
 export class ReservedSubjectError extends ValidationError {
   /** The refused subject (undefined when only the database saw it). */
-  readonly subject: string | undefined;
+  declare readonly subject: string | undefined;
   constructor(field: string, subject: string | undefined, message: string, options?: { cause?: unknown }) {
     super(field, message, options);
-    this.name = 'ReservedSubjectError';
-    this.subject = subject;
+    Object.assign(this, { name: 'ReservedSubjectError', subject });
   }
 }
 
 /** The same event id (or key + version) already exists with other content. */
 export class ConflictError extends FerryError {
-  readonly eventId: string | undefined;
+  declare readonly eventId: string | undefined;
   constructor(message: string, options?: { cause?: unknown; eventId?: string }) {
     super(ERROR_CODES.conflict, message, options);
-    this.name = 'ConflictError';
-    this.eventId = options?.eventId;
+    Object.assign(this, { name: 'ConflictError', eventId: options?.eventId });
   }
 }
 
@@ -104,44 +127,31 @@ export class ConflictError extends FerryError {
  * was written and the caller's transaction is still usable.
  */
 export class VersionOrderError extends ConflictError {
-  readonly key: string;
-  readonly version: bigint;
+  declare readonly key: string;
+  declare readonly version: bigint;
   /** The key's highest version handed out so far. */
-  readonly recorded: bigint;
+  declare readonly recorded: bigint;
   constructor(message: string, options: { eventId: string; key: string; version: bigint; recorded: bigint }) {
     super(message, { eventId: options.eventId });
-    this.name = 'VersionOrderError';
-    this.key = options.key;
-    this.version = options.version;
-    this.recorded = options.recorded;
+    const { key, version, recorded } = options;
+    Object.assign(this, { name: 'VersionOrderError', key, version, recorded });
   }
 }
 
 /** The database's Ferry schema cannot be migrated or is newer than this Ferry. */
-export class MigrationError extends FerryError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.migration, message, options);
-    this.name = 'MigrationError';
-  }
-}
+export class MigrationError extends messageErrorClass(FerryError, 'MigrationError', ERROR_CODES.migration) {}
 
 /** A misconfiguration that no retry can fix. */
 export class ConfigError extends FerryError {
-  readonly option: string;
+  declare readonly option: string;
   constructor(option: string, message: string, options?: { cause?: unknown }) {
     super(ERROR_CODES.config, message, options);
-    this.name = 'ConfigError';
-    this.option = option;
+    Object.assign(this, { name: 'ConfigError', option });
   }
 }
 
 /** A state Ferry's own invariants rule out (a row gone under its lock): a bug in Ferry, please report it. */
-export class InternalError extends FerryError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.internal, message, options);
-    this.name = 'InternalError';
-  }
-}
+export class InternalError extends messageErrorClass(FerryError, 'InternalError', ERROR_CODES.internal) {}
 
 /**
  * A transaction run by `withTransaction(pool, fn, { timeoutMs })` did not end
@@ -153,7 +163,7 @@ export class InternalError extends FerryError {
  * `FERRY_UNAVAILABLE`.
  */
 export class TransactionTimeoutError extends FerryError {
-  readonly timeoutMs: number;
+  declare readonly timeoutMs: number;
   constructor(timeoutMs: number, option: string, options?: { cause?: unknown }) {
     super(
       ERROR_CODES.unavailable,
@@ -161,8 +171,7 @@ export class TransactionTimeoutError extends FerryError {
         `PostgreSQL may be unreachable from this process, or the work needs longer (raise ${option})`,
       options,
     );
-    this.name = 'TransactionTimeoutError';
-    this.timeoutMs = timeoutMs;
+    Object.assign(this, { name: 'TransactionTimeoutError', timeoutMs });
   }
 }
 

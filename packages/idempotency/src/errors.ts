@@ -7,11 +7,10 @@ import { ConflictError, describeValue, ValidationError } from '@ferry/core';
  */
 export class IdempotencyKeyError extends ValidationError {
   /** The offending value (`undefined` when the header was missing). */
-  readonly key: unknown;
+  declare readonly key: unknown;
   constructor(key: unknown, message: string) {
     super('Idempotency-Key', message);
-    this.name = 'IdempotencyKeyError';
-    this.key = key;
+    Object.assign(this, { name: 'IdempotencyKeyError', key });
   }
 }
 
@@ -23,11 +22,10 @@ export class IdempotencyKeyError extends ValidationError {
  */
 export class IdempotencyPrincipalError extends ValidationError {
   /** What the principal was (`undefined`, `null`, `''`, or a value of the wrong type). */
-  readonly principal: unknown;
+  declare readonly principal: unknown;
   constructor(principal: unknown, message: string) {
     super('principal', message);
-    this.name = 'IdempotencyPrincipalError';
-    this.principal = principal;
+    Object.assign(this, { name: 'IdempotencyPrincipalError', principal });
   }
 }
 
@@ -39,15 +37,13 @@ export class IdempotencyPrincipalError extends ValidationError {
  * are scoped per caller.
  */
 export class IdempotencyConflictError extends ConflictError {
-  readonly key: string;
-  readonly scope: string;
+  declare readonly key: string;
+  declare readonly scope: string;
   constructor(scope: string, key: string) {
     super(
       `Idempotency-Key ${describeValue(key)} (scope ${describeValue(scope)}) was already used by this caller for a different request (method, path and query, content type or body differ); use a new key for a new request`,
     );
-    this.name = 'IdempotencyConflictError';
-    this.key = key;
-    this.scope = scope;
+    Object.assign(this, { name: 'IdempotencyConflictError', key, scope });
   }
 }
 
@@ -57,20 +53,17 @@ export class IdempotencyConflictError extends ConflictError {
  * bindings. Retryable: retry later with the same key.
  */
 export class IdempotencyInProgressError extends ConflictError {
-  readonly key: string;
-  readonly scope: string;
+  declare readonly key: string;
+  declare readonly scope: string;
   /** How long this request waited for the other one (0 in `reject` mode). */
-  readonly waitedMs: number;
+  declare readonly waitedMs: number;
   readonly retryable = true;
   constructor(scope: string, key: string, waitedMs: number, options?: { cause?: unknown }) {
     super(
       `a request with Idempotency-Key ${describeValue(key)} (scope ${describeValue(scope)}) is still in progress${waitedMs > 0 ? ` after waiting ${waitedMs} ms` : ''}; retry later with the same key`,
       options,
     );
-    this.name = 'IdempotencyInProgressError';
-    this.key = key;
-    this.scope = scope;
-    this.waitedMs = waitedMs;
+    Object.assign(this, { name: 'IdempotencyInProgressError', key, scope, waitedMs });
   }
 }
 

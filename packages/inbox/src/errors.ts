@@ -1,5 +1,5 @@
 import type { ContractParkReason } from '@ferry/contracts';
-import { ConfigError, ERROR_CODES, FerryError } from '@ferry/core';
+import { ConfigError, ERROR_CODES, FerryError, messageErrorClass } from '@ferry/core';
 
 export {
   ConfigError,
@@ -13,10 +13,10 @@ export {
 
 /** The durable consumer is missing or differs from what the inbox needs (`manageConsumer: false`). */
 export class ConsumerMismatchError extends ConfigError {
-  readonly stream: string;
-  readonly consumer: string;
+  declare readonly stream: string;
+  declare readonly consumer: string;
   /** One line per difference, e.g. `ack_policy is "none", need "explicit"`. */
-  readonly differences: readonly string[];
+  declare readonly differences: readonly string[];
   constructor(stream: string, consumer: string, differences: readonly string[], options?: { cause?: unknown }) {
     super(
       'manageConsumer',
@@ -24,10 +24,7 @@ export class ConsumerMismatchError extends ConfigError {
         'create or fix it (or let the inbox manage it with manageConsumer: true)',
       options,
     );
-    this.name = 'ConsumerMismatchError';
-    this.stream = stream;
-    this.consumer = consumer;
-    this.differences = differences;
+    Object.assign(this, { name: 'ConsumerMismatchError', stream, consumer, differences });
   }
 }
 
@@ -35,11 +32,10 @@ export const isConsumerMismatchError = (e: unknown): e is ConsumerMismatchError 
 
 /** Why a message could not become an event; carried into the park queue. Code `FERRY_POISON`. */
 export class PoisonMessageError extends FerryError {
-  readonly reason: 'undecodable-headers' | 'undecodable-body' | 'unknown-type' | ContractParkReason;
+  declare readonly reason: 'undecodable-headers' | 'undecodable-body' | 'unknown-type' | ContractParkReason;
   constructor(reason: PoisonMessageError['reason'], message: string, options?: { cause?: unknown }) {
     super(ERROR_CODES.poison, message, options);
-    this.name = 'PoisonMessageError';
-    this.reason = reason;
+    Object.assign(this, { name: 'PoisonMessageError', reason });
   }
 }
 
@@ -48,22 +44,12 @@ export class PoisonMessageError extends FerryError {
  * two statements (`latest` and `dedupe` modes): the message is naked and
  * retried like a failed handler. Code `FERRY_RETRY`.
  */
-export class GateRaceError extends FerryError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.retry, message, options);
-    this.name = 'GateRaceError';
-  }
-}
+export class GateRaceError extends messageErrorClass(FerryError, 'GateRaceError', ERROR_CODES.retry) {}
 
 /**
  * The park worker retried a parked `sequential` event whose predecessor is
  * neither applied nor parked yet: pg-boss retries the job later. Code `FERRY_RETRY`.
  */
-export class ParkedGapError extends FerryError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(ERROR_CODES.retry, message, options);
-    this.name = 'ParkedGapError';
-  }
-}
+export class ParkedGapError extends messageErrorClass(FerryError, 'ParkedGapError', ERROR_CODES.retry) {}
 
 export const isPoisonMessageError = (e: unknown): e is PoisonMessageError => e instanceof PoisonMessageError;
