@@ -24,9 +24,9 @@ export function quoteIdentifier(value: string): string {
   return `"${value.replaceAll('"', '""')}"`;
 }
 
-/** Validates then quotes a schema name: the form every SQL statement uses. */
-export function schemaIdentifier(schema: unknown): string {
-  return quoteIdentifier(validateIdentifier(schema, 'schema'));
+/** Validates then quotes a schema name (`what` names the option in the error): the form every SQL statement uses. */
+export function schemaIdentifier(schema: unknown, what = 'schema'): string {
+  return quoteIdentifier(validateIdentifier(schema, what));
 }
 
 /** The LISTEN/NOTIFY channel the publisher notifies and the relay listens on. */

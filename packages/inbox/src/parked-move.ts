@@ -4,6 +4,7 @@ import {
   pgBossDb,
   type Queryable,
   quoteIdentifier,
+  schemaIdentifier,
   ValidationError,
   validateIdentifier,
   withTransaction,
@@ -106,7 +107,7 @@ export async function moveParked(options: MoveParkedOptions): Promise<MovedParke
       `--from-boss-schema "${fromName}" is the pg-boss schema the jobs would move into (--boss-schema): name the old schema they are in`,
     );
   }
-  const s = quoteIdentifier(validateIdentifier(options.schema, 'schema'));
+  const s = schemaIdentifier(options.schema);
   const from = quoteIdentifier(fromName);
   const to = quoteIdentifier(toName);
   const queue = parkQueueName(consumer);

@@ -3,7 +3,7 @@ import {
   describeValue,
   pgBossDb,
   type Queryable,
-  quoteIdentifier,
+  schemaIdentifier,
   ValidationError,
   validateIdentifier,
   withTransaction,
@@ -127,7 +127,7 @@ export interface ParkedConfirmation {
 
 /** Locks the given jobs of `queue` in `states`, and returns their ids, sorted. */
 async function lockJobs(tx: Queryable, bossSchema: string, queue: string, ids: string[], states: readonly string[]): Promise<string[]> {
-  const b = quoteIdentifier(validateIdentifier(bossSchema, 'bossSchema'));
+  const b = schemaIdentifier(bossSchema, 'bossSchema');
   const { rows } = await tx.query<{ id: string }>(
     `SELECT id::text AS id FROM ${b}.job WHERE name = $1 AND id = ANY ($2::uuid[]) AND state::text = ANY ($3::text[]) ORDER BY id FOR UPDATE`,
     [queue, ids, states],
@@ -178,7 +178,7 @@ export async function discardParked(
   options: ParkedAdminOptions & { ids: string[]; pool: ConnectionPool; schema?: string; confirm?: ParkedConfirmation },
 ): Promise<number> {
   const consumer = requireConsumer(options);
-  const schema = quoteIdentifier(validateIdentifier(options.schema ?? 'ferry', 'schema'));
+  const schema = schemaIdentifier(options.schema ?? 'ferry');
   const queue = parkQueueName(consumer);
   const found = new Map<string, ParkedJobData | undefined>();
   for (const id of options.ids) {
