@@ -26,7 +26,16 @@ export {
   skipMissingVersions,
 } from './missing-versions.js';
 export { type CompiledInboxOptions, compileInboxOptions, INBOX_DEFAULTS, parkQueueName, pruneQueueName, SILENT_LOGGER } from './options.js';
-export { discardParked, listParked, type ParkedAdminOptions, type ParkedConfirmation, type ParkedEvent, retryParked } from './parked.js';
+export {
+  discardParked,
+  listParked,
+  type ParkedAdminOptions,
+  type ParkedConfirmation,
+  type ParkedEvent,
+  type ParkedJobFields,
+  parkedEventOf,
+  retryParked,
+} from './parked.js';
 export { type FindParkedElsewhereOptions, findParkedElsewhere, moveCommand, type ParkedElsewhere } from './parked-elsewhere.js';
 export { type ParkedJobData, type ParkedJobRead, RAW_JSON_MAX, readParkedJob } from './parked-job.js';
 export { type MovedParked, type MoveParkedOptions, moveParked } from './parked-move.js';

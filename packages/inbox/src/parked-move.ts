@@ -9,7 +9,7 @@ import {
   validateIdentifier,
   withTransaction,
 } from '@ferry/core';
-import type { JobWithMetadata, PgBoss } from 'pg-boss';
+import type { PgBoss } from 'pg-boss';
 import { parkQueueName } from './options.js';
 import { type ParkedEvent, parkedEventOf } from './parked.js';
 import { PARK_HEARTBEAT_SECONDS, readParkedJob } from './parked-job.js';
@@ -80,7 +80,7 @@ const asParked = (consumer: string, j: OldJob): ParkedEvent =>
     output: j.output,
     retryCount: j.retry_count,
     createdOn: j.created_on,
-  } as unknown as JobWithMetadata<unknown>);
+  });
 
 /**
  * Moves a consumer's parked jobs from an old pg-boss schema into the one its inboxes work, key by

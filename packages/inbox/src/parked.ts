@@ -10,7 +10,7 @@ import {
 } from '@ferry/core';
 import type { JobWithMetadata, PgBoss } from 'pg-boss';
 import { parkQueueName } from './options.js';
-import { type ParkedJobData, readParkedJob } from './parked-job.js';
+import { type ParkedJobData, type ParkedJobRead, readParkedJob } from './parked-job.js';
 import { lockKey } from './sql/lock-key.js';
 import { addParked, skipVersion } from './sql/park-count.js';
 import type { ParkReason } from './types.js';
@@ -56,9 +56,21 @@ async function consumersOf(options: ParkedAdminOptions): Promise<string[]> {
   return queues.map((q) => QUEUE.exec(q.name)?.[1]).filter((c): c is string => c !== undefined);
 }
 
-/** A parking-lot job as `ferry inbox parked list` shows it (also of a job read with plain SQL, as the move reads an old schema's). */
-export function parkedEventOf(consumer: string, job: JobWithMetadata<unknown>): ParkedEvent {
-  const read = readParkedJob(job.data);
+/** What `parkedEventOf` reads of a job: pg-boss's `JobWithMetadata` has it; a job row read with plain SQL maps to it. */
+export interface ParkedJobFields {
+  readonly id: string;
+  readonly state: string;
+  readonly data: unknown;
+  readonly output?: unknown;
+  readonly retryCount: number;
+  readonly createdOn: Date;
+}
+
+/**
+ * A parking-lot job as `ferry inbox parked list` shows it (also of a job read with plain SQL, as the
+ * move reads an old schema's and the console its page); `read` when the caller decoded `data` already.
+ */
+export function parkedEventOf(consumer: string, job: ParkedJobFields, read: ParkedJobRead = readParkedJob(job.data)): ParkedEvent {
   const data: Partial<ParkedJobData> = read.kind === 'parked' ? read.job : {};
   const output = job.output as { message?: unknown } | null | undefined;
   return {

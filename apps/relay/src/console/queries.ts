@@ -1,5 +1,5 @@
 import { quoteIdentifier } from '@ferry/core';
-import { type ParkedJobData, readParkedJob } from '@ferry/inbox';
+import { type ParkedEvent, type ParkedJobData, parkedEventOf, readParkedJob } from '@ferry/inbox';
 import type pg from 'pg';
 import { type EventFilter, filterCondition, type OutboxRowHead, REASON_CHARS, STATE_SQL } from '../actions/event-filter.js';
 import { outboxWithState, waitingBehind } from '../sql/outbox-state.js';
@@ -126,24 +126,12 @@ export async function parkedCounts(pool: pg.Pool, jobTable: string): Promise<Par
   });
 }
 
-export interface ParkedRow {
-  jobId: string;
-  state: string;
-  key: string | null;
-  id: string | null;
-  version: string | null;
-  type: string | null;
-  reason: string | null;
-  error: string | null;
-  lastError: string | null;
-  retryCount: number;
-  parkedAt: string;
+/** A parked event as the inbox's list shows it, and what the console shows beside: the message as parked. */
+export interface ParkedRow extends ParkedEvent {
   mode: string | null;
   subject: string | null;
   headers: ReadonlyArray<readonly [string, string]>;
   body: Buffer;
-  /** Set when the job is not a Ferry parked event (another role's, in a shared pg-boss schema): why, and its JSON. */
-  malformed?: { problem: string; raw: string };
 }
 
 /** A consumer's parked events not yet applied or discarded, oldest first; `ids` or `key` narrow them. */
@@ -174,24 +162,13 @@ export async function parkedEvents(
     // The inbox's one decoder: total, so one job another role wrote cannot break the page.
     const read = readParkedJob(r.data);
     const d: Partial<ParkedJobData> = read.kind === 'parked' ? read.job : {};
-    const out = r.output as { message?: unknown } | null;
+    const job = { id: r.id, state: r.state, data: r.data, output: r.output, retryCount: r.retry_count, createdOn: r.created_on };
     return {
-      jobId: r.id,
-      state: r.state,
-      key: d.key ?? null,
-      id: d.id ?? null,
-      version: d.version ?? null,
-      type: d.type ?? null,
-      reason: d.reason ?? null,
-      error: d.error ?? null,
-      lastError: typeof out?.message === 'string' ? out.message : null,
-      retryCount: r.retry_count,
-      parkedAt: d.parkedAt ?? r.created_on.toISOString(),
+      ...parkedEventOf(consumer, job, read),
       mode: d.mode ?? null,
       subject: d.natsSubject ?? null,
       headers: d.headers ?? [],
       body: d.body !== undefined ? Buffer.from(d.body, 'base64') : Buffer.alloc(0),
-      ...(read.kind === 'malformed' ? { malformed: { problem: read.problem, raw: read.raw } } : {}),
     };
   });
 }
