@@ -61,16 +61,8 @@ export interface EarlyVersionsOptions {
  * after `gapTimeoutMs`, and sweeps for both on a timer.
  */
 export class EarlyVersions {
-  readonly #o: CompiledInboxOptions;
-  readonly #s: string;
-  readonly #b: string;
-  readonly #parkQueue: string;
-  readonly #scheduler: KeyScheduler;
-  readonly #gate: Gate;
-  readonly #report: OutcomeReporter;
-  readonly #boss: () => PgBoss;
-  readonly #stopping: () => boolean;
-  readonly #backoffMs: (attempt: number) => number;
+  /** What it works with, kept as given (its parts are the inbox's, shared with the other components). */
+  readonly #p: EarlyVersionsOptions;
   /** Keys this process stored early versions of, so applying their predecessor looks for them at once. */
   readonly #earlyKeys = new Set<string>();
   /** Keys with an early-version drain or flush queued in the scheduler (not queued twice). */
@@ -79,16 +71,7 @@ export class EarlyVersions {
   #sweeping: Promise<void> | undefined;
 
   constructor(options: EarlyVersionsOptions) {
-    this.#o = options.o;
-    this.#s = options.s;
-    this.#b = options.b;
-    this.#parkQueue = options.parkQueue;
-    this.#scheduler = options.scheduler;
-    this.#gate = options.gate;
-    this.#report = options.report;
-    this.#boss = options.boss;
-    this.#stopping = options.stopping;
-    this.#backoffMs = options.backoffMs;
+    this.#p = options;
   }
 
   /** Looks at stored early versions every `everyMs` (see `#sweepEarly`). */
@@ -123,9 +106,9 @@ export class EarlyVersions {
   /** Runs a drain or flush of a key's stored versions in the key's turn of the scheduler, once. */
   queue(key: string, what: 'drain' | 'flush'): void {
     const id = `${what}\u0000${key}`;
-    if (this.#stopping() || this.#earlyQueued.has(id)) return;
+    if (this.#p.stopping() || this.#earlyQueued.has(id)) return;
     this.#earlyQueued.add(id);
-    this.#scheduler.push(key, async () => {
+    this.#p.scheduler.push(key, async () => {
       this.#earlyQueued.delete(id);
       if (what === 'drain') await this.drain(key);
       else await this.flush(key, 'gap-timeout', undefined, false);
@@ -138,12 +121,12 @@ export class EarlyVersions {
    * first version not stored (or not due). Runs in the key's scheduler turn.
    */
   async drain(key: string): Promise<void> {
-    const o = this.#o;
+    const o = this.#p.o;
     for (;;) {
-      const run = await readyEarlyRun(ownQueries(o), this.#s, o.consumer, key, DRAIN_BATCH);
+      const run = await readyEarlyRun(ownQueries(o), this.#p.s, o.consumer, key, DRAIN_BATCH);
       if (run.length === 0) return;
       for (const next of run) {
-        if (this.#stopping()) return;
+        if (this.#p.stopping()) return;
         const go = await this.#applyEarly(key, next);
         if (!go) return;
       }
@@ -152,7 +135,7 @@ export class EarlyVersions {
 
   /** One stored version through the gate; `false` when the drain must stop there. */
   async #applyEarly(key: string, next: ReadyEarly): Promise<boolean> {
-    const o = this.#o;
+    const o = this.#p.o;
     let event: FerryEvent;
     try {
       event = decodeParked(next.message);
@@ -165,18 +148,18 @@ export class EarlyVersions {
   }
 
   async #applyEarlyEvent(key: string, next: ReadyEarly, event: FerryEvent, attempt: number): Promise<boolean> {
-    const o = this.#o;
+    const o = this.#p.o;
     let outcome: GateOutcome;
     try {
-      outcome = await this.#gate.run(event, attempt, false, { commitWith: deleteEarlySql(this.#s, o.consumer, key, next.version) });
+      outcome = await this.#p.gate.run(event, attempt, false, { commitWith: deleteEarlySql(this.#p.s, o.consumer, key, next.version) });
     } catch (error) {
       const willRetry = attempt < o.maxDeliver;
-      this.#report.failed(event, attempt, error, willRetry);
-      if (willRetry) await failEarly(ownQueries(o), this.#s, o.consumer, key, next.version, this.#backoffMs(attempt));
+      this.#p.report.failed(event, attempt, error, willRetry);
+      if (willRetry) await failEarly(ownQueries(o), this.#p.s, o.consumer, key, next.version, this.#p.backoffMs(attempt));
       else await this.flush(key, 'handler-failed', errorText(error), true);
       return false;
     }
-    if (this.#report.settled(outcome, event, false)) return true;
+    if (this.#p.report.settled(outcome, event, false)) return true;
     // A key that got parked events meanwhile keeps its stored versions until the parking lot is through.
     if (outcome.kind === 'park' && outcome.reason !== 'behind-parked') await this.flush(key, outcome.reason, outcome.error, true);
     return false;
@@ -189,8 +172,8 @@ export class EarlyVersions {
    * the gap closed meanwhile; the key is drained instead.
    */
   async flush(key: string, reason: ParkReason, error: string | undefined, force: boolean): Promise<void> {
-    const o = this.#o;
-    const boss = this.#boss();
+    const o = this.#p.o;
+    const boss = this.#p.boss();
     const moved: MovedEarly[] = [];
     // One stored version per transaction, each under the key's row lock and each followed by
     // orderParked: the key's parked events are in version order at every commit, whatever another
@@ -200,8 +183,8 @@ export class EarlyVersions {
       const step = await withTransaction(
         o.pool,
         async (tx): Promise<'ready' | 'done' | MovedEarly> => {
-          const row = await lockKey(tx, this.#s, o.consumer, key);
-          const e = await lockFirstEarly(tx, this.#s, o.consumer, key, row.version);
+          const row = await lockKey(tx, this.#p.s, o.consumer, key);
+          const e = await lockFirstEarly(tx, this.#p.s, o.consumer, key, row.version);
           if (!e) return 'done';
           const head = moved[0];
           if (!head && !force && e.version === row.version + 1n && row.parked === 0) return 'ready';
@@ -211,15 +194,15 @@ export class EarlyVersions {
             why = { reason: 'behind-parked', error: `key ${JSON.stringify(key)} has ${row.parked} parked event(s) ahead of it` };
           else why = { reason, error: error ?? `waited ${e.waitedMs} ms for version ${row.version + 1n} of key ${JSON.stringify(key)}` };
           const data: ParkedJobData = { ...e.message, reason: why.reason, error: why.error, parkedAt: new Date().toISOString() };
-          const jobId = await boss.send(this.#parkQueue, data, {
+          const jobId = await boss.send(this.#p.parkQueue, data, {
             singletonKey: key,
             heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
             ...o.parkRetry,
             db: pgBossDb(tx),
           });
-          await addParked(tx, this.#s, o.consumer, key, 1);
-          await deleteEarly(tx, this.#s, o.consumer, key, e.version);
-          await orderParked(tx, this.#b, this.#parkQueue, key, jobId ? { added: { id: jobId, version: e.version } } : {});
+          await addParked(tx, this.#p.s, o.consumer, key, 1);
+          await deleteEarly(tx, this.#p.s, o.consumer, key, e.version);
+          await orderParked(tx, this.#p.b, this.#p.parkQueue, key, jobId ? { added: { id: jobId, version: e.version } } : {});
           return { id: e.message.id, key, version: e.version, ...why, jobId };
         },
         boundedTransaction(o),
@@ -236,8 +219,8 @@ export class EarlyVersions {
 
   /** Counts and reports stored early versions that moved to the parking lot. */
   #reportMoved(moved: readonly MovedEarly[]): void {
-    const o = this.#o;
-    for (const p of moved) this.#report.parked(p);
+    const o = this.#p.o;
+    for (const p of moved) this.#p.report.parked(p);
     const [head] = moved;
     if (head) {
       o.logger.warn(
@@ -249,10 +232,10 @@ export class EarlyVersions {
 
   /** The sweep: applies stored versions whose gap closed (on any instance), parks those that waited `gapTimeoutMs`. */
   async #sweepEarly(): Promise<void> {
-    const o = this.#o;
-    if (this.#stopping()) return;
+    const o = this.#p.o;
+    if (this.#p.stopping()) return;
     try {
-      const work = await findEarlyWork(ownQueries(o), this.#s, o.consumer, o.gapTimeoutMs, SWEEP_BATCH);
+      const work = await findEarlyWork(ownQueries(o), this.#p.s, o.consumer, o.gapTimeoutMs, SWEEP_BATCH);
       for (const w of work) this.queue(w.key, w.ready ? 'drain' : 'flush');
     } catch (err) {
       o.logger.warn({ err, consumer: o.consumer }, 'inbox early-version sweep failed; it runs again shortly');

@@ -33,31 +33,16 @@ export interface ParkingOptions {
  * count, and is acked only then.
  */
 export class Parking {
-  readonly #o: CompiledInboxOptions;
-  readonly #s: string;
-  readonly #b: string;
-  readonly #parkQueue: string;
-  readonly #report: OutcomeReporter;
-  readonly #early: EarlyVersions;
-  readonly #boss: () => PgBoss;
-  readonly #forget: (streamSeq: number) => void;
-  readonly #backoffMs: (attempt: number) => number;
+  /** What it parks with, kept as given (its parts are the inbox's, shared with the other components). */
+  readonly #p: ParkingOptions;
 
   constructor(options: ParkingOptions) {
-    this.#o = options.o;
-    this.#s = options.s;
-    this.#b = options.b;
-    this.#parkQueue = options.parkQueue;
-    this.#report = options.report;
-    this.#early = options.early;
-    this.#boss = options.boss;
-    this.#forget = options.forget;
-    this.#backoffMs = options.backoffMs;
+    this.#p = options;
   }
 
   /** A stream message as the parking lot (and `inbox_early`) keep it: as it came, with why. */
   messageData(m: JsMsg, event: FerryEvent | undefined, reason: ParkReason, error: string): ParkedJobData {
-    const o = this.#o;
+    const o = this.#p.o;
     const headers = headerPairs(m.headers);
     return {
       format: 1,
@@ -78,25 +63,25 @@ export class Parking {
 
   /** Parks a stream message, then acks it; if parking fails, naks it so it comes back. */
   async parkMessage(m: JsMsg, event: FerryEvent | undefined, reason: ParkReason, error: string): Promise<void> {
-    const o = this.#o;
+    const o = this.#p.o;
     const seq = m.info.streamSequence;
     const data = this.messageData(m, event, reason, error);
     try {
       const parked = await this.#park(data, event);
       m.ack();
-      this.#forget(seq);
+      this.#p.forget(seq);
       if (parked.stale) {
         // Only an event with a key can be stale.
-        if (event) this.#report.stale(event, parked.recorded);
+        if (event) this.#p.report.stale(event, parked.recorded);
         return;
       }
-      this.#report.parked({ id: event?.id, key: event?.key, reason, error, jobId: parked.jobId });
+      this.#p.report.parked({ id: event?.id, key: event?.key, reason, error, jobId: parked.jobId });
       o.logger.warn({ consumer: o.consumer, id: event?.id, key: event?.key, reason, error, jobId: parked.jobId }, 'inbox parked an event');
       // The key's stored early versions follow it into the parking lot, in order, behind it.
       if (event && o.mode === 'sequential' && reason !== 'behind-parked') {
         const behind = `key ${JSON.stringify(event.key)} has version ${event.version} parked ahead of it`;
         // The message is acked already; if this fails, the sweep moves them once they time out.
-        await this.#early
+        await this.#p.early
           .flush(event.key, 'behind-parked', behind, true)
           .catch((err: unknown) =>
             o.logger.warn(
@@ -107,7 +92,7 @@ export class Parking {
       }
     } catch (err) {
       o.logger.error({ err, consumer: o.consumer, streamSeq: seq }, 'inbox could not park an event; it will be redelivered');
-      m.nak(this.#backoffMs(o.backoffMs.length));
+      m.nak(this.#p.backoffMs(o.backoffMs.length));
     }
   }
 
@@ -122,24 +107,24 @@ export class Parking {
     data: ParkedJobData,
     event: FerryEvent | undefined,
   ): Promise<{ stale: true; recorded: bigint } | { stale: false; jobId: string | null }> {
-    const o = this.#o;
-    const boss = this.#boss();
+    const o = this.#p.o;
+    const boss = this.#p.boss();
     return withTransaction(
       o.pool,
       async (tx) => {
         if (event && o.mode !== 'dedupe') {
-          const row = await lockKey(tx, this.#s, o.consumer, event.key);
+          const row = await lockKey(tx, this.#p.s, o.consumer, event.key);
           if (event.version <= row.version) return { stale: true as const, recorded: row.version };
-          if (o.mode === 'sequential') await addParked(tx, this.#s, o.consumer, event.key, 1);
+          if (o.mode === 'sequential') await addParked(tx, this.#p.s, o.consumer, event.key, 1);
         }
-        const jobId = await boss.send(this.#parkQueue, data, {
+        const jobId = await boss.send(this.#p.parkQueue, data, {
           singletonKey: parkKey(event?.key, o.stream, data.streamSeq),
           heartbeatSeconds: PARK_HEARTBEAT_SECONDS,
           ...o.parkRetry,
           db: pgBossDb(tx),
         });
         if (event && o.mode === 'sequential')
-          await orderParked(tx, this.#b, this.#parkQueue, event.key, jobId ? { added: { id: jobId, version: event.version } } : {});
+          await orderParked(tx, this.#p.b, this.#p.parkQueue, event.key, jobId ? { added: { id: jobId, version: event.version } } : {});
         return { stale: false as const, jobId };
       },
       boundedTransaction(o),
