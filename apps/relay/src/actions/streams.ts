@@ -2,6 +2,7 @@ import { ConfigError, describeValue, isNatsName, reservedSubjectToken } from '@f
 import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, StorageType, type StreamInfo } from '@nats-io/jetstream';
 import { formatDuration } from '../duration.js';
 import { RELAY_DEFAULTS, retrySpanMs } from '../relay-options.js';
+import { streamsBinding } from './subject-streams.js';
 
 /**
  * Whether the subject filter `pattern` covers every subject `subject` can be
@@ -100,14 +101,14 @@ function isStreamNotFound(err: unknown): boolean {
 
 /**
  * Reads the stream and says what `applyStreamPlan` would do: create it with
- * the subjects and `windowMs`, or add the subjects it lacks and raise (never
- * lower) its duplicate window to `raiseWindowMs`. A bare name of a stream that
+ * the subjects and `createWindowMs` (`defaultDuplicateWindowMs()` when not given), or add the
+ * subjects it lacks and raise (never lower) its duplicate window to `raiseWindowMs`. A bare name of a stream that
  * does not exist is a ConfigError: a stream needs subjects.
  */
 export async function planStream(
   jsm: JetStreamManager,
   spec: StreamSpec,
-  windows: { createWindowMs: number; raiseWindowMs?: number; replicas?: number },
+  windows: { createWindowMs?: number | undefined; raiseWindowMs?: number | undefined; replicas?: number | undefined } = {},
 ): Promise<StreamPlan> {
   let info: StreamInfo | undefined;
   try {
@@ -123,7 +124,7 @@ export async function planStream(
         `stream ${spec.name} does not exist, and no subjects were given to create it with: give them, e.g. ${spec.name}=orders.>`,
       );
     }
-    const to = Math.max(windows.createWindowMs, windows.raiseWindowMs ?? 0);
+    const to = Math.max(windows.createWindowMs ?? defaultDuplicateWindowMs(), windows.raiseWindowMs ?? 0);
     const replicas = windows.replicas !== undefined && windows.replicas > 1 ? { replicas: { from: undefined, to: windows.replicas } } : {};
     return { name: spec.name, info, add: wanted, covered: [], windowMs: { from: undefined, to }, ...replicas };
   }
@@ -142,6 +143,20 @@ export async function planStream(
     ...(raise ? { windowMs: { from, to: windows.raiseWindowMs as number } } : {}),
     ...(more ? { replicas: { from: replicasNow, to: windows.replicas as number } } : {}),
   };
+}
+
+/**
+ * The plan that adds one subject to one stream (the console's form), and the other stream that
+ * binds the subject already, if one does: JetStream refuses two streams with overlapping subjects.
+ */
+export async function planSubject(
+  jsm: JetStreamManager,
+  stream: string,
+  subject: string,
+): Promise<{ plan: StreamPlan; heldBy: string | null }> {
+  const plan = await planStream(jsm, { name: stream, subjects: [subject] });
+  const holder = (await streamsBinding(jsm, [subject])).get(subject) ?? null;
+  return { plan, heldBy: holder !== null && holder !== stream ? holder : null };
 }
 
 /** Whether the plan changes anything. */

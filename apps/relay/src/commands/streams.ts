@@ -5,7 +5,6 @@ import { Argument, Command, InvalidArgumentError, Option } from 'commander';
 import {
   applyStreamPlan,
   checkStreamSpec,
-  defaultDuplicateWindowMs,
   describePlan,
   planChanges,
   planStream,
@@ -104,7 +103,7 @@ function ensureCommand(ctx: CommandContext): Command {
       const byName = new Map<string, string[]>();
       for (const s of specs) byName.set(s.name, [...(byName.get(s.name) ?? []), ...s.subjects]);
       const windows = {
-        createWindowMs: flags.duplicateWindow ?? defaultDuplicateWindowMs(),
+        createWindowMs: flags.duplicateWindow,
         raiseWindowMs: flags.duplicateWindow,
         replicas: flags.replicas,
       };

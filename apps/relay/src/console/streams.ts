@@ -6,14 +6,12 @@ import { recordAction } from '../actions/audit.js';
 import {
   applyStreamPlan,
   checkStreamSpec,
-  defaultDuplicateWindowMs,
   describePlan,
   planChanges,
-  planStream,
+  planSubject,
   type StreamPlan,
   subjectCovers,
 } from '../actions/streams.js';
-import { streamsBinding } from '../actions/subject-streams.js';
 import type { DoctorReport } from '../commands/doctor.js';
 import { type Html, html, qs } from './html.js';
 import { HttpError, type PageKit, type Req } from './page-kit.js';
@@ -208,10 +206,7 @@ export function streamsConsole(o: StreamsOptions, kit: PageKit) {
   }
 
   async function plan(stream: string, subject: string): Promise<{ plan: StreamPlan; heldBy: string | null }> {
-    const jsm = await jetstreamManager(requireNats(), { timeout: 5000 });
-    const p = await planStream(jsm, { name: stream, subjects: [subject] }, { createWindowMs: defaultDuplicateWindowMs() });
-    const holder = (await streamsBinding(jsm, [subject])).get(subject) ?? null;
-    return { plan: p, heldBy: holder !== null && holder !== stream ? holder : null };
+    return planSubject(await jetstreamManager(requireNats(), { timeout: 5000 }), stream, subject);
   }
 
   /** What the stream's subjects were when previewed: the confirmation changes nothing if they differ. */
