@@ -9,6 +9,18 @@ export interface BacklogReading {
   blockedKeys: number;
 }
 
+/** The gauges one backlog reading serves: name, help, and which figure of the reading. */
+const BACKLOG_GAUGES: ReadonlyArray<readonly [string, string, (r: BacklogReading) => number]> = [
+  ['ferry_outbox_backlog', 'Unpublished, not dead outbox rows (all lanes)', (r) => r.pending],
+  ['ferry_outbox_oldest_pending_seconds', 'Age of the oldest unpublished, not dead row', (r) => r.oldestSeconds],
+  ['ferry_dead_events', 'Dead rows waiting for ferry dlq retry or discard', (r) => r.dead],
+  [
+    'ferry_blocked_keys',
+    'Keys held behind a failed row (backing off or dead): their later events wait, other keys go on',
+    (r) => r.blockedKeys,
+  ],
+];
+
 /** The relay's Prometheus metrics, in a registry of its own (several relays may share a process in tests). */
 export class RelayMetrics {
   readonly registry = new Registry();
@@ -56,48 +68,23 @@ export class RelayMetrics {
     this.natsConnected = new Gauge({ name: 'ferry_nats_connected', help: '1 while connected to NATS', registers });
     this.circuitState = new Gauge({ name: 'ferry_circuit_state', help: 'NATS circuit breaker: 0 closed, 1 open, 2 half-open', registers });
     let reading: Promise<BacklogReading | undefined> | undefined;
-    // One query per scrape serves the three backlog gauges.
+    // One query per scrape serves the backlog gauges.
     const read = () => {
       reading ??= readBacklog()
         .catch(() => undefined)
         .finally(() => setTimeout(() => (reading = undefined), 100).unref());
       return reading;
     };
-    new Gauge({
-      name: 'ferry_outbox_backlog',
-      help: 'Unpublished, not dead outbox rows (all lanes)',
-      registers,
-      async collect() {
-        const r = await read();
-        if (r) this.set(r.pending);
-      },
-    });
-    new Gauge({
-      name: 'ferry_outbox_oldest_pending_seconds',
-      help: 'Age of the oldest unpublished, not dead row',
-      registers,
-      async collect() {
-        const r = await read();
-        if (r) this.set(r.oldestSeconds);
-      },
-    });
-    new Gauge({
-      name: 'ferry_dead_events',
-      help: 'Dead rows waiting for ferry dlq retry or discard',
-      registers,
-      async collect() {
-        const r = await read();
-        if (r) this.set(r.dead);
-      },
-    });
-    new Gauge({
-      name: 'ferry_blocked_keys',
-      help: 'Keys held behind a failed row (backing off or dead): their later events wait, other keys go on',
-      registers,
-      async collect() {
-        const r = await read();
-        if (r) this.set(r.blockedKeys);
-      },
-    });
+    for (const [name, help, pick] of BACKLOG_GAUGES) {
+      new Gauge({
+        name,
+        help,
+        registers,
+        async collect() {
+          const r = await read();
+          if (r) this.set(pick(r));
+        },
+      });
+    }
   }
 }
