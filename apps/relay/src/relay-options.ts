@@ -29,6 +29,10 @@ export const RELAY_DEFAULTS = Object.freeze({
   natsMaxPingOut: 3,
 });
 
+const MINUTE_MS = 60_000;
+const HOUR_MS = 60 * MINUTE_MS;
+const DAY_MS = 24 * HOUR_MS;
+
 /**
  * The accepted range `[min, max]` of every integer option; `ferry relay`'s and
  * `ferry doctor`'s flags take the same ranges from here.
@@ -37,21 +41,21 @@ export const RELAY_LIMITS = Object.freeze({
   lanesPerInstance: [1, 1024],
   batchSize: [1, 10_000],
   maxInFlight: [1, 100_000],
-  pollIntervalMs: [10, 60_000],
+  pollIntervalMs: [10, MINUTE_MS],
   maxAttempts: [1, 1000],
-  backoffBaseMs: [1, 3_600_000],
-  backoffMaxMs: [1, 86_400_000],
-  publishTimeoutMs: [100, 600_000],
-  retentionMs: [1, 3650 * 86_400_000],
+  backoffBaseMs: [1, HOUR_MS],
+  backoffMaxMs: [1, DAY_MS],
+  publishTimeoutMs: [100, 10 * MINUTE_MS],
+  retentionMs: [1, 3650 * DAY_MS],
   pruneBatchSize: [1, 100_000],
   breakerThreshold: [1, 1000],
-  breakerCooldownMs: [10, 600_000],
+  breakerCooldownMs: [10, 10 * MINUTE_MS],
   cronMonitorIntervalSeconds: [1, 45],
-  leaseTermMs: [500, 600_000],
-  pgConnectTimeoutMs: [100, 600_000],
-  pgStatementTimeoutMs: [100, 3_600_000],
-  pgKeepaliveMs: [1000, 3_600_000],
-  natsPingIntervalMs: [100, 600_000],
+  leaseTermMs: [500, 10 * MINUTE_MS],
+  pgConnectTimeoutMs: [100, 10 * MINUTE_MS],
+  pgStatementTimeoutMs: [100, HOUR_MS],
+  pgKeepaliveMs: [1000, HOUR_MS],
+  natsPingIntervalMs: [100, 10 * MINUTE_MS],
   natsMaxPingOut: [1, 100],
 } as const satisfies Record<string, readonly [number, number]>);
 
@@ -63,6 +67,17 @@ function int(name: Limited, value: unknown): number {
     throw new ValidationError(name, `${name} must be an integer from ${min} to ${max}, got ${describeValue(value)}`);
   }
   return value;
+}
+
+/** The integer options that take their default when not given: every limited one but `lanesPerInstance` ('auto') and `retentionMs` (no default). */
+type PlainInt = Exclude<Limited, 'lanesPerInstance' | 'retentionMs'>;
+const PLAIN_INTS = (Object.keys(RELAY_LIMITS) as Limited[]).filter((n): n is PlainInt => n !== 'lanesPerInstance' && n !== 'retentionMs');
+
+/** The plain integer options, each the given value or its default, checked against its range. */
+function plainInts(options: RelayOptions): Record<PlainInt, number> {
+  const out = {} as Record<PlainInt, number>;
+  for (const name of PLAIN_INTS) out[name] = int(name, options[name] ?? RELAY_DEFAULTS[name]);
+  return out;
 }
 
 /** The relay options its retry span is made of. */
@@ -106,31 +121,15 @@ export function compileRelayOptions(options: RelayOptions): CompiledRelayOptions
     nats: options.nats ?? {},
     schema: validateIdentifier(options.schema ?? d.schema, 'schema'),
     lanesPerInstance: lanes === 'auto' ? 'auto' : int('lanesPerInstance', lanes),
-    batchSize: int('batchSize', options.batchSize ?? d.batchSize),
-    maxInFlight: int('maxInFlight', options.maxInFlight ?? d.maxInFlight),
-    pollIntervalMs: int('pollIntervalMs', options.pollIntervalMs ?? d.pollIntervalMs),
+    ...plainInts(options),
     listen: options.listen ?? d.listen,
-    maxAttempts: int('maxAttempts', options.maxAttempts ?? d.maxAttempts),
-    backoffBaseMs: int('backoffBaseMs', options.backoffBaseMs ?? d.backoffBaseMs),
-    backoffMaxMs: int('backoffMaxMs', options.backoffMaxMs ?? d.backoffMaxMs),
-    publishTimeoutMs: int('publishTimeoutMs', options.publishTimeoutMs ?? d.publishTimeoutMs),
     // The outbox's retention is stored with it (ferry migrate --retention); a value given here
     // must match it (checked at start), and 0 is never a retention.
     retentionMs: options.retentionMs === undefined ? undefined : int('retentionMs', options.retentionMs),
     pruneCron: options.pruneCron ?? d.pruneCron,
-    pruneBatchSize: int('pruneBatchSize', options.pruneBatchSize ?? d.pruneBatchSize),
     maintenance: options.maintenance ?? d.maintenance,
-    breakerThreshold: int('breakerThreshold', options.breakerThreshold ?? d.breakerThreshold),
-    breakerCooldownMs: int('breakerCooldownMs', options.breakerCooldownMs ?? d.breakerCooldownMs),
     ensureStreams: options.ensureStreams ?? [],
     applicationName: options.applicationName ?? d.applicationName,
-    cronMonitorIntervalSeconds: int('cronMonitorIntervalSeconds', options.cronMonitorIntervalSeconds ?? d.cronMonitorIntervalSeconds),
-    leaseTermMs: int('leaseTermMs', options.leaseTermMs ?? d.leaseTermMs),
-    pgConnectTimeoutMs: int('pgConnectTimeoutMs', options.pgConnectTimeoutMs ?? d.pgConnectTimeoutMs),
-    pgStatementTimeoutMs: int('pgStatementTimeoutMs', options.pgStatementTimeoutMs ?? d.pgStatementTimeoutMs),
-    pgKeepaliveMs: int('pgKeepaliveMs', options.pgKeepaliveMs ?? d.pgKeepaliveMs),
-    natsPingIntervalMs: int('natsPingIntervalMs', options.natsPingIntervalMs ?? d.natsPingIntervalMs),
-    natsMaxPingOut: int('natsMaxPingOut', options.natsMaxPingOut ?? d.natsMaxPingOut),
     logger: options.logger ?? SILENT_LOGGER,
   };
   if (compiled.backoffMaxMs < compiled.backoffBaseMs) {
