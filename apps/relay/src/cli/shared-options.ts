@@ -88,6 +88,50 @@ export function addNatsOptions(cmd: Command): Command {
     .addOption(new Option('--nats-tls-key <file>', 'client key file for NATS mutual TLS').env('FERRY_NATS_TLS_KEY'));
 }
 
+/**
+ * The relay's integer options with a flag, and each flag's help: the flag's range comes from
+ * `RELAY_LIMITS`, its default from `RELAY_DEFAULTS`, its variable from its name (`--batch-size`:
+ * `FERRY_BATCH_SIZE`). `ferry relay`, `ferry doctor` and `ferry console` take them from here.
+ */
+const RELAY_INT_FLAGS = {
+  // The retry span's (addRetrySpanOptions).
+  pollIntervalMs: ['--poll-interval-ms <ms>', 'longest wait between polls when idle; also the lane lease check interval (10-60000)'],
+  maxAttempts: [
+    '--max-attempts <n>',
+    'failed attempts after which a row is dead (1-1000); a failure while JetStream itself is down never kills',
+  ],
+  backoffBaseMs: ['--backoff-base-ms <ms>', 'retry delay cap of the first retry; doubles per attempt, full jitter'],
+  backoffMaxMs: ['--backoff-max-ms <ms>', 'largest retry delay cap'],
+  publishTimeoutMs: ['--publish-timeout-ms <ms>', 'how long to wait for one PubAck'],
+  // The daemon's own.
+  batchSize: ['--batch-size <n>', 'keys claimed per batch, each with its rows in a chain (1-10000)'],
+  maxInFlight: ['--max-in-flight <n>', 'claimed, not yet acknowledged rows at most, shared among the keys of a claim (1-100000)'],
+  breakerCooldownMs: ['--breaker-cooldown-ms <ms>', 'how long the NATS circuit stays open before a probe'],
+  leaseTermMs: [
+    '--lease-term-ms <ms>',
+    'lane lease term: an instance that does not renew within it (frozen, cut off, stuck) loses its lanes to a live one (500-600000)',
+  ],
+  pgConnectTimeoutMs: ['--pg-connect-timeout-ms <ms>', 'bound on opening a PostgreSQL connection'],
+  pgStatementTimeoutMs: [
+    '--pg-statement-timeout-ms <ms>',
+    "server-side statement_timeout of the relay's statements (the client gives up 1 s later)",
+  ],
+  pgKeepaliveMs: [
+    '--pg-keepalive-ms <ms>',
+    'TCP keepalive idle time of PostgreSQL connections, both sides; the server drops a peer silent for 3 x this',
+  ],
+  natsPingIntervalMs: ['--nats-ping-interval-ms <ms>', 'NATS client ping interval'],
+  natsMaxPingOut: ['--nats-max-ping-out <n>', 'unanswered NATS pings after which the client reconnects'],
+} as const satisfies Partial<Record<keyof typeof RELAY_LIMITS, readonly [string, string]>>;
+
+/** The integer flag of a relay option (see `RELAY_INT_FLAGS`). */
+export function relayIntOption(name: keyof typeof RELAY_INT_FLAGS): Option {
+  const [flags, description] = RELAY_INT_FLAGS[name];
+  const [min, max] = RELAY_LIMITS[name];
+  const env = `FERRY_${flags.slice(2, flags.indexOf(' ')).replaceAll('-', '_').toUpperCase()}`;
+  return new Option(flags, description).env(env).default(RELAY_DEFAULTS[name]).argParser(parseIntIn(min, max));
+}
+
 /** What `addRetrySpanOptions` parses: the relay options its retry span (`retrySpanMs`) is made of. */
 export interface RetrySpanFlags {
   pollIntervalMs: number;
@@ -97,45 +141,13 @@ export interface RetrySpanFlags {
   publishTimeoutMs: number;
 }
 
-/** An integer flag of a relay option: its range from `RELAY_LIMITS`, its default from `RELAY_DEFAULTS`. */
-function relayIntOption(flags: string, description: string, env: string, name: keyof RetrySpanFlags): Option {
-  const [min, max] = RELAY_LIMITS[name];
-  return new Option(flags, description).env(env).default(RELAY_DEFAULTS[name]).argParser(parseIntIn(min, max));
-}
-
 /**
  * The relay's poll, attempt and backoff flags: `ferry relay` runs by them and
  * `ferry doctor` computes the same retry span from them (the same FERRY_*
  * variables, so a doctor run beside the relays reads their values).
  */
 export function addRetrySpanOptions(cmd: Command): Command {
-  return cmd
-    .addOption(
-      relayIntOption(
-        '--poll-interval-ms <ms>',
-        'longest wait between polls when idle; also the lane lease check interval (10-60000)',
-        'FERRY_POLL_INTERVAL_MS',
-        'pollIntervalMs',
-      ),
-    )
-    .addOption(
-      relayIntOption(
-        '--max-attempts <n>',
-        'failed attempts after which a row is dead (1-1000); a failure while JetStream itself is down never kills',
-        'FERRY_MAX_ATTEMPTS',
-        'maxAttempts',
-      ),
-    )
-    .addOption(
-      relayIntOption(
-        '--backoff-base-ms <ms>',
-        'retry delay cap of the first retry; doubles per attempt, full jitter',
-        'FERRY_BACKOFF_BASE_MS',
-        'backoffBaseMs',
-      ),
-    )
-    .addOption(relayIntOption('--backoff-max-ms <ms>', 'largest retry delay cap', 'FERRY_BACKOFF_MAX_MS', 'backoffMaxMs'))
-    .addOption(
-      relayIntOption('--publish-timeout-ms <ms>', 'how long to wait for one PubAck', 'FERRY_PUBLISH_TIMEOUT_MS', 'publishTimeoutMs'),
-    );
+  const names: readonly (keyof RetrySpanFlags)[] = ['pollIntervalMs', 'maxAttempts', 'backoffBaseMs', 'backoffMaxMs', 'publishTimeoutMs'];
+  for (const name of names) cmd.addOption(relayIntOption(name));
+  return cmd;
 }

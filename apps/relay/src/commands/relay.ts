@@ -11,6 +11,7 @@ import {
   databaseUrlOption,
   type NatsFlags,
   type RetrySpanFlags,
+  relayIntOption,
   schemaOption,
 } from '../cli/shared-options.js';
 import { type ConsoleHandler, consoleHandler } from '../console/server.js';
@@ -23,7 +24,7 @@ import { startHttpServer } from '../http-server.js';
 import { createLogger } from '../logger.js';
 import { isLoopbackAddress } from '../loopback-host.js';
 import { redactNatsUrls, redactUrl, urlPasswords } from '../redact.js';
-import { RELAY_DEFAULTS, RELAY_LIMITS } from '../relay-options.js';
+import { RELAY_DEFAULTS } from '../relay-options.js';
 import { startTraceExporter, traceExportWanted } from '../trace-exporter.js';
 import type { EnsureStream, RelayOptions } from '../types.js';
 import { consoleCredentials, type OpenedConsole, openConsole } from './console.js';
@@ -73,7 +74,6 @@ Examples:
   FERRY_DATABASE_URL=postgres://relay@db/app ferry relay --ensure-stream ORDERS='orders.>' --http-port 9464`;
 
 export function relayCommand(ctx: CommandContext): Command {
-  const int = (name: keyof typeof RELAY_LIMITS) => parseIntIn(RELAY_LIMITS[name][0], RELAY_LIMITS[name][1]);
   return addRetrySpanOptions(
     addNatsOptions(
       new Command('relay')
@@ -88,26 +88,11 @@ export function relayCommand(ctx: CommandContext): Command {
         .default(d.lanesPerInstance)
         .argParser(parseLanesPerInstance),
     )
-    .addOption(
-      new Option('--batch-size <n>', 'keys claimed per batch, each with its rows in a chain (1-10000)')
-        .env('FERRY_BATCH_SIZE')
-        .default(d.batchSize)
-        .argParser(int('batchSize')),
-    )
-    .addOption(
-      new Option('--max-in-flight <n>', 'claimed, not yet acknowledged rows at most, shared among the keys of a claim (1-100000)')
-        .env('FERRY_MAX_IN_FLIGHT')
-        .default(d.maxInFlight)
-        .argParser(int('maxInFlight')),
-    )
+    .addOption(relayIntOption('batchSize'))
+    .addOption(relayIntOption('maxInFlight'))
     .addOption(new Option('--listen', 'LISTEN for the publisher NOTIFY as a wake-up hint (env FERRY_LISTEN=true|false)').default(d.listen))
     .addOption(new Option('--no-listen', 'poll only'))
-    .addOption(
-      new Option('--breaker-cooldown-ms <ms>', 'how long the NATS circuit stays open before a probe')
-        .env('FERRY_BREAKER_COOLDOWN_MS')
-        .default(d.breakerCooldownMs)
-        .argParser(int('breakerCooldownMs')),
-    )
+    .addOption(relayIntOption('breakerCooldownMs'))
     .addOption(
       new Option(
         '--retention <duration>',
@@ -150,51 +135,12 @@ export function relayCommand(ctx: CommandContext): Command {
         .env('FERRY_ENSURE_STREAM')
         .argParser(parseEnsureStream),
     )
-    .addOption(
-      new Option(
-        '--lease-term-ms <ms>',
-        'lane lease term: an instance that does not renew within it (frozen, cut off, stuck) loses its lanes to a live one (500-600000)',
-      )
-        .env('FERRY_LEASE_TERM_MS')
-        .default(d.leaseTermMs)
-        .argParser(int('leaseTermMs')),
-    )
-    .addOption(
-      new Option('--pg-connect-timeout-ms <ms>', 'bound on opening a PostgreSQL connection')
-        .env('FERRY_PG_CONNECT_TIMEOUT_MS')
-        .default(d.pgConnectTimeoutMs)
-        .argParser(int('pgConnectTimeoutMs')),
-    )
-    .addOption(
-      new Option(
-        '--pg-statement-timeout-ms <ms>',
-        "server-side statement_timeout of the relay's statements (the client gives up 1 s later)",
-      )
-        .env('FERRY_PG_STATEMENT_TIMEOUT_MS')
-        .default(d.pgStatementTimeoutMs)
-        .argParser(int('pgStatementTimeoutMs')),
-    )
-    .addOption(
-      new Option(
-        '--pg-keepalive-ms <ms>',
-        'TCP keepalive idle time of PostgreSQL connections, both sides; the server drops a peer silent for 3 x this',
-      )
-        .env('FERRY_PG_KEEPALIVE_MS')
-        .default(d.pgKeepaliveMs)
-        .argParser(int('pgKeepaliveMs')),
-    )
-    .addOption(
-      new Option('--nats-ping-interval-ms <ms>', 'NATS client ping interval')
-        .env('FERRY_NATS_PING_INTERVAL_MS')
-        .default(d.natsPingIntervalMs)
-        .argParser(int('natsPingIntervalMs')),
-    )
-    .addOption(
-      new Option('--nats-max-ping-out <n>', 'unanswered NATS pings after which the client reconnects')
-        .env('FERRY_NATS_MAX_PING_OUT')
-        .default(d.natsMaxPingOut)
-        .argParser(int('natsMaxPingOut')),
-    )
+    .addOption(relayIntOption('leaseTermMs'))
+    .addOption(relayIntOption('pgConnectTimeoutMs'))
+    .addOption(relayIntOption('pgStatementTimeoutMs'))
+    .addOption(relayIntOption('pgKeepaliveMs'))
+    .addOption(relayIntOption('natsPingIntervalMs'))
+    .addOption(relayIntOption('natsMaxPingOut'))
     .addOption(
       new Option('--shutdown-timeout-ms <ms>', 'force exit when draining takes longer')
         .env('FERRY_SHUTDOWN_TIMEOUT_MS')
