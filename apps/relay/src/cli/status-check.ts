@@ -15,6 +15,25 @@ export const DEFAULT_INBOX_LIMITS: InboxLimits = Object.freeze({
   maxWaitingKeys: CLI_DEFAULTS.statusMaxWaitingKeys,
 });
 
+/** The `ferry status` flag of each inbox limit: the flag, its variable and its help (default from `DEFAULT_INBOX_LIMITS`). */
+export const INBOX_LIMIT_FLAGS: Readonly<Record<keyof InboxLimits, readonly [string, string, string]>> = Object.freeze({
+  maxParked: [
+    '--max-parked <n>',
+    'FERRY_STATUS_MAX_PARKED',
+    'with --check: parked inbox events a consumer may have before it needs a person',
+  ],
+  maxFailedParked: [
+    '--max-failed-parked <n>',
+    'FERRY_STATUS_MAX_FAILED_PARKED',
+    'with --check: failed parked events a consumer may have (each holds its key)',
+  ],
+  maxWaitingKeys: [
+    '--max-waiting-keys <n>',
+    'FERRY_STATUS_MAX_WAITING_KEYS',
+    'with --check: keys a consumer may have waiting on a version nothing holds',
+  ],
+});
+
 /**
  * What in a status needs a person, one phrase each (empty: nothing): what
  * `ferry status --check` exits 1 on. Dead events and blocked keys hold their

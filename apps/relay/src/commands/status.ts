@@ -2,11 +2,10 @@ import { bossSchemaFor, laneCountSql, quoteIdentifier } from '@ferry/core';
 import { type InboxHealth, readInboxHealth } from '@ferry/inbox';
 import { Command, Option } from 'commander';
 import { commandPool, requireOutbox } from '../cli/database.js';
-import { CLI_DEFAULTS } from '../cli/defaults.js';
 import { parseIntIn, parseSchema } from '../cli/flag-parsers.js';
 import { describeRelayBeforeLeases, describeRelease, relayInstances, relaysBeforeLeases, releaseMix } from '../cli/relay-instances.js';
 import { addDatabaseOptions, type DatabaseFlags } from '../cli/shared-options.js';
-import { type InboxLimits, statusAttention } from '../cli/status-check.js';
+import { DEFAULT_INBOX_LIMITS, INBOX_LIMIT_FLAGS, type InboxLimits, statusAttention } from '../cli/status-check.js';
 import type { CommandContext } from '../context.js';
 import { count } from '../count.js';
 import { NotMigratedError } from '../errors.js';
@@ -233,16 +232,13 @@ function printInbox(h: InboxHealth, out: (line: string) => void): void {
   if (h.note) out(`note: ${h.note}`);
 }
 
-interface StatusFlags extends DatabaseFlags {
+interface StatusFlags extends DatabaseFlags, InboxLimits {
   check?: boolean;
   bossSchema?: string;
-  maxParked: number;
-  maxFailedParked: number;
-  maxWaitingKeys: number;
 }
 
 export function statusCommand(ctx: CommandContext): Command {
-  return addDatabaseOptions(
+  const cmd = addDatabaseOptions(
     new Command('status').description(
       'backlog per lane, oldest pending age, dead events, events published in the last minute, live relays and their lanes',
     ),
@@ -252,44 +248,23 @@ export function statusCommand(ctx: CommandContext): Command {
       new Option('--boss-schema <name>', "the inboxes' pg-boss schema, where their parked events are (default <schema>_boss)")
         .env('FERRY_BOSS_SCHEMA')
         .argParser(parseSchema),
-    )
-    .addOption(
-      new Option('--max-parked <n>', 'with --check: parked inbox events a consumer may have before it needs a person')
-        .env('FERRY_STATUS_MAX_PARKED')
-        .default(CLI_DEFAULTS.statusMaxParked)
-        .argParser(parseIntIn(0, 1_000_000_000)),
-    )
-    .addOption(
-      new Option('--max-failed-parked <n>', 'with --check: failed parked events a consumer may have (each holds its key)')
-        .env('FERRY_STATUS_MAX_FAILED_PARKED')
-        .default(CLI_DEFAULTS.statusMaxFailedParked)
-        .argParser(parseIntIn(0, 1_000_000_000)),
-    )
-    .addOption(
-      new Option('--max-waiting-keys <n>', 'with --check: keys a consumer may have waiting on a version nothing holds')
-        .env('FERRY_STATUS_MAX_WAITING_KEYS')
-        .default(CLI_DEFAULTS.statusMaxWaitingKeys)
-        .argParser(parseIntIn(0, 1_000_000_000)),
-    )
-    .addHelpText('after', HELP_AFTER)
-    .action(async (flags: StatusFlags) => {
-      const pool = commandPool(flags, ctx, 'ferry-status');
-      try {
-        const report = await readStatus(pool, flags.schema, flags.bossSchema ? { bossSchema: flags.bossSchema } : {});
-        if (flags.json) ctx.out(JSON.stringify(report));
-        else printStatus(report, ctx.out);
-        const limits: InboxLimits = {
-          maxParked: flags.maxParked,
-          maxFailedParked: flags.maxFailedParked,
-          maxWaitingKeys: flags.maxWaitingKeys,
-        };
-        const attention = flags.check ? statusAttention(report, limits) : [];
-        if (attention.length > 0) {
-          ctx.err(`ferry status --check: needs a person: ${attention.join('; ')}`);
-          exitWith(EXIT.failure);
-        }
-      } finally {
-        await pool.end();
+    );
+  for (const [name, [flags, env, help]] of Object.entries(INBOX_LIMIT_FLAGS) as [keyof InboxLimits, readonly [string, string, string]][]) {
+    cmd.addOption(new Option(flags, help).env(env).default(DEFAULT_INBOX_LIMITS[name]).argParser(parseIntIn(0, 1_000_000_000)));
+  }
+  return cmd.addHelpText('after', HELP_AFTER).action(async (flags: StatusFlags) => {
+    const pool = commandPool(flags, ctx, 'ferry-status');
+    try {
+      const report = await readStatus(pool, flags.schema, flags.bossSchema ? { bossSchema: flags.bossSchema } : {});
+      if (flags.json) ctx.out(JSON.stringify(report));
+      else printStatus(report, ctx.out);
+      const attention = flags.check ? statusAttention(report, flags) : [];
+      if (attention.length > 0) {
+        ctx.err(`ferry status --check: needs a person: ${attention.join('; ')}`);
+        exitWith(EXIT.failure);
       }
-    });
+    } finally {
+      await pool.end();
+    }
+  });
 }
