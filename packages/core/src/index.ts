@@ -82,12 +82,14 @@ export {
 // For Ferry's own packages: the OpenTelemetry plumbing they share (not needed by applications).
 export {
   creationParent,
+  eventSpanAttributes,
   failSpan,
   MESSAGING_SYSTEM,
   type Otel,
   otel,
   SPAN_ATTRIBUTES,
   spanContextFromHeaders,
+  startConsumerSpan,
   traceHeaders,
 } from './otel.js';
 export { type PgBossDb, pgBossDb, startPgBoss } from './pg-boss.js';

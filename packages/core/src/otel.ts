@@ -10,7 +10,7 @@
 // published with semantic-conventions v1.30.0 (status Development): operation types `create`
 // (publisher), `send` (relay; the type was called `publish` up to v1.27) and `process` (inbox).
 import type * as OtelApi from '@opentelemetry/api';
-import type { Context, Link, Span, SpanContext } from '@opentelemetry/api';
+import type { Attributes, Context, Link, Span, SpanContext, SpanKind } from '@opentelemetry/api';
 
 export type Otel = typeof OtelApi;
 
@@ -45,6 +45,28 @@ export const SPAN_ATTRIBUTES = {
 
 /** `messaging.system`: the conventions list no value for NATS, so Ferry uses the system's own name. */
 export const MESSAGING_SYSTEM = 'nats';
+
+/**
+ * The attributes every span of an event starts with, whichever side makes it: the messaging
+ * system, the operation (`create` by the publisher, `send` by the relay, `process` by the inbox)
+ * and its name, the subject, and the event's id, key and type. Each side adds its own after these.
+ */
+export function eventSpanAttributes(
+  operationType: 'create' | 'send' | 'process',
+  operationName: string,
+  event: { readonly id: string; readonly subject: string; readonly key: string; readonly type: string },
+): Record<string, string> {
+  const A = SPAN_ATTRIBUTES;
+  return {
+    [A.system]: MESSAGING_SYSTEM,
+    [A.operationType]: operationType,
+    [A.operationName]: operationName,
+    [A.destination]: event.subject,
+    [A.messageId]: event.id,
+    [A.eventKey]: event.key,
+    [A.eventType]: event.type,
+  };
+}
 
 const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 
@@ -92,6 +114,23 @@ export function creationParent(
   const sc = spanContextFromHeaders(api, headers);
   if (!sc) return { parent: api.ROOT_CONTEXT, links: [] };
   return { parent: api.trace.setSpanContext(api.ROOT_CONTEXT, sc), links: [{ context: sc }] };
+}
+
+/**
+ * Starts a consumer-side span of an event (the relay's `send`, the inbox's `process`) where
+ * `creationParent` hangs it, with the tracer named `tracer`. Returns the span and its parent
+ * context (the context to run a handler in is the parent with the span set).
+ */
+export function startConsumerSpan(
+  api: Otel,
+  tracer: string,
+  name: string,
+  kind: SpanKind,
+  headers: Readonly<Record<string, string>> | null | undefined,
+  attributes: Attributes,
+): { span: Span; parent: Context } {
+  const { parent, links } = creationParent(api, headers);
+  return { span: api.trace.getTracer(tracer).startSpan(name, { kind, links, attributes }, parent), parent };
 }
 
 /** Ends a span as failed: the exception recorded, the status ERROR, `error.type` set. */

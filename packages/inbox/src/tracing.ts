@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { FerryEvent } from '@ferry/core';
-import { SPAN_ATTRIBUTES as A, creationParent, failSpan, MESSAGING_SYSTEM, otel } from '@ferry/core';
+import { SPAN_ATTRIBUTES as A, eventSpanAttributes, failSpan, otel, startConsumerSpan } from '@ferry/core';
 import type { Span } from '@opentelemetry/api';
 import type { InboxReport } from './types.js';
 
@@ -42,33 +42,18 @@ export async function inProcessSpan<T>(
 ): Promise<T> {
   if (!otel) return fn();
   const api = otel;
-  const { parent, links } = creationParent(api, event.headers);
-  const span = api.trace.getTracer(TRACER).startSpan(
-    `process ${event.subject}`,
-    {
-      kind: api.SpanKind.CONSUMER,
-      links,
-      attributes: {
-        [A.system]: MESSAGING_SYSTEM,
-        [A.operationType]: 'process',
-        [A.operationName]: 'process',
-        [A.destination]: event.subject,
-        [A.subscription]: consumer,
-        [A.consumerGroup]: consumer,
-        [A.messageId]: event.id,
-        [A.bodySize]: event.data.byteLength,
-        [A.eventKey]: event.key,
-        [A.eventType]: event.type,
-        [A.eventVersion]: event.version.toString(),
-        [A.stream]: stream,
-        [A.attempt]: source.attempt,
-        [A.via]: source.via,
-        ...(source.deliveries === undefined ? {} : { [A.deliveries]: source.deliveries }),
-        ...(source.streamSequence === undefined ? {} : { [A.streamSequence]: source.streamSequence }),
-      },
-    },
-    parent,
-  );
+  const { span, parent } = startConsumerSpan(api, TRACER, `process ${event.subject}`, api.SpanKind.CONSUMER, event.headers, {
+    ...eventSpanAttributes('process', 'process', event),
+    [A.subscription]: consumer,
+    [A.consumerGroup]: consumer,
+    [A.bodySize]: event.data.byteLength,
+    [A.eventVersion]: event.version.toString(),
+    [A.stream]: stream,
+    [A.attempt]: source.attempt,
+    [A.via]: source.via,
+    ...(source.deliveries === undefined ? {} : { [A.deliveries]: source.deliveries }),
+    ...(source.streamSequence === undefined ? {} : { [A.streamSequence]: source.streamSequence }),
+  });
   if (!span.isRecording()) return fn();
   try {
     return await current.run(span, () => api.context.with(api.trace.setSpan(parent, span), fn));

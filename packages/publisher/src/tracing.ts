@@ -1,4 +1,4 @@
-import { SPAN_ATTRIBUTES as A, failSpan, MESSAGING_SYSTEM, otel, traceHeaders } from '@ferry/core';
+import { SPAN_ATTRIBUTES as A, eventSpanAttributes, failSpan, otel, traceHeaders } from '@ferry/core';
 import type { Span } from '@opentelemetry/api';
 import type { PublishResult } from './types.js';
 
@@ -40,15 +40,7 @@ export class CreateSpans {
     if (!otel || explicitId || Object.hasOwn(headers, 'traceparent')) return headers;
     const span = otel.trace.getTracer(TRACER).startSpan(`create ${event.subject}`, {
       kind: otel.SpanKind.PRODUCER,
-      attributes: {
-        [A.system]: MESSAGING_SYSTEM,
-        [A.operationType]: 'create',
-        [A.operationName]: 'create',
-        [A.destination]: event.subject,
-        [A.messageId]: event.id,
-        [A.eventKey]: event.key,
-        [A.eventType]: event.type,
-      },
+      attributes: eventSpanAttributes('create', 'create', event),
     });
     this.#spans.get(event.id)?.end(); // the same id twice is refused later; never leave a span open
     this.#spans.set(event.id, span);

@@ -1,4 +1,4 @@
-import { SPAN_ATTRIBUTES as A, creationParent, failSpan, MESSAGING_SYSTEM, otel, traceHeaders } from '@ferry/core';
+import { SPAN_ATTRIBUTES as A, eventSpanAttributes, failSpan, otel, startConsumerSpan, traceHeaders } from '@ferry/core';
 import type { PubAck } from '@nats-io/jetstream';
 import type { Span } from '@opentelemetry/api';
 import type { Classified } from '../errors.js';
@@ -26,27 +26,12 @@ export class SendSpan {
   /** A span for the row, or `undefined` when `@opentelemetry/api` is not installed or nothing records. */
   static start(row: ClaimedRow): SendSpan | undefined {
     if (!otel) return undefined;
-    const { parent, links } = creationParent(otel, row.headers);
-    const span = otel.trace.getTracer(TRACER).startSpan(
-      `send ${row.subject}`,
-      {
-        kind: otel.SpanKind.CLIENT,
-        links,
-        attributes: {
-          [A.system]: MESSAGING_SYSTEM,
-          [A.operationType]: 'send',
-          [A.operationName]: 'publish',
-          [A.destination]: row.subject,
-          [A.messageId]: row.id,
-          [A.bodySize]: row.data_bytes,
-          [A.eventKey]: row.key,
-          [A.eventType]: row.type,
-          [A.eventVersion]: row.version,
-          [A.attempt]: row.attempts + 1,
-        },
-      },
-      parent,
-    );
+    const { span } = startConsumerSpan(otel, TRACER, `send ${row.subject}`, otel.SpanKind.CLIENT, row.headers, {
+      ...eventSpanAttributes('send', 'publish', row),
+      [A.bodySize]: row.data_bytes,
+      [A.eventVersion]: row.version,
+      [A.attempt]: row.attempts + 1,
+    });
     if (!span.isRecording()) return undefined;
     return new SendSpan(span);
   }
