@@ -95,6 +95,7 @@ export {
 export { type PgBossDb, pgBossDb, startPgBoss } from './pg-boss.js';
 export { deleteInBatches, type PrunerBoss, type PrunerSchedule, startPruner, stopPruner } from './pruner.js';
 export { type ConnectionPool, guardConnection, type PooledConnection, protectPool, type Queryable } from './queryable.js';
+export { readBounded } from './read-bounded.js';
 export { FERRY_RELEASE, RELAY_FLOOR_SETTING, RELAY_PROTOCOL, RELAY_SCHEMA_FLOOR, relayFloorSql } from './release.js';
 export { REPLAY_MSG_ID_EXTRA_BYTES, replayMsgIdSuffix } from './replay-msg-id.js';
 export { namedStatement } from './statement-name.js';

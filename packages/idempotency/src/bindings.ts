@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ConnectionPool, PooledConnection } from '@ferry/core';
-import { describeValue, ERROR_CODES, FerryError, ValidationError } from '@ferry/core';
+import { describeValue, ERROR_CODES, FerryError, readBounded, ValidationError } from '@ferry/core';
 import { HTTP_HEADERS, type HttpReply, handleIdempotentRequest } from './http.js';
 import type { Idempotency, OperationResult } from './types.js';
 
@@ -124,15 +124,8 @@ interface ReadBody {
 }
 
 async function readBody(req: AsyncIterable<unknown>, contentType: string | undefined, maxBytes: number): Promise<ReadBody> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > maxBytes) throw new BodyError(413, `request body exceeds ${maxBytes} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  if (size === 0) return { bytes: undefined, parsed: undefined };
-  const bytes = Buffer.concat(chunks);
+  const bytes = await readBounded(req, maxBytes, () => new BodyError(413, `request body exceeds ${maxBytes} bytes`));
+  if (bytes.length === 0) return { bytes: undefined, parsed: undefined };
   if (/^application\/([a-z0-9.+-]+\+)?json\b/i.test(contentType ?? '')) {
     try {
       return { bytes, parsed: JSON.parse(bytes.toString('utf8')) };

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isValidationError, quoteIdentifier } from '@ferry/core';
+import { isValidationError, quoteIdentifier, readBounded } from '@ferry/core';
 import { SelectionChangedError } from '../actions/failed.js';
 import { isLoopbackAddress, misdirectedHost } from '../loopback-host.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
@@ -135,14 +135,8 @@ export function consoleHandler(o: ConsoleSetup): ConsoleHandler {
   async function readBody(req: IncomingMessage): Promise<URLSearchParams> {
     const type = req.headers['content-type'] ?? '';
     if (!/^application\/x-www-form-urlencoded\b/i.test(type)) throw new HttpError(415, 'send a form (application/x-www-form-urlencoded)');
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const c of req) {
-      size += (c as Buffer).length;
-      if (size > BODY_LIMIT) throw new HttpError(413, `form larger than ${BODY_LIMIT} bytes`);
-      chunks.push(c as Buffer);
-    }
-    return readForm(Buffer.concat(chunks).toString('utf8'));
+    const body = await readBounded(req, BODY_LIMIT, () => new HttpError(413, `form larger than ${BODY_LIMIT} bytes`));
+    return readForm(body.toString('utf8'));
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
