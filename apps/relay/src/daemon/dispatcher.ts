@@ -27,6 +27,7 @@ import type { RelayMetrics } from './metrics.js';
 import type { PubAcks } from './pub-acks.js';
 import type { RelayEmitter, RelayTestHooks } from './relay-emitter.js';
 import { RowSettler } from './row-settler.js';
+import { RunLoop } from './run-loop.js';
 import type { WaitRecord } from './wait-record.js';
 
 export interface DispatcherDeps {
@@ -91,8 +92,7 @@ export class Dispatcher {
   #backlog = true;
   /** Claim rounds made: where the next round's walks start among their lanes. */
   #claims = 0;
-  #running = false;
-  #loop: Promise<void> | undefined;
+  readonly #loop = new RunLoop();
   #wake: (() => void) | undefined;
   #woken = false;
   #idleDelayMs: number;
@@ -140,23 +140,19 @@ export class Dispatcher {
   }
 
   start(): void {
-    if (this.#running) return;
-    this.#running = true;
-    this.#loop = this.#run();
+    this.#loop.start(() => this.#run());
   }
 
   /** Stops claiming, lets every chain finish the rows it is sending, and waits until they are marked. */
   async stop(): Promise<void> {
-    this.#running = false;
-    this.#wake?.();
-    await this.#loop;
+    await this.#loop.stop(() => this.#wake?.());
     while (this.#chains.size > 0) await Promise.allSettled([...this.#chains]);
     await this.#settler.drain();
     await this.#d.waits?.record.forget();
   }
 
   async #pause(ms: number): Promise<void> {
-    if (this.#woken || !this.#running) {
+    if (this.#woken || !this.#loop.running) {
       this.#woken = false;
       return;
     }
@@ -174,7 +170,7 @@ export class Dispatcher {
 
   async #run(): Promise<void> {
     const o = this.#d.options;
-    while (this.#running) {
+    while (this.#loop.running) {
       // The leases are renewed by the leaser's own timer; each iteration only reads what is held now.
       const lanes = this.#d.leaser.lanes;
       if (lanes.join() !== this.#lanesSeen) {
@@ -334,7 +330,7 @@ export class Dispatcher {
     let failure: { row: LeasedRow; outcome: Classified } | undefined;
     let segment = first;
     while (segment.length > 0) {
-      const next = this.#running && segment.length >= CONTINUE_AT ? this.#nextRows(segment) : undefined;
+      const next = this.#loop.running && segment.length >= CONTINUE_AT ? this.#nextRows(segment) : undefined;
       let outcomes: Map<ClaimedRow, Outcome>;
       try {
         outcomes = await this.#sender.send(segment);
@@ -359,7 +355,7 @@ export class Dispatcher {
         this.#d.hooks?.afterAck?.(segment.length, acked.length);
         marks.push(this.#settler.mark(acked));
       }
-      if (acked.length < segment.length || !this.#running) {
+      if (acked.length < segment.length || !this.#loop.running) {
         if (next) this.#budget.release(await next);
         break;
       }

@@ -2,6 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { backoffDelayMs } from '@ferry/core';
 import pg from 'pg';
 import type { Logger } from '../types.js';
+import { RunLoop } from './run-loop.js';
 
 export interface NotifierOptions {
   databaseUrl: string;
@@ -21,8 +22,7 @@ export interface NotifierOptions {
 export class Notifier {
   readonly #o: NotifierOptions;
   #client: pg.Client | undefined;
-  #running = false;
-  #loop: Promise<void> | undefined;
+  readonly #loop = new RunLoop();
   #broken: (() => void) | undefined;
   #stopped: (() => void) | undefined;
 
@@ -35,24 +35,22 @@ export class Notifier {
   }
 
   start(): void {
-    if (this.#running) return;
-    this.#running = true;
-    this.#loop = this.#run();
+    this.#loop.start(() => this.#run());
   }
 
   async stop(): Promise<void> {
-    this.#running = false;
-    this.#stopped?.();
-    this.#broken?.();
-    const client = this.#client;
-    this.#client = undefined;
-    if (client) await client.end().catch(() => {});
-    await this.#loop;
+    await this.#loop.stop(async () => {
+      this.#stopped?.();
+      this.#broken?.();
+      const client = this.#client;
+      this.#client = undefined;
+      if (client) await client.end().catch(() => {});
+    });
   }
 
   async #run(): Promise<void> {
     let failures = 0;
-    while (this.#running) {
+    while (this.#loop.running) {
       const client = new pg.Client({
         connectionString: this.#o.databaseUrl,
         application_name: `${this.#o.applicationName}:listen`,
@@ -72,15 +70,15 @@ export class Notifier {
         failures = 0;
         this.#o.onWake();
         await broken;
-        if (this.#running) this.#o.logger.warn({ event: 'listen-lost' }, 'LISTEN connection lost: polling only until it is back');
+        if (this.#loop.running) this.#o.logger.warn({ event: 'listen-lost' }, 'LISTEN connection lost: polling only until it is back');
       } catch (err) {
-        if (failures === 0 && this.#running)
+        if (failures === 0 && this.#loop.running)
           this.#o.logger.warn({ err, event: 'listen-lost' }, 'LISTEN connection failed: polling only until it is back');
       }
       this.#client = undefined;
       client.on('error', () => {});
       await client.end().catch(() => {});
-      if (!this.#running) break;
+      if (!this.#loop.running) break;
       failures++;
       const delay = backoffDelayMs(failures + 1, 250, 30_000);
       await Promise.race([sleep(delay), new Promise<void>((resolve) => (this.#stopped = resolve))]);
