@@ -5,6 +5,8 @@
  * any database or stream is touched. `arg`, `numArg`, `listArg` and `hasFlag`
  * then read the parsed values (and throw on a name the script did not declare).
  */
+import { relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 /** Flag name → help text; a text starting with `<` (e.g. `'<n> events to drain'`) takes a value. */
@@ -101,4 +103,66 @@ export async function until(check: () => boolean | Promise<boolean>, what: strin
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(10);
   }
+}
+
+/** A flag with a value: its help (starting with `<n>`, `<s>`, `<n,n,…>`, …), its default, and its default under `--quick`. */
+export type ValueFlag = readonly [help: string, full: number | string | readonly number[], quick?: number | string | readonly number[]];
+
+/** A scenario's flags: a string is a boolean flag's help, a `ValueFlag` a flag with a value. */
+export type BenchFlagSpec = Record<string, string | ValueFlag>;
+
+type FlagValue<F> = F extends string
+  ? boolean
+  : F extends readonly [string, infer D, ...unknown[]]
+    ? D extends number
+      ? number
+      : D extends string
+        ? string
+        : number[]
+    : never;
+
+/** What `benchFlags` read: each flag's value, typed by its default (`true`/`false` for a boolean flag). */
+export type BenchFlags<S extends BenchFlagSpec> = { readonly [K in keyof S]: FlagValue<S[K]> };
+
+const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+
+function defaultText(value: number | string | readonly number[]): string {
+  if (typeof value === 'number') return value.toLocaleString('en-US');
+  return typeof value === 'string' ? value : value.join(',');
+}
+
+/** A flag's help: a flag with a value gets its default appended (none for an empty string). */
+function helpOf(flag: string | ValueFlag): string {
+  if (typeof flag === 'string') return flag;
+  const text = defaultText(flag[1]);
+  return text === '' ? flag[0] : `${flag[0]} (default ${text})`;
+}
+
+/**
+ * A scenario's flags, declared and read in one table, so each default is written once: the help
+ * of a flag with a value ends in `(default …)` made from its default, and its value has the
+ * default's type (a number, a list of numbers, a string); under `--quick` (when the script
+ * declares it) a flag's third entry is its default. The usage line names the script as run.
+ *
+ * @example
+ * const flags = benchFlags('What it measures.', { quick: 'a small run', events: ['<n> events per trial', 20_000, 2000] });
+ * flags.events; // a number
+ */
+export function benchFlags<const S extends BenchFlagSpec>(about: string, spec: S, argv: string[] = process.argv.slice(2)): BenchFlags<S> {
+  const help: FlagSpec = {};
+  for (const [name, flag] of Object.entries(spec)) help[name] = helpOf(flag);
+  declareFlags(`node ${relative(REPO_ROOT, process.argv[1] ?? 'script.js')}`, about, help, argv);
+  const quick = isQuick();
+  const values: Record<string, unknown> = {};
+  for (const [name, flag] of Object.entries(spec)) {
+    if (typeof flag === 'string') {
+      values[name] = hasFlag(name);
+      continue;
+    }
+    const fallback = quick && flag.length > 2 ? (flag[2] as ValueFlag[1]) : flag[1];
+    if (typeof fallback === 'number') values[name] = numArg(name, fallback);
+    else if (typeof fallback === 'string') values[name] = arg(name, fallback);
+    else values[name] = listArg(name, fallback);
+  }
+  return values as BenchFlags<S>;
 }

@@ -37,6 +37,25 @@ export function machine() {
   };
 }
 
+/**
+ * Summarizes each variant's samples and prints them as a table: the variant (`label`), its median
+ * (`figure`, with `digits` decimals) and its spread. Returns the summaries, for `writeResult`.
+ */
+export function printMedians(
+  title: string,
+  [label, figure]: readonly [string, string],
+  samples: Record<string, number[]>,
+  digits = 2,
+): Record<string, Summary> {
+  const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+  printTable(
+    title,
+    [label, figure, 'spread'],
+    Object.entries(results).map(([k, r]) => [k, r.median.toFixed(digits), `±${(r.spread * 100).toFixed(0)}%`]),
+  );
+  return results;
+}
+
 /** Prints a fixed-width table. */
 export function printTable(title: string, header: string[], rows: Array<Array<string | number>>): void {
   const cells = [header, ...rows.map((r) => r.map((c) => (typeof c === 'number' ? fmt(c) : c)))];

@@ -14,29 +14,18 @@
 import { LIMITS, quoteIdentifier, RELAY_PROTOCOL } from '@ferry/core';
 import { claimBatchSql, RELAY_DEFAULTS } from '@ferry/relay';
 import { createTestDatabase } from '@ferry/testkit';
-import { declareFlags, hasFlag, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { generateRows, outboxTables, relayDrainFreshStream } from '../lib/outbox.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/blocked-key.js',
-  "Claim cost and the other keys' drain with a blocked hot key, against the same lane unblocked.",
-  {
-    quick: 'a small run (20,000 blocked rows, 2,000 backlog, 10 claims, 1 trial)',
-    blocked: '<n> rows waiting behind the dead row (default 1,000,000)',
-    backlog: '<n> rows of other keys to drain (default 20,000)',
-    keys: '<n> other keys (default 1,000)',
-    claims: '<n> claims timed per trial (default 30)',
-    trials: '<n> trials (default 2)',
-  },
-);
-
-const QUICK = hasFlag('quick');
-const BLOCKED = numArg('blocked', QUICK ? 20_000 : 1_000_000);
-const BACKLOG = numArg('backlog', QUICK ? 2000 : 20_000);
-const KEYS = numArg('keys', 1000);
-const CLAIMS = numArg('claims', QUICK ? 10 : 30);
-const TRIALS = numArg('trials', QUICK ? 1 : 2);
+const flags = benchFlags("Claim cost and the other keys' drain with a blocked hot key, against the same lane unblocked.", {
+  quick: 'a small run (20,000 blocked rows, 2,000 backlog, 10 claims, 1 trial)',
+  blocked: ['<n> rows waiting behind the dead row', 1_000_000, 20_000],
+  backlog: ['<n> rows of other keys to drain', 20_000, 2000],
+  keys: ['<n> other keys', 1000],
+  claims: ['<n> claims timed per trial', 30, 10],
+  trials: ['<n> trials', 2, 1],
+});
 
 const db = await createTestDatabase({ prefix: 'bench_blocked', lanes: 1, max: 4 });
 const s = quoteIdentifier(db.schema);
@@ -46,7 +35,7 @@ let run = 0;
 /** Median milliseconds of the relay's claim over a pending backlog of other keys (rows removed afterwards). */
 async function claimMs(): Promise<number> {
   const prefix = `c${run++}-`;
-  await generateRows(db.pool, db.schema, { count: BACKLOG, keys: KEYS, keyPrefix: prefix, subject: 'bench.blocked' });
+  await generateRows(db.pool, db.schema, { count: flags.backlog, keys: flags.keys, keyPrefix: prefix, subject: 'bench.blocked' });
   await db.pool.query(`ANALYZE ${outboxTables(s)}`);
   // The claim walks only lanes its caller holds with an unexpired lease (outbox migration 000010); a drain's relay released it.
   // Its owner needs a heartbeat the schema's relay floor admits (outbox migration 000013).
@@ -56,7 +45,7 @@ async function claimMs(): Promise<number> {
   );
   await db.pool.query(`UPDATE ${s}.relay_leases SET owner = 'bench', expires_at = now() + interval '1 day' WHERE lane = 0`);
   const ms: number[] = [];
-  for (let i = 0; i < CLAIMS; i++) {
+  for (let i = 0; i < flags.claims; i++) {
     const t = performance.now();
     const { rows } = await db.pool.query(claimSql, [
       [0],
@@ -80,17 +69,17 @@ async function claimMs(): Promise<number> {
 
 /** Events per second of a relay draining a backlog of other keys. */
 async function drain(): Promise<number> {
-  return relayDrainFreshStream(db, 'benchblocked', { count: BACKLOG, keys: KEYS, keyPrefix: `d${run++}-` });
+  return relayDrainFreshStream(db, 'benchblocked', { count: flags.backlog, keys: flags.keys, keyPrefix: `d${run++}-` });
 }
 
 const unblocked = { claimMs: [] as number[], drain: [] as number[] };
-for (let t = 0; t < TRIALS; t++) {
+for (let t = 0; t < flags.trials; t++) {
   unblocked.claimMs.push(await claimMs());
   unblocked.drain.push(await drain());
 }
 
 // The hot key: its rows first in seq order (what a seq-order claim had to wade through), its head dead.
-await generateRows(db.pool, db.schema, { count: BLOCKED, keys: 1, keyPrefix: 'HOT', subject: 'bench.blocked' });
+await generateRows(db.pool, db.schema, { count: flags.blocked, keys: 1, keyPrefix: 'HOT', subject: 'bench.blocked' });
 // The head's delivery state is on its pending row (outbox migration 000015).
 await db.pool.query(
   `UPDATE ${s}.outbox_pending p SET dead_at = now(), attempts = 1, last_error = 'bench: dead'
@@ -99,25 +88,25 @@ await db.pool.query(
 await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
 
 const blocked = { claimMs: [] as number[], drain: [] as number[] };
-for (let t = 0; t < TRIALS; t++) {
+for (let t = 0; t < flags.trials; t++) {
   blocked.claimMs.push(await claimMs());
   blocked.drain.push(await drain());
 }
 const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*)::text AS n FROM ${s}.outbox_pending WHERE key = 'HOT0'`);
-if (Number(rows[0]?.n) !== BLOCKED) throw new Error(`the blocked key lost rows: ${rows[0]?.n} of ${BLOCKED} still pending`);
+if (Number(rows[0]?.n) !== flags.blocked) throw new Error(`the blocked key lost rows: ${rows[0]?.n} of ${flags.blocked} still pending`);
 await db.close();
 
 const result = {
-  blockedRows: BLOCKED,
-  backlog: BACKLOG,
-  keys: KEYS,
+  blockedRows: flags.blocked,
+  backlog: flags.backlog,
+  keys: flags.keys,
   claimMs: { unblocked: summarize(unblocked.claimMs), blocked: summarize(blocked.claimMs) },
   drainEventsPerSec: { unblocked: summarize(unblocked.drain), blocked: summarize(blocked.drain) },
   claimRatio: summarize(blocked.claimMs).median / summarize(unblocked.claimMs).median,
   drainRatio: summarize(blocked.drain).median / summarize(unblocked.drain).median,
 };
 printTable(
-  `A blocked key with ${BLOCKED} rows behind its dead head, one lane (targets: claim ≤ 2×, drain ≥ 0.8×)`,
+  `A blocked key with ${flags.blocked} rows behind its dead head, one lane (targets: claim ≤ 2×, drain ≥ 0.8×)`,
   ['', 'unblocked', 'blocked', 'ratio'],
   [
     ['claim, ms (median)', result.claimMs.unblocked.median, result.claimMs.blocked.median, result.claimRatio],

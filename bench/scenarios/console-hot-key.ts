@@ -11,26 +11,22 @@ import { quoteIdentifier } from '@ferry/core';
 import { blockedKeys, previewFailed } from '@ferry/relay/testing';
 import { createTestDatabase } from '@ferry/testkit';
 import pg from 'pg';
-import { declareFlags, hasFlag, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { generateRows, outboxTables } from '../lib/outbox.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
-declareFlags('node bench/dist/scenarios/console-hot-key.js', 'the dlq preview and blocked keys with a million rows behind one dead head', {
+const flags = benchFlags('the dlq preview and blocked keys with a million rows behind one dead head', {
   quick: 'a small run (50,000 rows, 3 fetches)',
-  rows: '<n> rows behind the dead head (default 1,000,000)',
-  fetches: '<n> fetches of each (default 5)',
+  rows: ['<n> rows behind the dead head', 1_000_000, 50_000],
+  fetches: ['<n> fetches of each', 5, 3],
 });
-
-const QUICK = hasFlag('quick');
-const ROWS = numArg('rows', QUICK ? 50_000 : 1_000_000);
-const FETCHES = numArg('fetches', QUICK ? 3 : 5);
 
 const db = await createTestDatabase({ prefix: 'bench_hot_key', max: 4 });
 const pool = new pg.Pool({ connectionString: db.url, max: 2, statement_timeout: 2000 });
 const results: Record<string, { medianMs: number; maxMs: number; behind: number }> = {};
 try {
   const s = quoteIdentifier(db.schema);
-  await generateRows(db.pool, db.schema, { count: ROWS + 1, keys: 1, keyPrefix: 'hot-', subject: 'bench.hot' });
+  await generateRows(db.pool, db.schema, { count: flags.rows + 1, keys: 1, keyPrefix: 'hot-', subject: 'bench.hot' });
   // The head's delivery state is on its pending row (outbox migration 000015).
   await db.pool.query(
     `UPDATE ${s}.outbox_pending p SET dead_at = now(), attempts = 25, last_error = 'no_responders: bench'
@@ -45,7 +41,7 @@ try {
   for (const [name, run] of cases) {
     const ms: number[] = [];
     let behind = 0;
-    for (let i = 0; i < FETCHES; i++) {
+    for (let i = 0; i < flags.fetches; i++) {
       const t = performance.now();
       behind = await run();
       ms.push(performance.now() - t);
@@ -58,8 +54,8 @@ try {
   await db.close();
 }
 printTable(
-  `One key with ${ROWS} rows behind its dead head (target < 500 ms)`,
-  ['query', `median of ${FETCHES} ms`, 'worst ms', 'rows behind'],
+  `One key with ${flags.rows} rows behind its dead head (target < 500 ms)`,
+  ['query', `median of ${flags.fetches} ms`, 'worst ms', 'rows behind'],
   Object.entries(results).map(([name, r]) => [name, r.medianMs, r.maxMs, r.behind]),
 );
-console.log(`wrote ${writeResult('console-hot-key', { rows: ROWS, fetches: FETCHES, results })}`);
+console.log(`wrote ${writeResult('console-hot-key', { rows: flags.rows, fetches: flags.fetches, results })}`);

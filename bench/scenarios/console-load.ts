@@ -24,29 +24,21 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
-import { declareFlags, hasFlag, numArg, until } from '../lib/args.js';
+import { benchFlags, until } from '../lib/args.js';
 import { BENCH_CONSOLE_TOKEN, serveBenchConsole } from '../lib/bench-console.js';
 import { generateRows, outboxTables, publishPendingSql, relayDrain } from '../lib/outbox.js';
 import { cpuMeter } from '../lib/relay-process.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
-declareFlags('node bench/dist/scenarios/console-load.js', 'Console page times at a large outbox, and the relay drain while it refreshes.', {
+const flags = benchFlags('Console page times at a large outbox, and the relay drain while it refreshes.', {
   quick: 'a small run (50,000 pending, 5,000 dead, 20,000 drained, 3 fetches, 1 trial)',
-  pending: '<n> pending rows while the pages are timed (default 1,000,000)',
-  dead: '<n> dead rows, one per key, each with a row waiting behind it (default 100,000)',
-  drain: '<n> rows the relay drains per trial (default 200,000)',
-  fetches: '<n> fetches per page (default 5)',
-  trials: '<n> drain trials with and without the console (default 2)',
-  tabs: '<n> tabs refreshing every second during a drain (default 3)',
+  pending: ['<n> pending rows while the pages are timed', 1_000_000, 50_000],
+  dead: ['<n> dead rows, one per key, each with a row waiting behind it', 100_000, 5_000],
+  drain: ['<n> rows the relay drains per trial', 200_000, 20_000],
+  fetches: ['<n> fetches per page', 5, 3],
+  trials: ['<n> drain trials with and without the console', 2, 1],
+  tabs: ['<n> tabs refreshing every second during a drain', 3],
 });
-
-const QUICK = hasFlag('quick');
-const PENDING = numArg('pending', QUICK ? 50_000 : 1_000_000);
-const DEAD = numArg('dead', QUICK ? 5_000 : 100_000);
-const DRAIN = numArg('drain', QUICK ? 20_000 : 200_000);
-const FETCHES = numArg('fetches', QUICK ? 3 : 5);
-const TRIALS = numArg('trials', QUICK ? 1 : 2);
-const TABS = numArg('tabs', 3);
 
 const db = await createTestDatabase({ prefix: 'bench_console', max: 6 });
 const s = quoteIdentifier(db.schema);
@@ -55,15 +47,17 @@ const AUTH = { authorization: `Bearer ${BENCH_CONSOLE_TOKEN}` };
 
 // The dead rows first (the oldest, as after an outage), each key with one more row waiting behind it; then the pending backlog.
 const t0 = performance.now();
-await generateRows(db.pool, db.schema, { count: DEAD * 2, keys: DEAD, keyPrefix: 'dead-', subject: 'bench.console' });
+await generateRows(db.pool, db.schema, { count: flags.dead * 2, keys: flags.dead, keyPrefix: 'dead-', subject: 'bench.console' });
 // Delivery state is on the pending rows (outbox migration 000015).
 await db.pool.query(
   `UPDATE ${s}.outbox_pending p SET dead_at = now(), attempts = 25, last_error = 'no_responders: bench'
      FROM ${s}.outbox o WHERE o.seq = p.seq AND p.key LIKE 'dead-%' AND o.version = 1`,
 );
-await generateRows(db.pool, db.schema, { count: PENDING, keys: 10_000, keyPrefix: 'p-', subject: 'bench.console' });
+await generateRows(db.pool, db.schema, { count: flags.pending, keys: 10_000, keyPrefix: 'p-', subject: 'bench.console' });
 await db.pool.query(`VACUUM ANALYZE ${outboxTables(s)}`);
-console.log(`seeded ${PENDING} pending + ${DEAD} dead (+${DEAD} behind them) in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+console.log(
+  `seeded ${flags.pending} pending + ${flags.dead} dead (+${flags.dead} behind them) in ${((performance.now() - t0) / 1000).toFixed(0)} s`,
+);
 
 const { rows: sample } = await db.pool.query<{ id: string }>(`SELECT id::text AS id FROM ${s}.outbox WHERE key = 'p-42' AND version = 2`);
 const someId = sample[0]?.id ?? '';
@@ -109,14 +103,14 @@ for (const [name, path, body] of pages) {
   // The first fetch apart: it pays for cold pages and plans, what an operator opening the page sees first.
   const first = await timed(path, body, csrf);
   const ms: number[] = [];
-  for (let i = 0; i < FETCHES; i++) ms.push(await timed(path, body, csrf));
+  for (let i = 0; i < flags.fetches; i++) ms.push(await timed(path, body, csrf));
   const sum = summarize(ms);
   pageRows.push([name, first, sum.median, sum.max]);
   pageResults[name] = { firstMs: first, medianMs: sum.median, maxMs: sum.max };
 }
 printTable(
-  `Console pages with ${PENDING} pending and ${DEAD} dead rows (target < 500 ms)`,
-  ['page', 'first ms', `median of ${FETCHES} ms`, 'worst ms'],
+  `Console pages with ${flags.pending} pending and ${flags.dead} dead rows (target < 500 ms)`,
+  ['page', 'first ms', `median of ${flags.fetches} ms`, 'worst ms'],
   pageRows,
 );
 
@@ -187,7 +181,7 @@ const drainSeconds: Record<Mode, number[]> = { none: [], beside: [], inRelay: []
  * serving the console). Returns the refreshes made.
  */
 async function refreshing(mode: Exclude<Mode, 'none'>): Promise<{ stop: () => Promise<number> }> {
-  const tabs = await tabsProcess(['--tabs', String(TABS), '--console-url', mode === 'beside' ? beside.url : inRelay.url]);
+  const tabs = await tabsProcess(['--tabs', String(flags.tabs), '--console-url', mode === 'beside' ? beside.url : inRelay.url]);
   const self = { pid: process.pid, cpuSeconds: () => 0 };
   const meter = await cpuMeter(db.pool, [mode === 'beside' ? { pid: beside.pid, cpuSeconds: () => 0 } : self], {
     sampleMs: 500,
@@ -209,7 +203,7 @@ let refreshes = 0;
 try {
   await warm(beside.url);
   await warm(inRelay.url);
-  for (let t = 0; t < TRIALS; t++) {
+  for (let t = 0; t < flags.trials; t++) {
     // The outbox grows by a drain per trial and each drain leaves dead tuples behind: each trial starts
     // vacuumed, and every other trial runs the modes in reverse, so a drift over the run weighs on each
     // mode alike.
@@ -225,7 +219,7 @@ try {
           db.pool,
           db.schema,
           { databaseUrl: db.url, schema: db.schema, nats: { servers: natsUrl() } },
-          { count: DRAIN, keys: 1000, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
+          { count: flags.drain, keys: 1000, keyPrefix: `d${run++}-`, subject: `${stream.prefix}.orders` },
         );
         drainSeconds[mode].push((performance.now() - started) / 1000);
         drained[mode].push(rate);
@@ -243,15 +237,15 @@ try {
 
 const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
 const result = {
-  pending: PENDING,
-  dead: DEAD,
-  fetches: FETCHES,
+  pending: flags.pending,
+  dead: flags.dead,
+  fetches: flags.fetches,
   pages: pageResults,
   failures,
   slowestPageMs: Math.max(...Object.values(pageResults).map((p) => Math.max(p.maxMs, p.firstMs))),
   drain: {
-    rows: DRAIN,
-    tabs: TABS,
+    rows: flags.drain,
+    tabs: flags.tabs,
     refreshes,
     withoutConsole: summarize(drained.none),
     consoleBeside: summarize(drained.beside),
@@ -268,7 +262,7 @@ const result = {
   drainRatioInRelay: summarize(drained.inRelay).median / summarize(drained.none).median,
 };
 printTable(
-  `Relay drain of ${DRAIN} rows (${DEAD} dead rows present), without and with ${TABS} tabs refreshing every second (target ≥ 0.95×)`,
+  `Relay drain of ${flags.drain} rows (${flags.dead} dead rows present), without and with ${flags.tabs} tabs refreshing every second (target ≥ 0.95×)`,
   ['', 'ev/s (median)', 'ratio'],
   [
     ['without the console', result.drain.withoutConsole.median, 1],

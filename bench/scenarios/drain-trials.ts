@@ -12,26 +12,18 @@
  */
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, createTestStream, natsUrl, type TestStream } from '@ferry/testkit';
-import { declareFlags, numArg, sleep } from '../lib/args.js';
+import { benchFlags, sleep } from '../lib/args.js';
 import { commitBacklog } from '../lib/outbox.js';
 import { cpuMeter, startRelayProcesses } from '../lib/relay-process.js';
 import { writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/drain-trials.js',
-  'Per-trial drains of a backlog by ferry relay processes: stalls show as outliers.',
-  {
-    instances: '<n> relay processes (default 2)',
-    trials: '<n> trials (default 6)',
-    events: '<n> events per drain (default 20000)',
-    keys: '<n> keys (default 1000)',
-  },
-);
+const flags = benchFlags('Per-trial drains of a backlog by ferry relay processes: stalls show as outliers.', {
+  instances: ['<n> relay processes', 2],
+  trials: ['<n> trials', 6],
+  events: ['<n> events per drain', 20_000],
+  keys: ['<n> keys', 1000],
+});
 
-const INSTANCES = numArg('instances', 2);
-const TRIALS = numArg('trials', 6);
-const EVENTS = numArg('events', 20_000);
-const KEYS = numArg('keys', 1000);
 const LANES = 16;
 
 const db = await createTestDatabase({ prefix: 'bench_trials', lanes: LANES, max: 4 });
@@ -40,32 +32,32 @@ const count = async (stream: TestStream) => (await stream.jsm.streams.info(strea
 const trials: Array<{ trial: number; eventsPerSec: number; relayCpuPer1k: number; postgresCpuPer1k: number }> = [];
 let run = 0;
 try {
-  for (let trial = 0; trial < TRIALS; trial++) {
+  for (let trial = 0; trial < flags.trials; trial++) {
     await db.pool.query(`TRUNCATE ${s}.outbox, ${s}.key_versions`);
     const stream = await createTestStream({ prefix: 'benchtrials', storage: 'file' });
-    const relays = await startRelayProcesses(INSTANCES, LANES, { databaseUrl: db.url, schema: db.schema, natsUrl: natsUrl() });
+    const relays = await startRelayProcesses(flags.instances, LANES, { databaseUrl: db.url, schema: db.schema, natsUrl: natsUrl() });
     try {
       const drain = async (n: number) => {
         const before = await count(stream);
         const t0 = await commitBacklog(db.pool, db.schema, {
           count: n,
-          keys: KEYS,
+          keys: flags.keys,
           keyPrefix: `t${run++}-`,
           subject: `${stream.prefix}.orders`,
         });
         while ((await count(stream)) < before + n) await sleep(10);
         return (performance.now() - t0) / 1000;
       };
-      await drain(EVENTS);
+      await drain(flags.events);
       await sleep(200);
       const meter = await cpuMeter(db.pool, relays);
-      const seconds = await drain(EVENTS);
+      const seconds = await drain(flags.events);
       const cpu = await meter.stop();
       const row = {
         trial,
-        eventsPerSec: Math.round(EVENTS / seconds),
-        relayCpuPer1k: Math.round((cpu.relaySeconds * 1e7) / EVENTS) / 10,
-        postgresCpuPer1k: Math.round((cpu.postgresSeconds * 1e7) / EVENTS) / 10,
+        eventsPerSec: Math.round(flags.events / seconds),
+        relayCpuPer1k: Math.round((cpu.relaySeconds * 1e7) / flags.events) / 10,
+        postgresCpuPer1k: Math.round((cpu.postgresSeconds * 1e7) / flags.events) / 10,
       };
       trials.push(row);
       console.log(JSON.stringify(row));
@@ -76,7 +68,7 @@ try {
   }
   const file = writeResult('drain-trials', {
     scenario: 'drain-trials',
-    params: { instances: INSTANCES, trials: TRIALS, events: EVENTS, keys: KEYS, lanes: LANES },
+    params: { instances: flags.instances, trials: flags.trials, events: flags.events, keys: flags.keys, lanes: LANES },
     trials,
   });
   console.log(`wrote ${file}`);

@@ -18,33 +18,29 @@
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
-import { arg, declareFlags, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { cpuSecondsOf } from '../lib/proc.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/inbox-gate-cost.js',
+const flags = benchFlags(
   "The inbox gate's PostgreSQL CPU per message against no gate and two other forms of it, one connection (not part of npm run bench).",
   {
-    messages: '<n> messages per variant and round (default 4,000)',
-    rounds: '<n> measured rounds after one warm-up round (default 3)',
-    connections: '<n> connections running the messages at once, keys split between them (default 1)',
-    'synchronous-commit': "<on|off> the connections' synchronous_commit (default off)",
+    messages: ['<n> messages per variant and round', 4000],
+    rounds: ['<n> measured rounds after one warm-up round', 3],
+    connections: ['<n> connections running the messages at once, keys split between them', 1],
+    'synchronous-commit': ["<on|off> the connections' synchronous_commit", 'off'],
   },
 );
+const SYNC = flags['synchronous-commit'];
 
-const MESSAGES = numArg('messages', 4000);
-const ROUNDS = numArg('rounds', 3);
-const CONNECTIONS = numArg('connections', 1);
-const SYNC = arg('synchronous-commit', 'off');
 if (SYNC !== 'on' && SYNC !== 'off') throw new Error(`--synchronous-commit is on or off, not ${JSON.stringify(SYNC)}`);
 const KEYS = 1000;
 
 async function main() {
-  const db = await createTestDatabase({ prefix: 'bench_gate', migrate: ['inbox'], max: CONNECTIONS + 1 });
+  const db = await createTestDatabase({ prefix: 'bench_gate', migrate: ['inbox'], max: flags.connections + 1 });
   const s = quoteIdentifier(db.schema);
   const t = `${s}.inbox_versions`;
-  const clients = await Promise.all(Array.from({ length: CONNECTIONS }, () => db.pool.connect()));
+  const clients = await Promise.all(Array.from({ length: flags.connections }, () => db.pool.connect()));
   try {
     await db.pool.query(`CREATE TABLE ${s}.proj (account text PRIMARY KEY, balance bigint NOT NULL, version bigint NOT NULL)`);
     const handler = `INSERT INTO ${s}.proj (account, balance, version) VALUES ($1, $2, $3)
@@ -105,34 +101,34 @@ async function main() {
     const backendCpu = () => backends.reduce((sum, pid) => sum + (cpuSecondsOf(pid) ?? 0), 0);
     const samples: Record<string, number[]> = Object.fromEntries(Object.keys(variants).map((k) => [k, []]));
     let version = 0;
-    for (let round = 0; round <= ROUNDS; round++) {
+    for (let round = 0; round <= flags.rounds; round++) {
       for (const [name, step] of Object.entries(variants)) {
         const cpu0 = backendCpu();
         const base = version;
-        // Connection j takes messages j, j + CONNECTIONS, …, each on a key of its own share, so no two
+        // Connection j takes messages j, j + flags.connections, …, each on a key of its own share, so no two
         // connections ever write one key and every version is newer than the key's last.
         await Promise.all(
           clients.map(async (c, j) => {
-            for (let i = j; i < MESSAGES; i += CONNECTIONS)
-              await step(c, `acct-${j}-${Math.floor(i / CONNECTIONS) % Math.ceil(KEYS / CONNECTIONS)}`, base + i + 1);
+            for (let i = j; i < flags.messages; i += flags.connections)
+              await step(c, `acct-${j}-${Math.floor(i / flags.connections) % Math.ceil(KEYS / flags.connections)}`, base + i + 1);
           }),
         );
-        version += MESSAGES;
-        if (round > 0) samples[name]?.push(((backendCpu() - cpu0) / MESSAGES) * 1e6);
+        version += flags.messages;
+        if (round > 0) samples[name]?.push(((backendCpu() - cpu0) / flags.messages) * 1e6);
       }
     }
     const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
     const plain = results.plain?.median ?? Number.NaN;
     printTable(
-      `Backend CPU per message, ${CONNECTIONS} connection(s), synchronous_commit ${SYNC} (median of ${ROUNDS} rounds of ${MESSAGES} messages, ${KEYS} keys)`,
+      `Backend CPU per message, ${flags.connections} connection(s), synchronous_commit ${SYNC} (median of ${flags.rounds} rounds of ${flags.messages} messages, ${KEYS} keys)`,
       ['variant', 'µs per message', 'spread', 'over plain'],
       Object.entries(results).map(([k, r]) => [k, r.median.toFixed(0), `±${(r.spread * 100).toFixed(0)}%`, (r.median - plain).toFixed(0)]),
     );
-    const file = writeResult(CONNECTIONS === 1 ? 'inbox-gate-cost' : `inbox-gate-cost-${CONNECTIONS}`, {
+    const file = writeResult(flags.connections === 1 ? 'inbox-gate-cost' : `inbox-gate-cost-${flags.connections}`, {
       scenario: 'inbox-gate-cost',
-      messages: MESSAGES,
-      rounds: ROUNDS,
-      connections: CONNECTIONS,
+      messages: flags.messages,
+      rounds: flags.rounds,
+      connections: flags.connections,
       synchronousCommit: SYNC,
       usPerMessage: results,
     });

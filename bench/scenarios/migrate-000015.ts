@@ -17,34 +17,31 @@
  */
 import { migrate, quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, undoPendingTable } from '@ferry/testkit';
-import { declareFlags, numArg, sleep } from '../lib/args.js';
+import { benchFlags, sleep } from '../lib/args.js';
 import { generateRowsSql } from '../lib/outbox.js';
 import { publishLoad } from '../lib/publish-load.js';
 import { writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/migrate-000015.js',
+/** Rows generated per statement. */
+const CHUNK = 100_000;
+
+const flags = benchFlags(
   'Outbox migration 000015 (delivery state beside the event row) on a large outbox under publish load: its time and the publishes it holds up.',
   {
-    rows: '<n> retained outbox rows (default 1000000)',
-    pending: '<n> of them unpublished (default 100000)',
-    writers: '<n> concurrent publishers (default 4)',
+    rows: ['<n> retained outbox rows', 1_000_000],
+    pending: ['<n> of them unpublished', 100_000],
+    writers: ['<n> concurrent publishers', 4],
   },
 );
 
-const ROWS = numArg('rows', 1_000_000);
-const PENDING = numArg('pending', 100_000);
-const WRITERS = numArg('writers', 4);
-const CHUNK = 100_000;
-
-const db = await createTestDatabase({ prefix: 'bench_mig15', max: WRITERS + 4 });
+const db = await createTestDatabase({ prefix: 'bench_mig15', max: flags.writers + 4 });
 const s = quoteIdentifier(db.schema);
 try {
   const t = performance.now();
   // History first (published an hour ago), then the backlog, in chunks of one transaction each.
   const parts = [
-    { from: 0, count: ROWS - PENDING, publishedAgoMs: 3_600_000 },
-    { from: ROWS - PENDING, count: PENDING },
+    { from: 0, count: flags.rows - flags.pending, publishedAgoMs: 3_600_000 },
+    { from: flags.rows - flags.pending, count: flags.pending },
   ];
   for (const part of parts) {
     for (let from = part.from; from < part.from + part.count; from += CHUNK) {
@@ -78,7 +75,7 @@ try {
     `SELECT count(*) FILTER (WHERE published_at IS NULL)::int AS pending, (pg_total_relation_size('${s}.outbox') / 1048576)::int AS mb FROM ${s}.outbox`,
   );
 
-  const load = publishLoad(db.pool, db.schema, WRITERS);
+  const load = publishLoad(db.pool, db.schema, flags.writers);
   await sleep(2_000);
   const from = performance.now();
   const applied = await migrate({ pool: db.pool, schema: db.schema });
@@ -95,16 +92,16 @@ try {
   );
   const a = after.rows[0];
   const pendingBefore = before.rows[0]?.pending ?? 0;
-  if (!a || a.published !== ROWS - pendingBefore || a.pending + a.published !== a.events) {
+  if (!a || a.published !== flags.rows - pendingBefore || a.pending + a.published !== a.events) {
     throw new Error(`the delivery state did not come through: ${JSON.stringify({ pendingBefore, after: a })}`);
   }
   const result = {
     scenario: 'migrate-000015',
-    rows: ROWS,
+    rows: flags.rows,
     pending: pendingBefore,
     outboxMb: before.rows[0]?.mb,
     fillMs,
-    writers: WRITERS,
+    writers: flags.writers,
     migrationMs: Math.round(to - from),
     ...during,
   };

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { otel, type Queryable, quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream } from '@ferry/testkit';
-import { arg, declareFlags, hasFlag, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { relayDrain } from '../lib/outbox.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 import { loopNodePostgresWriters } from '../lib/writers.js';
@@ -36,24 +36,18 @@ interface TrialResult {
   spans: number;
 }
 
-declareFlags(
-  'node bench/dist/scenarios/otel-overhead.js',
+const flags = benchFlags(
   'Tracing cost: Ferry without @opentelemetry/api, with the API and no SDK, with a recording SDK (not part of npm run bench).',
   {
     quick: 'a small run',
-    trials: '<n> trials (default 3)',
-    seconds: '<s> seconds per publish measurement (default 3)',
-    events: '<n> events drained per trial (default 20,000)',
-    writers: '<n> concurrent writers (default 8)',
-    child: '<mode> internal: run one mode (absent, api, sdk) and print its JSON',
+    trials: ['<n> trials', 3, 1],
+    seconds: ['<s> seconds per publish measurement', 3, 1],
+    events: ['<n> events drained per trial', 20_000, 3000],
+    writers: ['<n> concurrent writers', 8],
+    child: ['<mode> internal: run one mode (absent, api, sdk) and print its JSON', ''],
   },
 );
 
-const QUICK = hasFlag('quick');
-const TRIALS = numArg('trials', QUICK ? 1 : 3);
-const SECONDS = numArg('seconds', QUICK ? 1 : 3);
-const EVENTS = numArg('events', QUICK ? 3000 : 20_000);
-const WRITERS = numArg('writers', 8);
 const SELF = fileURLToPath(import.meta.url);
 const NO_OTEL = fileURLToPath(new URL('../lib/no-otel.js', import.meta.url));
 
@@ -99,7 +93,7 @@ async function publishCpu(inSpan: <T>(fn: () => Promise<T>) => Promise<T>): Prom
   };
   await round(5_000);
   const rounds: number[] = [];
-  for (let r = 0; r < 5; r++) rounds.push(await round(QUICK ? 2_000 : 20_000));
+  for (let r = 0; r < 5; r++) rounds.push(await round(flags.quick ? 2_000 : 20_000));
   return summarize(rounds).median;
 }
 
@@ -120,12 +114,12 @@ async function child(mode: Mode): Promise<TrialResult> {
           })
       : <T>(fn: () => Promise<T>) => fn();
   const publishCpuUs = await publishCpu(inSpan);
-  const db = await createTestDatabase({ prefix: `bench_otel_${mode}`, lanes: 8, max: WRITERS + 4 });
+  const db = await createTestDatabase({ prefix: `bench_otel_${mode}`, lanes: 8, max: flags.writers + 4 });
   const stream = await createTestStream({ prefix: `benchotel${mode}` });
   try {
     const publisher = createPublisher({ schema: db.schema, source: 'bench' });
     const subject = `${stream.prefix}.orders`;
-    const publishTxPerSec = await loopNodePostgresWriters(db.pool, WRITERS, SECONDS, async (c, i) => {
+    const publishTxPerSec = await loopNodePostgresWriters(db.pool, flags.writers, flags.seconds, async (c, i) => {
       await inSpan(() =>
         publisher.publish(c, {
           subject,
@@ -143,10 +137,10 @@ async function child(mode: Mode): Promise<TrialResult> {
       db.pool,
       db.schema,
       { databaseUrl: db.url, schema: db.schema, nats: { servers: stream.nc.getServer() }, batchSize: 500, maxInFlight: 5000 },
-      { count: EVENTS, keys: 1000, keyPrefix: 'k', subject },
+      { count: flags.events, keys: 1000, keyPrefix: 'k', subject },
     );
     const cpu = process.cpuUsage(cpu0);
-    const drainCpuMsPer1k = (cpu.user + cpu.system) / 1000 / (EVENTS / 1000);
+    const drainCpuMsPer1k = (cpu.user + cpu.system) / 1000 / (flags.events / 1000);
     await new Promise((r) => setTimeout(r, 6000)); // one batch-export interval: the recorded spans are counted
     return { mode, publishCpuUs, publishTxPerSec, drainEventsPerSec, drainCpuMsPer1k, spans: exported() };
   } finally {
@@ -162,16 +156,15 @@ function runChild(mode: Mode): TrialResult {
   return JSON.parse(r.stdout.trim().split('\n').at(-1) as string) as TrialResult;
 }
 
-const childMode = arg('child', '');
-if (childMode) {
-  console.log(JSON.stringify(await child(childMode as Mode)));
+if (flags.child) {
+  console.log(JSON.stringify(await child(flags.child as Mode)));
 } else {
   const trials: TrialResult[][] = [];
-  for (let t = 0; t < TRIALS; t++) {
+  for (let t = 0; t < flags.trials; t++) {
     const order = MODES.map((_, i) => MODES[(i + t) % MODES.length] as Mode);
     const results = new Map(order.map((m) => [m, runChild(m)]));
     trials.push(MODES.map((m) => results.get(m) as TrialResult));
-    console.error(`trial ${t + 1}/${TRIALS}: ${JSON.stringify([...results.values()])}`);
+    console.error(`trial ${t + 1}/${flags.trials}: ${JSON.stringify([...results.values()])}`);
   }
   type Field = 'publishCpuUs' | 'publishTxPerSec' | 'drainEventsPerSec' | 'drainCpuMsPer1k';
   const ratio = (m: Mode, f: Field) =>
@@ -192,7 +185,7 @@ if (childMode) {
     trials.map((tr) => (tr.find((x) => x.mode === m) as TrialResult).spans).join(' / '),
   ]);
   printTable(
-    `OpenTelemetry cost (${WRITERS} writers × ${SECONDS} s publish; ${EVENTS} events drained; ${TRIALS} trials)`,
+    `OpenTelemetry cost (${flags.writers} writers × ${flags.seconds} s publish; ${flags.events} events drained; ${flags.trials} trials)`,
     [
       '@opentelemetry/api',
       'publish µs CPU per trial',
@@ -208,9 +201,9 @@ if (childMode) {
     rows,
   );
   const file = writeResult('otel-overhead', {
-    writers: WRITERS,
-    seconds: SECONDS,
-    events: EVENTS,
+    writers: flags.writers,
+    seconds: flags.seconds,
+    events: flags.events,
     trials,
     ratios: Object.fromEntries(
       MODES.map((m) => [

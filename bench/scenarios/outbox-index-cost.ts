@@ -13,20 +13,16 @@
  */
 import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase } from '@ferry/testkit';
-import { declareFlags, numArg } from '../lib/args.js';
-import { printTable, summarize, writeResult } from '../lib/stats.js';
+import { benchFlags } from '../lib/args.js';
+import { printMedians, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/outbox-index-cost.js',
+const flags = benchFlags(
   'What each index and piece of the publish path costs PostgreSQL per row: 100-row inserts timed in a server-side loop (not part of npm run bench).',
   {
-    rounds: '<n> rounds, each from empty tables (default 3)',
-    batches: '<n> 100-row batches per measurement (default 200)',
+    rounds: ['<n> rounds, each from empty tables', 3],
+    batches: ['<n> 100-row batches per measurement', 200],
   },
 );
-
-const ROUNDS = numArg('rounds', 3);
-const BATCHES = numArg('batches', 200);
 
 /** In the order they are dropped from the copy; each figure is the cost of the steps before it. */
 const STEPS = [
@@ -45,7 +41,7 @@ DECLARE
   keys text[]; subs text[]; types text[]; srcs text[]; cts text[]; datas bytea[]; hdrs jsonb[]; ats timestamptz[]; ids uuid[];
   vers bigint[]; jdatas jsonb[]; t0 timestamptz; spent interval := '0'; ok boolean;
 BEGIN
-  FOR it IN 1..${BATCHES} LOOP
+  FOR it IN 1..${flags.batches} LOOP
     SELECT array_agg('order-' || ((it * 100 + j) % 5000)), array_agg('orders.placed'::text), array_agg('OrderPlaced'::text),
            array_agg('bench'::text), array_agg('application/json'::text),
            array_agg(convert_to('{"orderId":"order-123","total":4999,"currency":"EUR","lines":[{"sku":"sku-1","qty":2}]}', 'UTF8')),
@@ -56,7 +52,7 @@ BEGIN
     ${body}
     spent := spent + (clock_timestamp() - t0);
   END LOOP;
-  INSERT INTO ${s}.bench_timings (label, us_per_row) VALUES (${quoteLiteral(label)}, extract(epoch FROM spent) * 1e6 / (${BATCHES} * 100));
+  INSERT INTO ${s}.bench_timings (label, us_per_row) VALUES (${quoteLiteral(label)}, extract(epoch FROM spent) * 1e6 / (${flags.batches} * 100));
 END
 $bench$`;
 }
@@ -76,7 +72,7 @@ async function main() {
     await db.pool.query(`CREATE TABLE ${s}.plain_events (id bigserial PRIMARY KEY, key text NOT NULL, data jsonb NOT NULL)`);
     const insertCopy = `INSERT INTO ${copy} (id, key, version, subject, type, source, content_type, data, headers, occurred_at)
       SELECT * FROM unnest(ids, keys, array_fill(it::bigint, ARRAY[100]), subs, types, srcs, cts, datas, hdrs, ats);`;
-    for (let round = 0; round < ROUNDS; round++) {
+    for (let round = 0; round < flags.rounds; round++) {
       await db.pool.query(`TRUNCATE ${s}.outbox, ${s}.key_versions, ${s}.plain_events`);
       await db.pool.query(
         loopSql(
@@ -128,13 +124,12 @@ $fn$`);
         samples[r.label] = list;
       }
     }
-    const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
-    printTable(
-      `PostgreSQL time per row, 100-row statements in a server-side loop (median of ${ROUNDS} rounds of ${BATCHES} batches)`,
-      ['what', 'µs per row', 'spread'],
-      Object.entries(results).map(([k, r]) => [k, r.median.toFixed(2), `±${(r.spread * 100).toFixed(0)}%`]),
+    const results = printMedians(
+      `PostgreSQL time per row, 100-row statements in a server-side loop (median of ${flags.rounds} rounds of ${flags.batches} batches)`,
+      ['what', 'µs per row'],
+      samples,
     );
-    const file = writeResult('outbox-index-cost', { scenario: 'outbox-index-cost', rounds: ROUNDS, batches: BATCHES, usPerRow: results });
+    const file = writeResult('outbox-index-cost', { scenario: 'outbox-index-cost', ...flags, usPerRow: results });
     console.log(`\nwrote ${file}`);
   } finally {
     await db.close();

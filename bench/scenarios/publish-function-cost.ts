@@ -31,28 +31,24 @@ import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
-import { declareFlags, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 import { type MeteredWriters, medianCpu, meteredNodePostgresWriters } from '../lib/writers.js';
 
-declareFlags(
-  'node bench/dist/scenarios/publish-function-cost.js',
+const flags = benchFlags(
   'The publish against the writes it must make: publisher, publish_event called directly, the bare upsert + insert, and the insert alone, each with a business UPDATE, against a plain INSERT; the same for 100 events per transaction; CPU per transaction (not part of npm run bench).',
   {
-    trials: '<n> interleaved trials (default 5)',
-    seconds: '<s> seconds per trial and variant (default 3)',
-    writers: '<n> concurrent writers (default 8)',
+    trials: ['<n> interleaved trials', 5],
+    seconds: ['<s> seconds per trial and variant', 3],
+    writers: ['<n> concurrent writers', 8],
   },
 );
 
-const TRIALS = numArg('trials', 5);
-const SECONDS = numArg('seconds', 3);
-const WRITERS = numArg('writers', 8);
 const ACCOUNTS = 10_000;
 const BATCH = 100;
 
 async function main() {
-  const db = await createTestDatabase({ prefix: 'bench_pubfn', max: WRITERS + 2 });
+  const db = await createTestDatabase({ prefix: 'bench_pubfn', max: flags.writers + 2 });
   const s = quoteIdentifier(db.schema);
   try {
     await db.pool.query(`CREATE TABLE ${s}.accounts (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`);
@@ -194,10 +190,10 @@ async function main() {
       },
     };
     const samples: Record<string, MeteredWriters[]> = Object.fromEntries(Object.keys(steps).map((k) => [k, []]));
-    await meteredNodePostgresWriters(db.pool, WRITERS, 2, steps.plain as Step); // warm-up
-    for (let t = 0; t < TRIALS; t++) {
+    await meteredNodePostgresWriters(db.pool, flags.writers, 2, steps.plain as Step); // warm-up
+    for (let t = 0; t < flags.trials; t++) {
       for (const [name, step] of Object.entries(steps))
-        samples[name]?.push(await meteredNodePostgresWriters(db.pool, WRITERS, SECONDS, step));
+        samples[name]?.push(await meteredNodePostgresWriters(db.pool, flags.writers, flags.seconds, step));
     }
     const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v.map((m) => m.perSecond))]));
     const cpu = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, medianCpu(v)]));
@@ -212,7 +208,7 @@ async function main() {
       Object.keys(samples).map((k) => [k, Number(((cpu[k]?.micros ?? Number.NaN) / (cpu[baseOf(k)]?.micros ?? Number.NaN)).toFixed(3))]),
     );
     printTable(
-      `Publish cost (${WRITERS} writers, ${SECONDS}s x ${TRIALS} interleaved trials; tx ratio = plain tx/s / variant tx/s; CPU = this process + the writers' backends per transaction, ratio to the plain variant of the same size; budgets: publish <= 1.25x, publishMany100 <= 2x)`,
+      `Publish cost (${flags.writers} writers, ${flags.seconds}s x ${flags.trials} interleaved trials; tx ratio = plain tx/s / variant tx/s; CPU = this process + the writers' backends per transaction, ratio to the plain variant of the same size; budgets: publish <= 1.25x, publishMany100 <= 2x)`,
       ['variant', 'tx/s (median)', 'spread', 'tx ratio', 'CPU µs/tx', 'client / backend', 'CPU ratio'],
       Object.entries(results).map(([k, r]) => [
         k,
@@ -226,9 +222,9 @@ async function main() {
     );
     const file = writeResult('publish-function-cost', {
       scenario: 'publish-function-cost',
-      writers: WRITERS,
-      seconds: SECONDS,
-      trials: TRIALS,
+      writers: flags.writers,
+      seconds: flags.seconds,
+      trials: flags.trials,
       batch: BATCH,
       results,
       ratios,

@@ -11,7 +11,7 @@
  * - publish:      publisher.publish (the publish_event function: both, plus the id check);
  * - publish-notify: the same with notify.
  *
- * Then plain and publish with WRITERS concurrent writers, sampling what their
+ * Then plain and publish with flags.writers concurrent writers, sampling what their
  * backends wait on (pg_stat_activity.wait_event every 10 ms).
  *
  *   node bench/dist/scenarios/publish-profile.js [--tx 2000] [--writers 8] [--seconds 5]
@@ -21,27 +21,20 @@ import { quoteIdentifier } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase } from '@ferry/testkit';
 import type pg from 'pg';
-import { declareFlags, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { cpuSecondsOf } from '../lib/proc.js';
 import { printTable, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/publish-profile.js',
-  "Where the publisher's time goes: statement times, WAL and backend CPU per variant (not part of npm run bench).",
-  {
-    tx: '<n> transactions per variant (default 2,000)',
-    writers: '<n> concurrent writers in the wait-event sampling (default 8)',
-    seconds: '<s> seconds of concurrent writing (default 5)',
-  },
-);
+const flags = benchFlags("Where the publisher's time goes: statement times, WAL and backend CPU per variant (not part of npm run bench).", {
+  tx: ['<n> transactions per variant', 2000],
+  writers: ['<n> concurrent writers in the wait-event sampling', 8],
+  seconds: ['<s> seconds of concurrent writing', 5],
+});
 
-const TX = numArg('tx', 2000);
-const WRITERS = numArg('writers', 8);
-const SECONDS = numArg('seconds', 5);
 const ROUND = 200;
 const ACCOUNTS = 10_000;
 
-const db = await createTestDatabase({ prefix: 'bench_pprof', lanes: 16, max: WRITERS + 2 });
+const db = await createTestDatabase({ prefix: 'bench_pprof', lanes: 16, max: flags.writers + 2 });
 const s = quoteIdentifier(db.schema);
 const quiet = createPublisher({ schema: db.schema, source: 'bench' });
 const loud = createPublisher({ schema: db.schema, source: 'bench', notify: true });
@@ -77,7 +70,7 @@ try {
   for (const k of Object.keys(variants)) acc[k] = { update: 0, event: 0, commit: 0, total: 0, wal: 0, cpu: 0, nodeCpu: 0, n: 0 };
   const backend = (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid ?? 0;
   try {
-    for (let round = 0; round * ROUND < TX; round++) {
+    for (let round = 0; round * ROUND < flags.tx; round++) {
       for (const [name, step] of Object.entries(variants)) {
         const a = acc[name];
         if (!a) continue;
@@ -126,7 +119,7 @@ try {
     (a.total / a.n / ((acc.plain?.total ?? 0) / (acc.plain?.n ?? 1))).toFixed(2),
   ]);
   printTable(
-    `Publisher profile: one connection, ${TX} transactions per variant (first round of ${ROUND} not counted), mean ms per transaction`,
+    `Publisher profile: one connection, ${flags.tx} transactions per variant (first round of ${ROUND} not counted), mean ms per transaction`,
     ['variant', 'BEGIN+UPDATE', 'event statement', 'COMMIT', 'total', 'WAL bytes/tx*', 'backend CPU µs/tx', 'Node CPU µs/tx', 'vs plain'],
     rows,
   );
@@ -137,7 +130,7 @@ try {
   for (const name of ['plain', 'publish']) {
     const step = variants[name];
     if (!step) continue;
-    const clients = await Promise.all(Array.from({ length: WRITERS }, () => db.pool.connect()));
+    const clients = await Promise.all(Array.from({ length: flags.writers }, () => db.pool.connect()));
     const pids = await Promise.all(
       clients.map(async (w) => (await w.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid),
     );
@@ -158,11 +151,11 @@ try {
         await new Promise((r) => setTimeout(r, 10));
       }
     })();
-    const deadline = performance.now() + SECONDS * 1000;
+    const deadline = performance.now() + flags.seconds * 1000;
     let n = 0;
     await Promise.all(
       clients.map(async (w, k) => {
-        for (let i = k; performance.now() < deadline; i += WRITERS) {
+        for (let i = k; performance.now() < deadline; i += flags.writers) {
           await w.query('BEGIN');
           await w.query(`UPDATE ${s}.accounts SET balance = balance + 1 WHERE id = $1`, [randomInt(1, ACCOUNTS + 1)]);
           await step(w, i + 1_000_000);
@@ -179,10 +172,10 @@ try {
         .sort((a, b) => b[1] - a[1])
         .map(([k, v]) => [k, v / samples]),
     );
-    concurrent[name] = { txPerSec: n / SECONDS, waits: share };
+    concurrent[name] = { txPerSec: n / flags.seconds, waits: share };
   }
   printTable(
-    `${WRITERS} concurrent writers, ${SECONDS} s each: tx/s and the share of backend samples per wait event`,
+    `${flags.writers} concurrent writers, ${flags.seconds} s each: tx/s and the share of backend samples per wait event`,
     ['variant', 'tx/s', 'top waits (share of samples)'],
     Object.entries(concurrent).map(([name, c]) => [
       name,
@@ -193,7 +186,7 @@ try {
         .join(', '),
     ]),
   );
-  const file = writeResult('publish-profile', { tx: TX, variants: acc, writers: WRITERS, concurrent });
+  const file = writeResult('publish-profile', { tx: flags.tx, variants: acc, writers: flags.writers, concurrent });
   console.log(`wrote ${file}`);
 } finally {
   await db.close();

@@ -10,20 +10,16 @@
  */
 import { type Queryable, ValidationError } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
-import { declareFlags, numArg } from '../lib/args.js';
-import { printTable, summarize, writeResult } from '../lib/stats.js';
+import { benchFlags } from '../lib/args.js';
+import { printMedians, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/publisher-node-cost.js',
+const flags = benchFlags(
   "The publisher's own Node.js CPU per event (validation, ids, JSON, size check, values) on a stand-in connection, without PostgreSQL (not part of npm run bench).",
   {
-    rounds: '<n> measured rounds after one warm-up round (default 5)',
-    events: '<n> events per round and call kind (default 100,000)',
+    rounds: ['<n> measured rounds after one warm-up round', 5],
+    events: ['<n> events per round and call kind', 100_000],
   },
 );
-
-const ROUNDS = numArg('rounds', 5);
-const EVENTS = numArg('events', 100_000);
 
 /** Answers the publish functions' SELECT as PostgreSQL would for fresh events; stands in for an open transaction. */
 function standIn(): Queryable & { inTransaction(): boolean } {
@@ -46,29 +42,28 @@ async function main() {
   const publisher = createPublisher({ schema: 'bench', source: 'bench' });
   const tx = standIn();
   const samples: Record<'publish' | 'publishMany100', number[]> = { publish: [], publishMany100: [] };
-  for (let round = 0; round <= ROUNDS; round++) {
+  for (let round = 0; round <= flags.rounds; round++) {
     let started = performance.now();
-    for (let i = 0; i < EVENTS; i++) await publisher.publish(tx, event(i));
-    const one = ((performance.now() - started) / EVENTS) * 1000;
+    for (let i = 0; i < flags.events; i++) await publisher.publish(tx, event(i));
+    const one = ((performance.now() - started) / flags.events) * 1000;
     started = performance.now();
-    for (let i = 0; i < EVENTS; i += 100)
+    for (let i = 0; i < flags.events; i += 100)
       await publisher.publishMany(
         tx,
         Array.from({ length: 100 }, (_, j) => event(i + j)),
       );
-    const many = ((performance.now() - started) / EVENTS) * 1000;
+    const many = ((performance.now() - started) / flags.events) * 1000;
     if (round > 0) {
       samples.publish.push(one);
       samples.publishMany100.push(many);
     }
   }
-  const results = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
-  printTable(
-    `Publisher Node.js work per event, stand-in connection (median of ${ROUNDS} rounds of ${EVENTS} events)`,
-    ['call', 'µs per event (median)', 'spread'],
-    Object.entries(results).map(([k, r]) => [k, r.median.toFixed(2), `±${(r.spread * 100).toFixed(0)}%`]),
+  const results = printMedians(
+    `Publisher Node.js work per event, stand-in connection (median of ${flags.rounds} rounds of ${flags.events} events)`,
+    ['call', 'µs per event (median)'],
+    samples,
   );
-  const file = writeResult('publisher-node-cost', { scenario: 'publisher-node-cost', rounds: ROUNDS, events: EVENTS, usPerEvent: results });
+  const file = writeResult('publisher-node-cost', { scenario: 'publisher-node-cost', ...flags, usPerEvent: results });
   console.log(`\nwrote ${file}`);
 }
 

@@ -18,21 +18,18 @@ import { quoteIdentifier } from '@ferry/core';
 import { createTestDatabase, NatsServer } from '@ferry/testkit';
 import { jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { declareFlags, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 
-declareFlags(
-  'node bench/dist/scenarios/relay-memory.js',
+const flags = benchFlags(
   'Peak RSS of a ferry relay child draining a large backlog of small events and one of large events (not part of npm run bench).',
   {
-    small: '<n> small events (default 1,000,000)',
-    large: '<n> large events (default 2,000)',
-    'large-bytes': '<n> bytes per large event (default 1,000,000)',
+    small: ['<n> small events', 1_000_000],
+    large: ['<n> large events', 2_000],
+    'large-bytes': ['<n> bytes per large event', 1_000_000],
   },
 );
+const LARGE_BYTES = flags['large-bytes'];
 
-const SMALL = numArg('small', 1_000_000);
-const LARGE = numArg('large', 2_000);
-const LARGE_BYTES = numArg('large-bytes', 1_000_000);
 const FERRY_BIN = fileURLToPath(new URL('../../../apps/relay/bin/ferry.js', import.meta.url));
 const RESULT = fileURLToPath(new URL('../../results/relay-memory.json', import.meta.url));
 
@@ -144,18 +141,23 @@ async function measure(scenario: string, events: number, payloadBytes: number, f
 }
 
 const results: Measurement[] = [];
-if (SMALL > 0) results.push(await measure('small events, defaults', SMALL, 40, []));
-if (LARGE > 0) {
-  results.push(await measure('1 MB events, defaults', LARGE, LARGE_BYTES, []));
+if (flags.small > 0) results.push(await measure('small events, defaults', flags.small, 40, []));
+if (flags.large > 0) {
+  results.push(await measure('1 MB events, defaults', flags.large, LARGE_BYTES, []));
   results.push(
-    await measure('1 MB events, --max-in-flight 32 --batch-size 16', LARGE, LARGE_BYTES, ['--max-in-flight', '32', '--batch-size', '16']),
+    await measure('1 MB events, --max-in-flight 32 --batch-size 16', flags.large, LARGE_BYTES, [
+      '--max-in-flight',
+      '32',
+      '--batch-size',
+      '16',
+    ]),
   );
 }
 const doc = {
   scenario: 'relay-memory',
   measuredAt: new Date().toISOString(),
   machine: { node: process.version, cpus: (await import('node:os')).cpus().length },
-  command: `node bench/dist/scenarios/relay-memory.js --small ${SMALL} --large ${LARGE} --large-bytes ${LARGE_BYTES}`,
+  command: `node bench/dist/scenarios/relay-memory.js --small ${flags.small} --large ${flags.large} --large-bytes ${LARGE_BYTES}`,
   results,
 };
 writeFileSync(RESULT, `${JSON.stringify(doc, null, 2)}\n`);
