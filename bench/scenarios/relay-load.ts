@@ -16,27 +16,23 @@ import { quoteIdentifier, WIRE_HEADERS, withTransaction } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, natsUrl } from '@ferry/testkit';
 import { jetstream } from '@nats-io/jetstream';
-import { declareFlags, hasFlag, listArg, numArg, until } from '../lib/args.js';
+import { benchFlags, until } from '../lib/args.js';
 import { LatencyClock } from '../lib/latency.js';
 import { startRelay } from '../lib/outbox.js';
 import { percentile, printTable, writeResult } from '../lib/stats.js';
 import { openLoop } from '../lib/writers.js';
 
-declareFlags(
-  'node bench/dist/scenarios/relay-load.js',
+const flags = benchFlags(
   'Commit-to-ack latency against offered load (% of the measured capacity), relay in process, LISTEN/NOTIFY and polling only; file storage.',
   {
     quick: 'a short run (2 s per load)',
-    seconds: '<s> seconds per run (default 10)',
-    loads: '<n,n,…> offered load, % of capacity (default 10,50,90)',
+    seconds: ['<s> seconds per run', 10, 2],
+    loads: ['<n,n,…> offered load, % of capacity', [10, 50, 90]],
   },
 );
 
-const QUICK = hasFlag('quick');
-const SECONDS = numArg('seconds', QUICK ? 2 : 10);
-const WARMUP_SECONDS = QUICK ? 0.5 : 1;
-const CAPACITY_SECONDS = QUICK ? 1.5 : 5;
-const LOADS = listArg('loads', [10, 50, 90]);
+const WARMUP_SECONDS = flags.quick ? 0.5 : 1;
+const CAPACITY_SECONDS = flags.quick ? 1.5 : 5;
 const PER_TX = 5;
 const KEYS = 500;
 const PRODUCERS = 16;
@@ -136,21 +132,21 @@ async function oneRun(listen: boolean, rate: number | undefined, seconds: number
 const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
 
 try {
-  await oneRun(true, 500, QUICK ? 0.3 : 1, 0); // warm-up
+  await oneRun(true, 500, flags.quick ? 0.3 : 1, 0); // warm-up
   const cap = await oneRun(true, undefined, CAPACITY_SECONDS, Math.min(1, CAPACITY_SECONDS / 4));
   const capacity = cap.received; // events/s reaching the stream while producers go flat out
   console.log(`capacity: ${capacity.toFixed(0)} events/s reach the stream with ${PRODUCERS} closed-loop producers`);
 
   const runs = [];
-  for (const [i, load] of LOADS.entries()) {
+  for (const [i, load] of flags.loads.entries()) {
     const modes = i % 2 === 0 ? [true, false] : [false, true];
     for (const listen of modes) {
       const rate = (capacity * load) / 100;
-      const r = await oneRun(listen, rate, SECONDS, WARMUP_SECONDS);
-      const offered = rate * SECONDS;
+      const r = await oneRun(listen, rate, flags.seconds, WARMUP_SECONDS);
+      const offered = rate * flags.seconds;
       const achievedRatio = r.committed / offered;
       // Growing backlog: the last fifth of the run holds much more than the second fifth, and more than half a second of events.
-      const fifth = (SECONDS * 1000) / 5;
+      const fifth = (flags.seconds * 1000) / 5;
       const early = mean(r.backlog.filter((b) => b.atMs >= fifth && b.atMs < 2 * fifth).map((b) => b.backlog));
       const late = mean(r.backlog.filter((b) => b.atMs >= 4 * fifth).map((b) => b.backlog));
       const growing = late > Math.max(2 * early, rate * 0.5);
@@ -179,7 +175,7 @@ try {
     }
   }
   printTable(
-    `Commit-to-ack latency, open loop, ${SECONDS} s per run (first ${WARMUP_SECONDS} s not counted), ${PER_TX} events per transaction, capacity ${capacity.toFixed(0)} ev/s; ms`,
+    `Commit-to-ack latency, open loop, ${flags.seconds} s per run (first ${WARMUP_SECONDS} s not counted), ${PER_TX} events per transaction, capacity ${capacity.toFixed(0)} ev/s; ms`,
     ['load', 'wake-up', 'offered ev/s', 'p50', 'p99', 'p99.9', 'max', 'n', 'sustainable'],
     runs.map((r) => [
       `${r.loadPercent}%`,
@@ -196,13 +192,13 @@ try {
   const file = writeResult('relay-load', {
     scenario: 'relay-load',
     params: {
-      seconds: SECONDS,
+      seconds: flags.seconds,
       warmupSeconds: WARMUP_SECONDS,
       perTx: PER_TX,
       keys: KEYS,
       producers: PRODUCERS,
-      loads: LOADS,
-      quick: QUICK,
+      loads: flags.loads,
+      quick: flags.quick,
     },
     capacityPerSec: capacity,
     runs,
