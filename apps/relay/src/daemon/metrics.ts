@@ -9,18 +9,6 @@ export interface BacklogReading {
   blockedKeys: number;
 }
 
-/** The gauges one backlog reading serves: name, help, and which figure of the reading. */
-const BACKLOG_GAUGES: ReadonlyArray<readonly [string, string, (r: BacklogReading) => number]> = [
-  ['ferry_outbox_backlog', 'Unpublished, not dead outbox rows (all lanes)', (r) => r.pending],
-  ['ferry_outbox_oldest_pending_seconds', 'Age of the oldest unpublished, not dead row', (r) => r.oldestSeconds],
-  ['ferry_dead_events', 'Dead rows waiting for ferry dlq retry or discard', (r) => r.dead],
-  [
-    'ferry_blocked_keys',
-    'Keys held behind a failed row (backing off or dead): their later events wait, other keys go on',
-    (r) => r.blockedKeys,
-  ],
-];
-
 /** The relay's Prometheus metrics, in a registry of its own (several relays may share a process in tests). */
 export class RelayMetrics {
   readonly registry = new Registry();
@@ -75,16 +63,27 @@ export class RelayMetrics {
         .finally(() => setTimeout(() => (reading = undefined), 100).unref());
       return reading;
     };
-    for (const [name, help, pick] of BACKLOG_GAUGES) {
+    const backlogGauge = (config: { name: string; help: string }, figure: (r: BacklogReading) => number) =>
       new Gauge({
-        name,
-        help,
+        ...config,
         registers,
         async collect() {
           const r = await read();
-          if (r) this.set(pick(r));
+          if (r) this.set(figure(r));
         },
       });
-    }
+    backlogGauge({ name: 'ferry_outbox_backlog', help: 'Unpublished, not dead outbox rows (all lanes)' }, (r) => r.pending);
+    backlogGauge(
+      { name: 'ferry_outbox_oldest_pending_seconds', help: 'Age of the oldest unpublished, not dead row' },
+      (r) => r.oldestSeconds,
+    );
+    backlogGauge({ name: 'ferry_dead_events', help: 'Dead rows waiting for ferry dlq retry or discard' }, (r) => r.dead);
+    backlogGauge(
+      {
+        name: 'ferry_blocked_keys',
+        help: 'Keys held behind a failed row (backing off or dead): their later events wait, other keys go on',
+      },
+      (r) => r.blockedKeys,
+    );
   }
 }
