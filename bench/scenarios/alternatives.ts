@@ -37,37 +37,32 @@ import type pg from 'pg';
 import type { ClientConfig } from 'pg';
 import { PgBoss } from 'pg-boss';
 import { DatabaseSetup, getDisabledLogger, initializeMessageStorage, initializePollingMessageListener } from 'pg-transactional-outbox';
-import { arg, declareFlags, hasFlag, listArg, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { outboxTables, publishPendingSql, startRelay } from '../lib/outbox.js';
 import { printTable, type Summary, summarize, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/alternatives.js',
+const flags = benchFlags(
   'Ferry against the alternatives (pg-boss key_strict_fifo, pg-transactional-outbox segments, a naive relay): drain rate, producer rate, lost and duplicated events.',
   {
     quick: 'a small run (300 events, 50 below 100 keys, 1 trial)',
-    events: '<n> events per drain (default 6,000)',
-    keys: '<n,n,…> key spreads (default 10,1000)',
-    'naive-events': '<n> rows the naive relay drains (default 1,000)',
-    approaches: '<a,b,…> which of ferry,pgboss,pto to run (default all; ratios need ferry)',
-    'few-key-events': '<n> events per drain at fewer than 100 keys (default 1,000)',
-    trials: '<n> interleaved trials (default 3)',
+    events: ['<n> events per drain', 6000, 300],
+    keys: ['<n,n,…> key spreads', [10, 1000]],
+    'naive-events': ['<n> rows the naive relay drains', 1000, 100],
+    approaches: ['<a,b,…> which of ferry,pgboss,pto to run (default all; ratios need ferry)', ''],
+    'few-key-events': ['<n> events per drain at fewer than 100 keys', 1000, 50],
+    trials: ['<n> interleaved trials', 3, 1],
   },
 );
 
-const QUICK = hasFlag('quick');
-const EVENTS = numArg('events', QUICK ? 300 : 6000);
-const TRIALS = numArg('trials', QUICK ? 1 : 3);
 /** The naive relay drains only the first rows of the same backlog: one row per round trip, its rate does not depend on the backlog size. */
-const NAIVE_EVENTS = Math.min(EVENTS, numArg('naive-events', QUICK ? 100 : 1000));
-const KEY_SPREADS = listArg('keys', [10, 1000]);
+const NAIVE_EVENTS = Math.min(flags.events, flags['naive-events']);
 /**
  * Events per drain with fewer than 100 keys: pg-boss's key_strict_fifo hands a
  * key's next job out only on its next poll (about 25 ev/s at 10 keys), so the
  * full backlog would take minutes per trial; every approach drains this many there.
  */
-const FEW_KEY_EVENTS = Math.min(EVENTS, numArg('few-key-events', QUICK ? 50 : 1000));
-const eventsFor = (keys: number) => (keys < 100 ? FEW_KEY_EVENTS : EVENTS);
+const FEW_KEY_EVENTS = Math.min(flags.events, flags['few-key-events']);
+const eventsFor = (keys: number) => (keys < 100 ? FEW_KEY_EVENTS : flags.events);
 const WRITERS = 8;
 /** A drain that moves no event for this long has failed (and says so) instead of hanging the run. */
 const STALL_MS = 60_000;
@@ -390,7 +385,7 @@ async function trialPto(stream: TestStream, keys: number): Promise<Trial> {
 
 const ALL_APPROACHES = ['ferry', 'pgboss', 'pto'] as const;
 type Approach = (typeof ALL_APPROACHES)[number];
-const APPROACHES = ALL_APPROACHES.filter((a) => arg('approaches', ALL_APPROACHES.join(',')).split(',').includes(a));
+const APPROACHES = ALL_APPROACHES.filter((a) => (flags.approaches || ALL_APPROACHES.join(',')).split(',').includes(a));
 interface Samples {
   drain: number[];
   producer: number[];
@@ -414,8 +409,8 @@ try {
     samples.set(id, x);
   };
   let turn = 0;
-  for (let t = 0; t < TRIALS; t++) {
-    for (const keys of KEY_SPREADS) {
+  for (let t = 0; t < flags.trials; t++) {
+    for (const keys of flags.keys) {
       const order = APPROACHES.map((_, i) => APPROACHES[(i + turn) % APPROACHES.length] as Approach);
       turn++;
       for (const which of order) {
@@ -432,7 +427,7 @@ try {
           console.log(
             `  trial ${t + 1}, ${keys} keys, ${which}: drain ${trial.drainPerSec.toFixed(0)} ev/s, producer ${trial.producerTxPerSec.toFixed(0)} tx/s, ${d.messages} messages, lost ${d.lost}, duplicated ${d.duplicated}`,
           );
-          if (which === 'ferry' && keys === Math.max(...KEY_SPREADS)) {
+          if (which === 'ferry' && keys === Math.max(...flags.keys)) {
             const b = await createTestStream({ prefix: 'benchaltn', storage: 'file' });
             try {
               naive.push(await trialNaive(b));
@@ -458,7 +453,7 @@ try {
     Partial<Record<Approach, { drainPerSec: Summary; producerTxPerSec: Summary; lost: number; duplicated: number; ferryVsThis: number }>>
   > = {};
   const rows: Array<Array<string | number>> = [];
-  for (const keys of KEY_SPREADS) {
+  for (const keys of flags.keys) {
     const ferry = summarize(samples.get(`ferry/${keys}`)?.drain ?? []);
     const byApproach = {} as Record<
       Approach,
@@ -484,7 +479,7 @@ try {
     results[keys] = byApproach;
   }
   const naiveS = summarize(naive);
-  const maxKeys = Math.max(...KEY_SPREADS);
+  const maxKeys = Math.max(...flags.keys);
   const ferryAtMax = results[maxKeys]?.ferry?.drainPerSec.median ?? Number.NaN;
   rows.push([
     maxKeys.toLocaleString('en'),
@@ -496,31 +491,31 @@ try {
     '',
   ]);
   printTable(
-    `Alternatives: drain of ${EVENTS.toLocaleString('en')} events (${FEW_KEY_EVENTS.toLocaleString('en')} below 100 keys), file storage, median of ${TRIALS} interleaved trials; producers: ${WRITERS} writers, 1 event per transaction; lost / duplicated summed over the trials`,
+    `Alternatives: drain of ${flags.events.toLocaleString('en')} events (${FEW_KEY_EVENTS.toLocaleString('en')} below 100 keys), file storage, median of ${flags.trials} interleaved trials; producers: ${WRITERS} writers, 1 event per transaction; lost / duplicated summed over the trials`,
     ['keys', 'approach', 'drain ev/s', 'spread', 'ferry / this', 'producer tx/s', 'lost / duplicated'],
     rows,
   );
   const file = writeResult('alternatives', {
     scenario: 'alternatives',
     params: {
-      events: EVENTS,
+      events: flags.events,
       fewKeyEvents: FEW_KEY_EVENTS,
       naiveEvents: NAIVE_EVENTS,
-      trials: TRIALS,
-      keys: KEY_SPREADS,
+      trials: flags.trials,
+      keys: flags.keys,
       writers: WRITERS,
       storage: 'file',
-      quick: QUICK,
+      quick: flags.quick,
     },
     byKeys: results,
     naive: naiveS,
     relayVsPgBossOutbox: results[maxKeys]?.pgboss?.ferryVsThis,
-    relayVsPgBossOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pgboss?.ferryVsThis])),
+    relayVsPgBossOutboxByKeys: Object.fromEntries(flags.keys.map((k) => [k, results[k]?.pgboss?.ferryVsThis])),
     relayVsTransactionalOutbox: results[maxKeys]?.pto?.ferryVsThis,
-    relayVsTransactionalOutboxByKeys: Object.fromEntries(KEY_SPREADS.map((k) => [k, results[k]?.pto?.ferryVsThis])),
+    relayVsTransactionalOutboxByKeys: Object.fromEntries(flags.keys.map((k) => [k, results[k]?.pto?.ferryVsThis])),
     relayVsNaiveRelay: ferryAtMax / naiveS.median,
     exactlyOnce: Object.fromEntries(
-      APPROACHES.map((a) => [a, KEY_SPREADS.every((k) => results[k]?.[a]?.lost === 0 && results[k]?.[a]?.duplicated === 0)]),
+      APPROACHES.map((a) => [a, flags.keys.every((k) => results[k]?.[a]?.lost === 0 && results[k]?.[a]?.duplicated === 0)]),
     ),
   });
   console.log(`wrote ${file}`);
