@@ -24,23 +24,20 @@ import { jetstream } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import * as v from 'valibot';
 import { z } from 'zod';
-import { declareFlags, hasFlag, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { cpuSecondsOf } from '../lib/proc.js';
 import { printTable, summarize, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/contract-cost.js',
+const flags = benchFlags(
   'The CPU of a publish and of an inbox message with a contract (valibot, zod) against the plain path, 10-field event.',
   {
-    events: '<n> events per variant and round (default 4,000; --quick 400)',
-    rounds: '<n> measured rounds after one warm-up round (default 3; --quick 1)',
     quick: 'small sizes, for the smoke run',
+    events: ['<n> events per variant and round', 4000, 400],
+    rounds: ['<n> measured rounds after one warm-up round', 3, 1],
   },
 );
-
-const QUICK = hasFlag('quick');
-const EVENTS = numArg('events', QUICK ? 400 : 4000);
-const ROUNDS = numArg('rounds', QUICK ? 1 : 3);
+const EVENTS = flags.events;
+const ROUNDS = flags.rounds;
 /** Events a variant publishes before the next takes its turn. */
 const CHUNK = 100;
 if (EVENTS % CHUNK !== 0) throw new Error(`--events must be a multiple of ${CHUNK}, got ${EVENTS}`);

@@ -28,29 +28,27 @@ import { createPublisher } from '@ferry/publisher';
 import { createRelay } from '@ferry/relay';
 import { createTestDatabase, createTestStream, natsUrl, waitFor } from '@ferry/testkit';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { declareFlags, hasFlag, numArg } from '../lib/args.js';
+import { benchFlags } from '../lib/args.js';
 import { LatencyClock } from '../lib/latency.js';
 import { startOwnPostgres } from '../lib/own-postgres.js';
 import { percentile, printTable, writeResult } from '../lib/stats.js';
 
-declareFlags(
-  'node bench/dist/scenarios/soak.js',
+const flags = benchFlags(
   'Publisher, relay and inbox at half the measured capacity for --minutes, with retention pruned every minute: latency, table sizes, dead tuples and autovacuum, minute by minute.',
   {
-    minutes: '<n> minutes under load (default 30; --quick 3)',
-    rate: '<n> events per second offered (default: half the measured capacity)',
-    'retention-minutes': '<n> the outbox retention, pruned every minute (default 5; --quick 1)',
-    window: '<n> minutes at each end whose p99 are compared (default 5; --quick 1)',
-    'size-span': '<n> minutes over which the size growth is measured, up to the end (default 10; --quick 1)',
     quick: 'a short run for the smoke test',
+    minutes: ['<n> minutes under load', 30, 3],
+    rate: ['<n> events per second offered; 0: half the measured capacity', 0],
+    'retention-minutes': ['<n> the outbox retention, pruned every minute', 5, 1],
+    window: ['<n> minutes at each end whose p99 are compared', 5, 1],
+    'size-span': ['<n> minutes over which the size growth is measured, up to the end', 10, 1],
   },
 );
-
-const QUICK = hasFlag('quick');
-const MINUTES = numArg('minutes', QUICK ? 3 : 30);
-const RETENTION_MS = numArg('retention-minutes', QUICK ? 1 : 5) * 60_000;
-const WINDOW = numArg('window', QUICK ? 1 : 5);
-const SIZE_SPAN = numArg('size-span', QUICK ? 1 : 10);
+const QUICK = flags.quick;
+const MINUTES = flags.minutes;
+const RETENTION_MS = flags['retention-minutes'] * 60_000;
+const WINDOW = flags.window;
+const SIZE_SPAN = flags['size-span'];
 const CAPACITY_EVENTS = QUICK ? 3000 : 20_000;
 const KEYS = 10_000;
 /** Publish transactions in flight at most; the load generator counts what it could not start as behind. */
@@ -182,7 +180,7 @@ async function main() {
     }
     await waitFor(() => applied >= CAPACITY_EVENTS, { what: 'the capacity backlog applied', timeoutMs: 600_000 });
     const capacity = CAPACITY_EVENTS / ((performance.now() - started) / 1000);
-    const rate = numArg('rate', 0) || capacity / 2;
+    const rate = flags.rate || capacity / 2;
     console.error(
       `capacity ${capacity.toFixed(0)} events/s (publisher → relay → inbox); offering ${rate.toFixed(0)} events/s for ${MINUTES} min`,
     );

@@ -2,29 +2,43 @@ import { quoteIdentifier } from '@ferry/core';
 import type pg from 'pg';
 
 /**
+ * Undoes outbox migration `version` in schema `s` (quoted) when `ran` (an SQL condition) holds:
+ * `body` (PL/pgSQL statements; `v_src text` is declared for them), then the version is
+ * unrecorded, in one DO block.
+ */
+async function undoOutboxMigration(pool: pg.Pool, s: string, version: number, ran: string, body: string): Promise<void> {
+  await pool.query(`DO $undo$
+    DECLARE
+      v_src text;
+    BEGIN
+      IF NOT (${ran}) THEN
+        RETURN;
+      END IF;
+      ${body}
+      DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = ${version};
+    END
+    $undo$`);
+}
+
+const CHECK_EVENT = (s: string) => `'${s}.publish_check_event(text, text, text, text, text, text, jsonb)'::regprocedure`;
+
+/**
  * Undoes outbox migration 000018 (when it ran): the publish checks refuse every ce-* header name
- * again, as 000008 and 000005 wrote them, and version 18 is unrecorded. `undoReservedSubjects`
- * starts with it, so a schema taken back to version 15 or 14 is that version.
+ * again, as 000008 and 000005 wrote them. `undoReservedSubjects` starts with it, so a schema
+ * taken back to version 15 or 14 is that version.
  */
 export async function undoContractHeaders(pool: pg.Pool, schema: string): Promise<void> {
   const s = quoteIdentifier(schema);
-  await pool.query(`DO $undo$
-    DECLARE
-      v_ok constant regprocedure := '${s}.publish_headers_ok(jsonb)'::regprocedure;
-      v_check constant regprocedure := '${s}.publish_check_event(text, text, text, text, text, text, jsonb)'::regprocedure;
-    BEGIN
-      IF pg_get_functiondef(v_ok) !~ 'ce-dataschema' THEN
-        RETURN;
-      END IF;
-      EXECUTE replace(pg_get_functiondef(v_ok),
-        $r$(h.key !~* '^(ce-|nats-)|^content-type$' OR h.key IN ('ce-dataschema', 'ce-dataversion'))$r$,
+  const ok = `'${s}.publish_headers_ok(jsonb)'::regprocedure`;
+  await undoOutboxMigration(
+    pool,
+    s,
+    18,
+    `pg_get_functiondef(${ok}) ~ 'ce-dataschema'`,
+    `EXECUTE replace(pg_get_functiondef(${ok}), $r$(h.key !~* '^(ce-|nats-)|^content-type$' OR h.key IN ('ce-dataschema', 'ce-dataversion'))$r$,
         $r$h.key !~* '^(ce-|nats-)|^content-type$'$r$);
-      EXECUTE replace(pg_get_functiondef(v_check),
-        $r$IF v_name ~* '^(ce-|nats-)|^content-type$' AND v_name NOT IN ('ce-dataschema', 'ce-dataversion') THEN$r$,
-        $r$IF v_name ~* '^(ce-|nats-)|^content-type$' THEN$r$);
-      DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 18;
-    END
-    $undo$`);
+      EXECUTE replace(pg_get_functiondef(${CHECK_EVENT(s)}), $r$ AND v_name NOT IN ('ce-dataschema', 'ce-dataversion') THEN$r$, ' THEN');`,
+  );
 }
 
 /**
@@ -35,23 +49,19 @@ export async function undoContractHeaders(pool: pg.Pool, schema: string): Promis
 export async function undoReservedSubjects(pool: pg.Pool, schema: string): Promise<void> {
   await undoContractHeaders(pool, schema);
   const s = quoteIdentifier(schema);
-  await pool.query(`DO $undo$
-    DECLARE
-      v_src text;
-    BEGIN
-      IF to_regprocedure('${s}.publish_subject_reserved(text)') IS NULL THEN
-        RETURN;
-      END IF;
-      SELECT prosrc INTO v_src FROM pg_catalog.pg_proc WHERE oid = '${s}.publish_event_ok(text, text, text, text, text, jsonb)'::regprocedure;
+  await undoOutboxMigration(
+    pool,
+    s,
+    16,
+    `to_regprocedure('${s}.publish_subject_reserved(text)') IS NOT NULL`,
+    `SELECT prosrc INTO v_src FROM pg_catalog.pg_proc WHERE oid = '${s}.publish_event_ok(text, text, text, text, text, jsonb)'::regprocedure;
       EXECUTE format('CREATE OR REPLACE FUNCTION ${s}.publish_event_ok(p_k text, p_su text, p_ty text, p_so text, p_ct text, p_h jsonb) '
                      'RETURNS boolean LANGUAGE sql IMMUTABLE AS %L',
                      replace(v_src, E'\\n    AND NOT ${s}.publish_subject_reserved(p_su)', ''));
-      EXECUTE replace(pg_get_functiondef('${s}.publish_check_event(text, text, text, text, text, text, jsonb)'::regprocedure),
+      EXECUTE replace(pg_get_functiondef(${CHECK_EVENT(s)}),
                       E'\\n  PERFORM ${s}.publish_check_subject(p_prefix || ''subject'', p_subject);', '');
-      DROP FUNCTION ${s}.publish_check_subject(text, text), ${s}.publish_subject_reserved(text);
-      DELETE FROM ${s}.migrations WHERE migration_set = 'outbox' AND version = 16;
-    END
-    $undo$`);
+      DROP FUNCTION ${s}.publish_check_subject(text, text), ${s}.publish_subject_reserved(text);`,
+  );
 }
 
 /**
