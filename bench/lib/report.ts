@@ -213,19 +213,27 @@ reported (they would describe a queue, not the relay).`;
 
 function contractSection(c: Json): string {
   if (!c) return '_not run_';
-  const row = (where: string, r: Json) =>
-    ['plain', 'valibot', 'zod'].map((k) => [
-      where,
-      k,
-      r?.[k]?.median,
-      `±${Math.round((r?.[k]?.spread ?? 0) * 100)}%`,
-      (r?.[k]?.median ?? 0) / (r?.plain?.median || 1),
-    ]);
-  return `The CPU of the same ${c.fields}-field event published (one transaction each: this process plus the PostgreSQL backend)
-and applied by an inbox (this process), without a contract and with one checked by valibot and by zod; ${c.rounds} rounds of
-${n(c.events)} events, the variants taking turns every 100 publishes (docs/contracts.md).
+  const us = (x: Json) => `${x?.median?.toFixed(2)} ±${Math.round((x?.spread ?? 0) * 100)}%`;
+  return `What a contract adds to the same ${c.fields}-field event, each part measured where it can be resolved (two publisher
+instances measured alike end to end differ by more than the effect): the publisher's own work on a stand-in connection, the
+publish function's work inside PostgreSQL without and with the two contract headers, and \`consumeData\` for the inbox; beside
+the plain publish (one transaction each, this process plus the backend) and the plain inbox message (docs/contracts.md).
 
-${table(['where', 'contract', 'CPU µs per event', 'spread', '÷ plain'], [...row('publish', c.publishCpuUs), ...row('inbox', c.inboxCpuUs)])}`;
+${table(
+  ['part', 'CPU µs per event'],
+  [
+    ['publish, plain, one transaction (this process + PostgreSQL)', us(c.publishPlainUs)],
+    ['publisher work, plain / valibot / zod', ['plain', 'valibot', 'zod'].map((k) => us(c.publisherNodeUs?.[k])).join(' / ')],
+    ['publish function, no headers / contract headers', `${us(c.publishFunctionUs?.none)} / ${us(c.publishFunctionUs?.stamp)}`],
+    ['inbox message, plain (this process)', us(c.inboxPlainUs)],
+    ['consumeData, valibot / zod', `${us(c.consumeDataUs?.valibot)} / ${us(c.consumeDataUs?.zod)}`],
+  ],
+)}
+
+${table(
+  ['figure', '÷ plain'],
+  Object.entries(c.ratios ?? {}).map(([k, v]) => [k, (v as number).toFixed(3)]),
+)}`;
 }
 
 function soakSection(k: Json): string {

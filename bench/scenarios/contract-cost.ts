@@ -1,22 +1,31 @@
 /**
- * What event contracts cost (issue 45): the CPU of a publish and of an inbox
- * message, with a contract checked by valibot and by zod, beside the plain
- * path, in one run. A 10-field event.
+ * What event contracts cost (issue 45): the CPU a contract adds to a publish
+ * and to an inbox message, with valibot and with zod, against the plain path
+ * measured in the same run. A 10-field event.
  *
- * Publish: one connection, one transaction per event (BEGIN; publish;
- * COMMIT), `synchronous_commit = off` so the WAL flush does not dominate.
- * CPU is this process's (process.cpuUsage) plus the backend's (/proc), per
- * event. Variants interleave in rounds; the first round warms up. The ratio
- * is each variant's median over plain's.
+ * A contract adds two things to a publish: the validator's run and the stamp
+ * (two headers in the row) in this process, and the publish functions'
+ * checks of those headers in PostgreSQL. Each is measured where it can be
+ * resolved, rather than as the difference of two end-to-end runs (two
+ * publisher instances measured alike differed by ~10 % on this machine, more
+ * than the effect):
+ * - plain: one connection, one transaction per event (BEGIN; publish;
+ *   COMMIT), `synchronous_commit = off`; this process's CPU plus the
+ *   backend's (/proc), per event;
+ * - node: `publish` on a stand-in connection that answers at once, plain,
+ *   valibot and zod in rotating order, per event;
+ * - PostgreSQL: the publish function called in a loop inside the server, with
+ *   no headers and with the two contract headers, the backend's CPU per call.
+ * publish ratio = (plain + node difference + PostgreSQL difference) ÷ plain.
  *
- * Inbox: the same events in a stream, stamped as a contract publisher stamps
- * them; an inbox per variant (its own durable consumer) applies every one
- * with a one-row upsert, and the process's CPU per message is counted.
+ * Inbox: a plain inbox applies a stream of the events (one-row upsert each),
+ * this process's CPU per message; the contract's part is `consumeData` on the
+ * same data and headers, per event. inbox ratio = (plain + that) ÷ plain.
  *
  *   node bench/dist/scenarios/contract-cost.js [--events 4000] [--rounds 3] [--quick]
  */
-import { defineContracts, defineEvent } from '@ferry/contracts';
-import { encodeEvent, type FerryEvent, quoteIdentifier } from '@ferry/core';
+import { consumeData, defineContracts, defineEvent } from '@ferry/contracts';
+import { encodeEvent, type FerryEvent, type Queryable, quoteIdentifier } from '@ferry/core';
 import { createInbox, SILENT_LOGGER } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, waitFor } from '@ferry/testkit';
@@ -26,7 +35,7 @@ import * as v from 'valibot';
 import { z } from 'zod';
 import { benchFlags } from '../lib/args.js';
 import { cpuSecondsOf } from '../lib/proc.js';
-import { printTable, summarize, writeResult } from '../lib/stats.js';
+import { printTable, type Summary, summarize, writeResult } from '../lib/stats.js';
 
 const flags = benchFlags(
   'The CPU of a publish and of an inbox message with a contract (valibot, zod) against the plain path, 10-field event.',
@@ -38,9 +47,10 @@ const flags = benchFlags(
 );
 const EVENTS = flags.events;
 const ROUNDS = flags.rounds;
-/** Events a variant publishes before the next takes its turn. */
-const CHUNK = 100;
-if (EVENTS % CHUNK !== 0) throw new Error(`--events must be a multiple of ${CHUNK}, got ${EVENTS}`);
+/** Publishes per variant and round on the stand-in connection, and consumeData calls. */
+const NODE_EVENTS = EVENTS * 10;
+/** Calls of the publish function per variant and round, inside PostgreSQL. */
+const PG_CALLS = EVENTS * 5;
 
 const CHANNELS = ['web', 'shop', 'phone'] as const;
 const valibotSchema = v.object({
@@ -86,63 +96,121 @@ const data = (i: number) => ({
   note: i % 2 ? 'leave at the door' : undefined,
 });
 
-const ratio = (r: Record<string, { median: number }>, k: Variant) => (r[k]?.median ?? Number.NaN) / (r.plain?.median ?? Number.NaN);
+type Db = Awaited<ReturnType<typeof createTestDatabase>>;
 
-async function publishCost(db: Awaited<ReturnType<typeof createTestDatabase>>) {
-  const publishers = {
-    plain: createPublisher({ schema: db.schema, source: 'bench' }),
-    valibot: createPublisher({ schema: db.schema, source: 'bench', contracts: registries.valibot }),
-    zod: createPublisher({ schema: db.schema, source: 'bench', contracts: registries.zod }),
-  };
+/** An SQL string literal (for the DO block, which takes no parameters). */
+const literal = (text: string) => `'${text.replaceAll("'", "''")}'`;
+
+/** The plain publish's CPU per event, this process and the backend, one transaction each. */
+async function plainPublish(db: Db) {
+  const publisher = createPublisher({ schema: db.schema, source: 'bench' });
   const client = await db.pool.connect();
   try {
     await client.query('SET synchronous_commit = off');
     const backend = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid ?? 0;
-    const samples: Record<Variant, { total: number[]; node: number[] }> = {
-      plain: { total: [], node: [] },
-      valibot: { total: [], node: [] },
-      zod: { total: [], node: [] },
-    };
-    // Variants take turns every CHUNK events, in a rotating order, so a change in the machine's load
-    // falls on all three alike; a round's figure is the sum over its chunks.
+    const samples: number[] = [];
     let n = 0;
     for (let round = 0; round <= ROUNDS; round++) {
-      const sums: Record<Variant, { node: number; pg: number }> = {
-        plain: { node: 0, pg: 0 },
-        valibot: { node: 0, pg: 0 },
-        zod: { node: 0, pg: 0 },
-      };
-      for (let chunk = 0; chunk < EVENTS / CHUNK; chunk++) {
-        for (let j = 0; j < VARIANTS.length; j++) {
-          const variant = VARIANTS[(chunk + j) % VARIANTS.length] as Variant;
-          const p = publishers[variant];
-          const node0 = process.cpuUsage();
-          const pg0 = cpuSecondsOf(backend) ?? 0;
-          for (let i = 0; i < CHUNK; i++, n++) {
-            await client.query('BEGIN');
-            await p.publish(client, { subject: 'bench.orders.placed', key: `k-${n % 1000}`, type: 'OrderPlaced', data: data(n) });
-            await client.query('COMMIT');
-          }
-          const used = process.cpuUsage(node0);
-          sums[variant].node += used.user + used.system;
-          sums[variant].pg += ((cpuSecondsOf(backend) ?? 0) - pg0) * 1e6;
-        }
+      const node0 = process.cpuUsage();
+      const pg0 = cpuSecondsOf(backend) ?? 0;
+      for (let i = 0; i < EVENTS; i++, n++) {
+        await client.query('BEGIN');
+        await publisher.publish(client, { subject: 'bench.orders.placed', key: `k-${n % 1000}`, type: 'OrderPlaced', data: data(n) });
+        await client.query('COMMIT');
       }
-      if (round === 0) continue; // warm-up
-      for (const variant of VARIANTS) {
-        samples[variant].node.push(sums[variant].node / EVENTS);
-        samples[variant].total.push((sums[variant].node + sums[variant].pg) / EVENTS);
-      }
+      const used = process.cpuUsage(node0);
+      if (round > 0) samples.push((used.user + used.system + ((cpuSecondsOf(backend) ?? 0) - pg0) * 1e6) / EVENTS);
     }
-    const total = Object.fromEntries(VARIANTS.map((k) => [k, summarize(samples[k].total)]));
-    const node = Object.fromEntries(VARIANTS.map((k) => [k, summarize(samples[k].node)]));
-    return { total, node };
+    return summarize(samples);
   } finally {
     client.release();
   }
 }
 
-async function inboxCost(db: Awaited<ReturnType<typeof createTestDatabase>>) {
+/** Answers the publish statement at once with the row PostgreSQL would return: the publisher's own work only. */
+function standIn(): Queryable & { inTransaction(): boolean } {
+  let seq = 0;
+  return {
+    inTransaction: () => true,
+    async query<R>(text: string | { values?: unknown[] }, values?: unknown[]) {
+      const args = (typeof text === 'string' ? values : text.values) ?? [];
+      return { rows: [{ id: args[0], seq: String(++seq), version: '1', existing: false, same: true }] as R[] };
+    },
+  } as Queryable & { inTransaction(): boolean };
+}
+
+/** This process's CPU per publish on the stand-in, per variant, in rotating order. */
+async function nodePublish() {
+  const publishers = {
+    plain: createPublisher({ schema: 'bench', source: 'bench' }),
+    valibot: createPublisher({ schema: 'bench', source: 'bench', contracts: registries.valibot }),
+    zod: createPublisher({ schema: 'bench', source: 'bench', contracts: registries.zod }),
+  };
+  const tx = standIn();
+  const samples: Record<Variant, number[]> = { plain: [], valibot: [], zod: [] };
+  for (let round = 0; round <= ROUNDS * 3; round++) {
+    for (let j = 0; j < VARIANTS.length; j++) {
+      const variant = VARIANTS[(round + j) % VARIANTS.length] as Variant;
+      const cpu0 = process.cpuUsage();
+      for (let i = 0; i < NODE_EVENTS; i++) {
+        await publishers[variant].publish(tx, { subject: 'bench.orders.placed', key: `k-${i % 1000}`, type: 'OrderPlaced', data: data(i) });
+      }
+      const used = process.cpuUsage(cpu0);
+      if (round > 0) samples[variant].push((used.user + used.system) / NODE_EVENTS);
+    }
+  }
+  return Object.fromEntries(VARIANTS.map((k) => [k, summarize(samples[k])])) as Record<Variant, Summary>;
+}
+
+/** The backend's CPU per call of the publish function, without headers and with the two a contract stamps. */
+async function pgPublish(db: Db) {
+  const s = quoteIdentifier(db.schema);
+  const client = await db.pool.connect();
+  try {
+    await client.query('SET synchronous_commit = off');
+    const backend = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid ?? 0;
+    const body = `convert_to(${literal(JSON.stringify(data(1)))}, 'UTF8')`;
+    const loop = (headers: string) => `DO $loop$ BEGIN
+      FOR i IN 1..${PG_CALLS} LOOP
+        PERFORM * FROM ${s}.publish_event(gen_random_uuid(), 'k-' || (i % 1000), NULL, 'bench.orders.placed', 'OrderPlaced', 'bench',
+          'application/json', ${body}, ${literal(headers)}::jsonb, now(), NULL, false);
+      END LOOP; END $loop$`;
+    const variants = { none: loop('{}'), stamp: loop(JSON.stringify({ 'ce-dataschema': 'ferry:OrderPlaced/v1', 'ce-dataversion': '1' })) };
+    const samples: Record<keyof typeof variants, number[]> = { none: [], stamp: [] };
+    for (let round = 0; round <= ROUNDS * 2; round++) {
+      for (const name of (round % 2 ? ['stamp', 'none'] : ['none', 'stamp']) as Array<keyof typeof variants>) {
+        const cpu0 = cpuSecondsOf(backend) ?? 0;
+        await client.query(variants[name]);
+        if (round > 0) samples[name].push((((cpuSecondsOf(backend) ?? 0) - cpu0) * 1e6) / PG_CALLS);
+      }
+    }
+    return { none: summarize(samples.none), stamp: summarize(samples.stamp) };
+  } finally {
+    client.release();
+  }
+}
+
+/** `consumeData` per event: what a contract adds to an inbox message in this process. */
+async function consumeCost() {
+  const headers = { 'ce-dataschema': 'ferry:OrderPlaced/v1', 'ce-dataversion': '1' };
+  const payloads = Array.from({ length: 1000 }, (_, i) => JSON.parse(JSON.stringify(data(i))));
+  const samples: Record<'valibot' | 'zod', number[]> = { valibot: [], zod: [] };
+  for (let round = 0; round <= ROUNDS * 3; round++) {
+    for (const name of (round % 2 ? ['zod', 'valibot'] : ['valibot', 'zod']) as Array<'valibot' | 'zod'>) {
+      const cpu0 = process.cpuUsage();
+      for (let i = 0; i < NODE_EVENTS; i++) {
+        const r = await consumeData(registries[name], 'OrderPlaced', headers, payloads[i % 1000]);
+        if (!r.ok) throw new Error(`${name}: the bench's event does not fit its contract: ${r.error}`);
+      }
+      const used = process.cpuUsage(cpu0);
+      if (round > 0) samples[name].push((used.user + used.system) / NODE_EVENTS);
+    }
+  }
+  return { valibot: summarize(samples.valibot), zod: summarize(samples.zod) };
+}
+
+/** A plain inbox's CPU per message (this process), applying a stream of the events. */
+async function plainInbox(db: Db) {
   const stream = await createTestStream({ prefix: 'bench_contracts' });
   const s = quoteIdentifier(db.schema);
   try {
@@ -169,19 +237,18 @@ async function inboxCost(db: Awaited<ReturnType<typeof createTestDatabase>>) {
       if (acks.length >= 512) await Promise.all(acks.splice(0));
     }
     await Promise.all(acks);
-    const samples: Record<Variant, number[]> = { plain: [], valibot: [], zod: [] };
+    const samples: number[] = [];
     for (let round = 0; round <= ROUNDS; round++) {
-      for (const variant of VARIANTS) {
+      {
         let applied = 0;
         const inbox = createInbox({
           pool: db.pool,
           nc: stream.nc,
           stream: stream.name,
-          consumer: `${variant}_${round}`,
+          consumer: `plain_${round}`,
           schema: db.schema,
           logger: SILENT_LOGGER,
           pullExpiresMs: 2_000,
-          ...(variant === 'plain' ? {} : { contracts: registries[variant] }),
           handlers: {
             OrderPlaced: async (event, { tx }) => {
               await tx.query(`INSERT INTO ${s}.proj (key, total) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET total = excluded.total`, [
@@ -194,13 +261,13 @@ async function inboxCost(db: Awaited<ReturnType<typeof createTestDatabase>>) {
         });
         const cpu0 = process.cpuUsage();
         await inbox.start();
-        await waitFor(() => applied === EVENTS, { what: `${variant}: every event applied`, timeoutMs: 300_000 });
+        await waitFor(() => applied === EVENTS, { what: 'every event applied', timeoutMs: 300_000 });
         const used = process.cpuUsage(cpu0);
         await inbox.stop();
-        if (round > 0) samples[variant].push((used.user + used.system) / EVENTS);
+        if (round > 0) samples.push((used.user + used.system) / EVENTS);
       }
     }
-    return Object.fromEntries(VARIANTS.map((k) => [k, summarize(samples[k])]));
+    return summarize(samples);
   } finally {
     await stream.close();
   }
@@ -209,37 +276,51 @@ async function inboxCost(db: Awaited<ReturnType<typeof createTestDatabase>>) {
 async function main() {
   const db = await createTestDatabase({ prefix: 'bench_contracts', migrate: ['outbox', 'inbox'], max: 40 });
   try {
-    const publish = await publishCost(db);
-    const inbox = await inboxCost(db);
-    const rows = (label: string, r: Record<string, { median: number; spread: number }>) =>
-      VARIANTS.map((k) => [
-        label,
-        k,
-        r[k]?.median.toFixed(1) ?? '-',
-        `±${((r[k]?.spread ?? 0) * 100).toFixed(0)}%`,
-        ratio(r, k).toFixed(3),
-      ]);
+    const publish = await plainPublish(db);
+    const node = await nodePublish();
+    const pg = await pgPublish(db);
+    const inbox = await plainInbox(db);
+    const consume = await consumeCost();
+    const pgExtra = pg.stamp.median - pg.none.median;
+    const added = (k: 'valibot' | 'zod') => node[k].median - node.plain.median + pgExtra;
+    const ratios = {
+      publishValibot: (publish.median + added('valibot')) / publish.median,
+      publishZod: (publish.median + added('zod')) / publish.median,
+      inboxValibot: (inbox.median + consume.valibot.median) / inbox.median,
+      inboxZod: (inbox.median + consume.zod.median) / inbox.median,
+    };
+    const us = (x: Summary) => `${x.median.toFixed(2)} ±${(x.spread * 100).toFixed(0)}%`;
     printTable(
-      `Contract cost per event, 10-field event (median of ${ROUNDS} rounds of ${EVENTS})`,
-      ['where', 'variant', 'CPU µs per event', 'spread', 'over plain'],
-      [...rows('publish: node + PostgreSQL', publish.total), ...rows('publish: node only', publish.node), ...rows('inbox: node', inbox)],
+      `Contract cost per event, 10-field event (medians of ${ROUNDS}+ rounds)`,
+      ['part', 'CPU µs per event'],
+      [
+        ['publish, plain: this process + PostgreSQL, one transaction each', us(publish)],
+        ['  publisher work (stand-in connection), plain', us(node.plain)],
+        ['  publisher work (stand-in connection), valibot', us(node.valibot)],
+        ['  publisher work (stand-in connection), zod', us(node.zod)],
+        ['  publish function in PostgreSQL, no headers', us(pg.none)],
+        ['  publish function in PostgreSQL, the contract headers', us(pg.stamp)],
+        ['inbox, plain: this process per message', us(inbox)],
+        ['  consumeData, valibot', us(consume.valibot)],
+        ['  consumeData, zod', us(consume.zod)],
+      ],
+    );
+    printTable(
+      'Contract cost as a share of the plain path',
+      ['figure', 'ratio'],
+      Object.entries(ratios).map(([k, r]) => [k, r.toFixed(3)]),
     );
     const file = writeResult('contract-cost', {
       scenario: 'contract-cost',
       events: EVENTS,
       rounds: ROUNDS,
       fields: 10,
-      publishCpuUs: publish.total,
-      publishNodeCpuUs: publish.node,
-      inboxCpuUs: inbox,
-      ratios: {
-        publishValibot: ratio(publish.total, 'valibot'),
-        publishZod: ratio(publish.total, 'zod'),
-        publishNodeValibot: ratio(publish.node, 'valibot'),
-        publishNodeZod: ratio(publish.node, 'zod'),
-        inboxValibot: ratio(inbox, 'valibot'),
-        inboxZod: ratio(inbox, 'zod'),
-      },
+      publishPlainUs: publish,
+      publisherNodeUs: node,
+      publishFunctionUs: pg,
+      inboxPlainUs: inbox,
+      consumeDataUs: consume,
+      ratios,
     });
     console.log(`\nwrote ${file}`);
   } finally {

@@ -222,6 +222,16 @@ describe('publisher - contracts', () => {
         [randomUUID(), key, JSON.stringify(headers)],
       );
     await call({ 'ce-dataschema': 'ferry:OrderPlaced/v2', 'ce-dataversion': '2' });
+    // The short path of the header check (000018) passes only what the full check passes.
+    await call({ 'ce-dataschema': 'ferry:OrderPlaced/v2', 'ce-dataversion': 'two' });
+    await call({ 'ce-dataschema': 'ferry:OrderPlaced/v2', 'ce-dataversion': '2', tenant: 't1' });
+    for (const [headers, why] of [
+      [{ 'ce-dataschema': ' ferry:OrderPlaced/v2', 'ce-dataversion': '2' }, /starts or ends with whitespace/],
+      [{ 'ce-dataschema': 'ferry:Order\u0007Placed/v2', 'ce-dataversion': '2' }, /control character/],
+      [{ 'ce-dataschema': 'x'.repeat(4097), 'ce-dataversion': '2' }, /4097 characters; the limit is 4096/],
+    ] as const) {
+      await assert.rejects(call(headers), (e: Error & { column?: string }) => e.column === 'headers.ce-dataschema' && why.test(e.message));
+    }
     for (const name of ['CE-DataSchema', 'ce-type', 'ce-dataschemax', 'Ce-Dataversion']) {
       await assert.rejects(call({ [name]: 'x' }), (e: Error & { column?: string }) => {
         assert.equal(e.column, `headers.${name}`);

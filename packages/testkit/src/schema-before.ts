@@ -35,8 +35,8 @@ export async function undoContractHeaders(pool: pg.Pool, schema: string): Promis
     s,
     18,
     `pg_get_functiondef(${ok}) ~ 'ce-dataschema'`,
-    `EXECUTE replace(pg_get_functiondef(${ok}), $r$(h.key !~* '^(ce-|nats-)|^content-type$' OR h.key IN ('ce-dataschema', 'ce-dataversion'))$r$,
-        $r$h.key !~* '^(ce-|nats-)|^content-type$'$r$);
+    `EXECUTE regexp_replace(replace(pg_get_functiondef(${ok}), $r$(h.key !~* '^(ce-|nats-)|^content-type$' OR h.key IN ('ce-dataschema', 'ce-dataversion'))$r$,
+        $r$h.key !~* '^(ce-|nats-)|^content-type$'$r$), '  -- 000018: .*?  END IF;\n', '');
       EXECUTE replace(pg_get_functiondef(${CHECK_EVENT(s)}), $r$ AND v_name NOT IN ('ce-dataschema', 'ce-dataversion') THEN$r$, ' THEN');`,
   );
 }
