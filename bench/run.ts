@@ -139,7 +139,7 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     title: '11. Soak: half the capacity for 30 minutes, retention pruned every minute',
     script: 'scenarios/soak.js',
     result: 'soak',
-    quick: ['--quick', '--minutes', '2'],
+    quick: ['--quick'],
     full: [],
   },
 ];

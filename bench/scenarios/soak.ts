@@ -37,11 +37,12 @@ const flags = benchFlags(
   'Publisher, relay and inbox at half the measured capacity for --minutes, with retention pruned every minute: latency, table sizes, dead tuples and autovacuum, minute by minute.',
   {
     quick: 'a short run for the smoke test',
-    minutes: ['<n> minutes under load', 30, 3],
+    minutes: ['<n> minutes under load', 30, 1],
+    'sample-seconds': ['<s> seconds between two samples', 60, 15],
     rate: ['<n> events per second offered; 0: half the measured capacity', 0],
     'retention-minutes': ['<n> the outbox retention, pruned every minute', 5, 1],
-    window: ['<n> minutes at each end whose p99 are compared', 5, 1],
-    'size-span': ['<n> minutes over which the size growth is measured, up to the end', 10, 1],
+    window: ['<n> minutes at each end whose p99 are compared', 5, 0.25],
+    'size-span': ['<n> minutes over which the size growth is measured, up to the end', 10, 0.25],
   },
 );
 const QUICK = flags.quick;
@@ -49,11 +50,16 @@ const MINUTES = flags.minutes;
 const RETENTION_MS = flags['retention-minutes'] * 60_000;
 const WINDOW = flags.window;
 const SIZE_SPAN = flags['size-span'];
-const CAPACITY_EVENTS = QUICK ? 3000 : 20_000;
+const SAMPLE_MS = flags['sample-seconds'] * 1000;
+/** Samples in the run, in the p99 window and in the size span. */
+const SAMPLES = Math.round((MINUTES * 60_000) / SAMPLE_MS);
+const WINDOW_SAMPLES = Math.max(1, Math.round((WINDOW * 60_000) / SAMPLE_MS));
+const SPAN_SAMPLES = Math.max(1, Math.round((SIZE_SPAN * 60_000) / SAMPLE_MS));
+const CAPACITY_EVENTS = QUICK ? 1500 : 20_000;
 const KEYS = 10_000;
 /** Publish transactions in flight at most; the load generator counts what it could not start as behind. */
 const MAX_IN_FLIGHT = 64;
-if (WINDOW * 2 > MINUTES || SIZE_SPAN >= MINUTES)
+if (WINDOW_SAMPLES * 2 > SAMPLES || SPAN_SAMPLES >= SAMPLES)
   throw new Error(`--minutes ${MINUTES} is too short for --window ${WINDOW} and --size-span ${SIZE_SPAN}`);
 
 interface TableStats {
@@ -213,13 +219,13 @@ async function main() {
     let lastApplied = appliedAtStart;
     let lastOffered = 0;
     let lastBehind = 0;
-    for (let m = 1; m <= MINUTES; m++) {
-      await new Promise((r) => setTimeout(r, t0 + m * 60_000 - performance.now()));
+    for (let m = 1; m <= SAMPLES; m++) {
+      await new Promise((r) => setTimeout(r, t0 + m * SAMPLE_MS - performance.now()));
       const lat = clock.latencies.splice(0).sort((a, b) => a - b);
       const tables = await tableStats();
       const all = Object.values(tables);
       minutes.push({
-        minute: m,
+        minute: (m * SAMPLE_MS) / 60_000,
         offered: offered - lastOffered,
         applied: applied - lastApplied,
         behind: behind - lastBehind,
@@ -235,16 +241,16 @@ async function main() {
       lastBehind = behind;
       const last = minutes.at(-1) as Minute;
       console.error(
-        `minute ${m}: ${last.applied} applied, p50 ${last.p50Ms.toFixed(1)} ms, p99 ${last.p99Ms.toFixed(1)} ms, ${(last.totalBytes / 2 ** 20).toFixed(1)} MiB, ${last.deadTuples} dead tuples`,
+        `minute ${last.minute}: ${last.applied} applied, p50 ${last.p50Ms.toFixed(1)} ms, p99 ${last.p99Ms.toFixed(1)} ms, ${(last.totalBytes / 2 ** 20).toFixed(1)} MiB, ${last.deadTuples} dead tuples`,
       );
     }
     clearInterval(tick);
     await waitFor(() => inFlight === 0 && applied - appliedAtStart >= offered, { what: 'the soak load applied', timeoutMs: 300_000 });
 
     const p99Of = (list: Minute[]) => Math.max(...list.map((x) => x.p99Ms));
-    const p99Growth = p99Of(minutes.slice(-WINDOW)) / p99Of(minutes.slice(0, WINDOW));
+    const p99Growth = p99Of(minutes.slice(-WINDOW_SAMPLES)) / p99Of(minutes.slice(0, WINDOW_SAMPLES));
     const end = minutes.at(-1) as Minute;
-    const before = minutes[minutes.length - 1 - SIZE_SPAN] as Minute;
+    const before = minutes[minutes.length - 1 - SPAN_SAMPLES] as Minute;
     const sizeGrowth = end.totalBytes / before.totalBytes;
     const held = Object.entries(end.tables).filter(([, t]) => t.live + t.dead >= 1000);
     const shares = held.map(([name, t]) => ({ name, share: t.dead / Math.max(t.live, 1) })).sort((a, b) => b.share - a.share);

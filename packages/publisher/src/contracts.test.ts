@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { ContractValidationError, ContractValidatorError, defineContracts, defineEvent } from '@ferry/contracts';
-import { isValidationError, quoteIdentifier, withTransaction } from '@ferry/core';
+import { isValidationError, type Queryable, quoteIdentifier, withTransaction } from '@ferry/core';
 import { createTestDatabase, type TestDatabase } from '@ferry/testkit';
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import * as v from 'valibot';
@@ -179,6 +179,21 @@ describe('publisher - contracts', () => {
     assert.deepEqual(await rows(key), []);
     await withTransaction(db.pool, (tx) => p.publish(tx, { key, type: 'Slow', data: { n: 1 } }));
     assert.equal((await rows(key)).length, 1);
+  });
+
+  test('publisher - publish is typed by the registry: the newest version by default, an older one by contractVersion', () => {
+    const p = publisher();
+    const typed = (tx: Queryable) => {
+      void p.publish(tx, { key: 'k', type: 'OrderPlaced', data: { orderId: 'a', customer: 'b', total: { amountCents: 1, currency: 'EUR' } } });
+      void p.publish(tx, { key: 'k', type: 'OrderPlaced', contractVersion: 1, data: { orderId: 'a', customer: 'b', totalCents: 1 } });
+      // @ts-expect-error v2 (the newest) has no bare totalCents
+      void p.publish(tx, { key: 'k', type: 'OrderPlaced', data: { orderId: 'a', customer: 'b', totalCents: 1 } });
+      // @ts-expect-error the registry has no OrderShipped
+      void p.publish(tx, { key: 'k', type: 'OrderShipped', data: {} });
+      // @ts-expect-error OrderPlaced has no version 3
+      void p.publish(tx, { key: 'k', type: 'OrderPlaced', contractVersion: 3, data: {} });
+    };
+    assert.equal(typeof typed, 'function');
   });
 
   test('publisher - hostile names stay data: a __proto__ type and a __proto__ field pollute nothing', async () => {
