@@ -184,7 +184,11 @@ describe('publisher - contracts', () => {
   test('publisher - publish is typed by the registry: the newest version by default, an older one by contractVersion', () => {
     const p = publisher();
     const typed = (tx: Queryable) => {
-      void p.publish(tx, { key: 'k', type: 'OrderPlaced', data: { orderId: 'a', customer: 'b', total: { amountCents: 1, currency: 'EUR' } } });
+      void p.publish(tx, {
+        key: 'k',
+        type: 'OrderPlaced',
+        data: { orderId: 'a', customer: 'b', total: { amountCents: 1, currency: 'EUR' } },
+      });
       void p.publish(tx, { key: 'k', type: 'OrderPlaced', contractVersion: 1, data: { orderId: 'a', customer: 'b', totalCents: 1 } });
       // @ts-expect-error v2 (the newest) has no bare totalCents
       void p.publish(tx, { key: 'k', type: 'OrderPlaced', data: { orderId: 'a', customer: 'b', totalCents: 1 } });
