@@ -8,8 +8,9 @@
  * minute) and one inbox (`latest`, a one-row upsert per event), against a
  * PostgreSQL cluster of its own (initdb, PostgreSQL's defaults: autovacuum
  * on, which the machine's shared server is not) and a memory stream of its
- * own. The capacity is measured first: a backlog drained from commit
- * to applied by the same relay and inbox. Minute by minute it records commit
+ * own. The capacity is measured first: events published as the soak
+ * publishes them (one transaction each, 16 writers flat out), from the first
+ * commit to the last applied by the same relay and inbox. Minute by minute it records commit
  * → applied p50 and p99 (the inbox's COMMIT, by this process's clock), the
  * size of each Ferry table and its indexes, and their live and dead tuples
  * and autovacuum runs (pg_stat_user_tables).
@@ -56,6 +57,8 @@ const SAMPLES = Math.round((MINUTES * 60_000) / SAMPLE_MS);
 const WINDOW_SAMPLES = Math.max(1, Math.round((WINDOW * 60_000) / SAMPLE_MS));
 const SPAN_SAMPLES = Math.max(1, Math.round((SIZE_SPAN * 60_000) / SAMPLE_MS));
 const CAPACITY_EVENTS = QUICK ? 1500 : 20_000;
+/** Writers of the capacity run, each one transaction at a time. */
+const CAPACITY_WRITERS = 16;
 const KEYS = 10_000;
 /** Publish transactions in flight at most; the load generator counts what it could not start as behind. */
 const MAX_IN_FLIGHT = 64;
@@ -174,17 +177,19 @@ async function main() {
   await relay.start();
   await inbox.start();
   try {
-    // Capacity: a backlog committed in batches, from the first commit to the last event applied.
+    // Capacity: the events published as the soak publishes them (one transaction each), by
+    // CAPACITY_WRITERS writers as fast as they go, from the first commit to the last event applied.
     const started = performance.now();
-    for (let i = 0; i < CAPACITY_EVENTS; i += 500) {
-      await withTransaction(db.pool, (tx) =>
-        publisher.publishMany(
-          tx,
-          Array.from({ length: Math.min(500, CAPACITY_EVENTS - i) }, (_, j) => event(i + j)),
-        ),
-      );
-    }
-    await waitFor(() => applied >= CAPACITY_EVENTS, { what: 'the capacity backlog applied', timeoutMs: 600_000 });
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: CAPACITY_WRITERS }, async () => {
+        while (next < CAPACITY_EVENTS) {
+          const e = event(next++);
+          await withTransaction(db.pool, (tx) => publisher.publish(tx, e));
+        }
+      }),
+    );
+    await waitFor(() => applied >= CAPACITY_EVENTS, { what: 'the capacity run applied', timeoutMs: 600_000 });
     const capacity = CAPACITY_EVENTS / ((performance.now() - started) / 1000);
     const rate = flags.rate || capacity / 2;
     console.error(
