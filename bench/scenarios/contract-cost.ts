@@ -25,7 +25,7 @@
  *   node bench/dist/scenarios/contract-cost.js [--events 4000] [--rounds 3] [--quick]
  */
 import { consumeData, defineContracts, defineEvent } from '@ferry/contracts';
-import { encodeEvent, type FerryEvent, type Queryable, quoteIdentifier } from '@ferry/core';
+import { encodeEvent, type FerryEvent, quoteIdentifier } from '@ferry/core';
 import { createInbox, SILENT_LOGGER } from '@ferry/inbox';
 import { createPublisher } from '@ferry/publisher';
 import { createTestDatabase, createTestStream, waitFor } from '@ferry/testkit';
@@ -35,6 +35,7 @@ import * as v from 'valibot';
 import { z } from 'zod';
 import { benchFlags } from '../lib/args.js';
 import { cpuSecondsOf } from '../lib/proc.js';
+import { publishStandIn } from '../lib/stand-in.js';
 import { printTable, type Summary, summarize, writeResult } from '../lib/stats.js';
 
 const flags = benchFlags(
@@ -127,18 +128,6 @@ async function plainPublish(db: Db) {
   }
 }
 
-/** Answers the publish statement at once with the row PostgreSQL would return: the publisher's own work only. */
-function standIn(): Queryable & { inTransaction(): boolean } {
-  let seq = 0;
-  return {
-    inTransaction: () => true,
-    async query<R>(text: string | { values?: unknown[] }, values?: unknown[]) {
-      const args = (typeof text === 'string' ? values : text.values) ?? [];
-      return { rows: [{ id: args[0], seq: String(++seq), version: '1', existing: false, same: true }] as R[] };
-    },
-  } as Queryable & { inTransaction(): boolean };
-}
-
 /** This process's CPU per publish on the stand-in, per variant, in rotating order. */
 async function nodePublish() {
   const publishers = {
@@ -146,7 +135,7 @@ async function nodePublish() {
     valibot: createPublisher({ schema: 'bench', source: 'bench', contracts: registries.valibot }),
     zod: createPublisher({ schema: 'bench', source: 'bench', contracts: registries.zod }),
   };
-  const tx = standIn();
+  const tx = publishStandIn();
   const samples: Record<Variant, number[]> = { plain: [], valibot: [], zod: [] };
   for (let round = 0; round <= ROUNDS * 3; round++) {
     for (let j = 0; j < VARIANTS.length; j++) {

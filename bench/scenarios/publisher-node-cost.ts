@@ -8,9 +8,9 @@
  *
  *   node bench/dist/scenarios/publisher-node-cost.js [--rounds 5] [--events 100000]
  */
-import { type Queryable, ValidationError } from '@ferry/core';
 import { createPublisher } from '@ferry/publisher';
 import { benchFlags } from '../lib/args.js';
+import { publishStandIn } from '../lib/stand-in.js';
 import { printMedians, writeResult } from '../lib/stats.js';
 
 const flags = benchFlags(
@@ -21,26 +21,12 @@ const flags = benchFlags(
   },
 );
 
-/** Answers the publish functions' SELECT as PostgreSQL would for fresh events; stands in for an open transaction. */
-function standIn(): Queryable & { inTransaction(): boolean } {
-  let seq = 0;
-  return {
-    inTransaction: () => true,
-    async query<R>(text: string | { values?: unknown[] }, values?: unknown[]) {
-      const args = (typeof text === 'string' ? values : text.values) ?? [];
-      const ids = Array.isArray(args[0]) ? (args[0] as string[]) : [args[0] as string];
-      if (ids.some((id) => typeof id !== 'string')) throw new ValidationError('id', 'stand-in got no ids');
-      return { rows: ids.map((id) => ({ id, seq: String(++seq), version: '1', existing: false, same: true })) as R[] };
-    },
-  } as Queryable & { inTransaction(): boolean };
-}
-
 const payload = (i: number) => ({ orderId: `order-${i}`, total: 4999, currency: 'EUR', lines: [{ sku: 'sku-1', qty: 2 }] });
 const event = (i: number) => ({ subject: 'orders.placed', key: `order-${i % 5000}`, type: 'OrderPlaced', data: payload(i) });
 
 async function main() {
   const publisher = createPublisher({ schema: 'bench', source: 'bench' });
-  const tx = standIn();
+  const tx = publishStandIn();
   const samples: Record<'publish' | 'publishMany100', number[]> = { publish: [], publishMany100: [] };
   for (let round = 0; round <= flags.rounds; round++) {
     let started = performance.now();
