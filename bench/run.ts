@@ -4,7 +4,7 @@
  * figures beside their same-run baselines, `bench/results/latest.json`,
  * `docs/benchmarks.md` and the SVG charts under `docs/`.
  *
- *   npm run bench                 the full run (about 25 minutes on 2 cores)
+ *   npm run bench                 the full run (about an hour on 2 cores, 30 minutes of it the soak)
  *   npm run bench -- --quick      the smoke run (about 2 minutes): checks that every scenario
  *                                 produced numbers (never thresholds) and writes its output
  *                                 under bench/results/quick/, leaving the committed results alone
@@ -28,7 +28,7 @@ import { lineChart } from './lib/svg.js';
 
 declareFlags(
   'npm run bench -- (or node bench/dist/run.js)',
-  "Every scenario in its own child process, then the headline ratios beside their targets, bench/results/latest.json, docs/benchmarks.md, the charts and README's figures. A full run takes about 25 minutes on 2 cores: run it on a quiet machine.",
+  "Every scenario in its own child process, then the headline ratios beside their targets, bench/results/latest.json, docs/benchmarks.md, the charts and README's figures. A full run takes about an hour on 2 cores, 30 minutes of it the soak: run it on a quiet machine.",
   {
     quick: 'the smoke run: small sizes, checks every scenario produced its numbers; output under bench/results/quick/',
     only:
@@ -61,6 +61,14 @@ export const SCENARIOS: readonly ScenarioSpec[] = [
     result: 'publisher',
     quick: ['--quick', '--seconds', '1', '--trials', '1'],
     full: ['--writers', '8,32', '--seconds', '3', '--trials', '3'],
+  },
+  {
+    name: 'publish-function-cost',
+    title: '1b. Publisher CPU against the bare statement of the same writes',
+    script: 'scenarios/publish-function-cost.js',
+    result: 'publish-function-cost',
+    quick: ['--trials', '1', '--seconds', '1'],
+    full: ['--trials', '5', '--seconds', '3'],
   },
   {
     name: 'relay-drain',

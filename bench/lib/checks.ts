@@ -7,7 +7,9 @@ type Json = any;
 export function missingNumbers(name: string, r: Json): string[] {
   const paths: Record<string, string[]> = {
     publisher: ['txPerSec', 'publishOverhead', 'ratios.publishNotify@8', 'ratios.publishMany100@8'],
+    'publish-function-cost': ['statementRatios.publish', 'statementRatios.publishMany100', 'cpuMicrosPerTx.statement.micros'],
     'relay-drain': [
+      'headline.relayCpuVsRaw',
       'headline.worstRatio',
       'headline.worstMemoryRatio',
       'headline.relayCpuMsPer1k',
@@ -17,7 +19,7 @@ export function missingNumbers(name: string, r: Json): string[] {
       'headline.hotKeyRatio',
     ],
     'relay-latency': ['headline.worstP99MsDefaults', 'runs.0.p50Ms', 'runs.0.p999Ms', 'runs.1.p99Ms'],
-    inbox: ['results.fresh.ratio', 'results.duplicates50.ratio', 'results.stale50.ratio'],
+    inbox: ['results.fresh.cpuRatio.median', 'results.fresh.ratio', 'results.duplicates50.ratio', 'results.stale50.ratio'],
     alternatives: [
       'relayVsPgBossOutbox',
       'relayVsNaiveRelay',

@@ -13,13 +13,15 @@ export interface HeadlineFigure {
   id: string;
   figure: string;
   value: number | undefined;
-  /** 'x': a ratio; 'ms': milliseconds. */
-  unit: 'x' | 'ms';
+  /** 'x': a ratio; 'ms': milliseconds; 'µs': microseconds. */
+  unit: Unit;
   baseline: string;
   target: string;
   /** undefined when the figure was not measured in this run. */
   met: boolean | undefined;
 }
+
+type Unit = 'x' | 'ms' | 'µs';
 
 const num = (x: unknown): number | undefined => (typeof x === 'number' && Number.isFinite(x) ? x : undefined);
 
@@ -30,11 +32,11 @@ const atMost = (limit: number, note?: string): Target => ({ op: '≤', limit, no
 const atLeast = (limit: number): Target => ({ op: '≥', limit });
 const moreThan = (limit: number): Target => ({ op: '>', limit });
 
-function figure(id: string, figureText: string, value: unknown, unit: 'x' | 'ms', baseline: string, t: Target): HeadlineFigure {
+function figure(id: string, figureText: string, value: unknown, unit: Unit, baseline: string, t: Target): HeadlineFigure {
   const v = num(value);
   if (t === 'reported')
     return { id, figure: figureText, value: v, unit, baseline, target: '(reported)', met: v === undefined ? undefined : true };
-  const target = `${t.op} ${t.limit}${unit === 'x' ? '×' : ' ms'}${t.note ? ` ${t.note}` : ''}`;
+  const target = `${t.op} ${t.limit}${unit === 'x' ? '×' : ` ${unit}`}${t.note ? ` ${t.note}` : ''}`;
   const ok = t.op === '≤' ? (n: number) => n <= t.limit : t.op === '≥' ? (n: number) => n >= t.limit : (n: number) => n > t.limit;
   return { id, figure: figureText, value: v, unit, baseline, target, met: v === undefined ? undefined : ok(v) };
 }
@@ -51,16 +53,44 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
   const plain = 'business UPDATE + plain INSERT of the same JSON';
   const raw = 'raw pipelined JetStream publishing of the same messages, one connection';
   const byKeys = drain?.byKeys ?? {};
+  const fn = r['publish-function-cost']?.statementRatios ?? {};
+  const statement = "the owner's bare statement of the same writes, CPU per transaction";
   return [
-    figure('publishOverhead', 'publish, 8 writers', pub['publish@8'], 'x', plain, atMost(1.2, '(floor 1.3×)')),
-    figure('publishOverhead32', 'publish, 32 writers', pub['publish@32'], 'x', plain, atMost(1.2, '(floor 1.3×)')),
+    figure('publishCpuVsStatement1', 'publisher CPU, `publish` of 1 event, 8 writers', fn.publish, 'x', statement, atMost(1.15)),
+    figure(
+      'publishCpuVsStatement100',
+      'publisher CPU, `publishMany` of 100 events, 8 writers',
+      fn.publishMany100,
+      'x',
+      statement,
+      atMost(1.15),
+    ),
+    figure(
+      'relayPgUsPerEvent1000',
+      "relay's PostgreSQL CPU per event, 1,000 keys",
+      drain?.postgresCpuMsPer1k,
+      'µs',
+      'none: the CPU of the relay’s backends per drained event',
+      atMost(10),
+    ),
+    figure('relayCpuVsRaw1000', 'relay process CPU, 1,000 keys, paired trials', drain?.relayCpuVsRaw, 'x', raw, atMost(1.15)),
+    figure(
+      'inboxCpuVsPlain',
+      'inbox CPU per message (node + PostgreSQL + NATS), fresh events, paired',
+      inbox?.fresh?.cpuRatio?.median,
+      'x',
+      'plain consumer, same handler SQL',
+      atMost(1.3),
+    ),
+    figure('publishOverhead', 'publish, 8 writers', pub['publish@8'], 'x', plain, 'reported'),
+    figure('publishOverhead32', 'publish, 32 writers', pub['publish@32'], 'x', plain, 'reported'),
     figure(
       'publishNotify',
       'publish, every transaction NOTIFYs (a relay waits), 8 writers',
       pub['publishNotify@8'],
       'x',
       plain,
-      atMost(1.4),
+      'reported',
     ),
     figure(
       'publishMany100',
@@ -68,7 +98,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       pub['publishMany100@8'],
       'x',
       'business UPDATE + one 100-row plain INSERT',
-      atMost(1.5),
+      'reported',
     ),
     ...[10, 1000, 100_000].map((k) =>
       figure(
@@ -77,7 +107,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
         byKeys[k],
         'x',
         raw,
-        atLeast(0.9),
+        'reported',
       ),
     ),
     figure('relayVsRawJetStreamMemory', 'relay drain, memory storage (worst key spread)', drain?.worstMemoryRatio, 'x', raw, 'reported'),
@@ -123,7 +153,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
       alt?.relayVsPgBossOutboxByKeys?.[1000],
       'x',
       'pg-boss `key_strict_fifo` queue + worker',
-      moreThan(1),
+      atLeast(2.5),
     ),
     figure(
       'relayVsTransactionalOutbox',
@@ -188,7 +218,7 @@ export function headlineFigures(r: Record<string, Json>): HeadlineFigure[] {
 /** A figure's value as text: `0.93×`, `4.2 ms`, or `n/a`. */
 export function formatFigure(f: HeadlineFigure): string {
   if (f.value === undefined) return 'n/a';
-  if (f.unit === 'ms') return `${f.value >= 10 ? f.value.toFixed(0) : f.value.toFixed(1)} ms`;
+  if (f.unit !== 'x') return `${f.value >= 10 ? f.value.toFixed(0) : f.value.toFixed(1)} ${f.unit}`;
   return f.value >= 10 ? `${f.value.toFixed(0)}×` : `${f.value.toFixed(2)}×`;
 }
 

@@ -49,6 +49,30 @@ publishers of a busy relay pay none of it and an idle relay is woken at commit. 
 \`notify: true\`; ${n(at(1000, 'default')?.p99Ms)} vs ${n(at(1000, 'true')?.p99Ms)} ms at 1,000 events/s.`;
 }
 
+function publishCostSection(c: Json): string {
+  if (!c) return '_not run_';
+  const variants = Object.keys(c.cpuMicrosPerTx ?? {});
+  return `What the publisher's CPU per transaction (this process + the writers' PostgreSQL backends) is beside the writes it
+must make: \`statement\` is the key_versions upsert and the outbox insert (its pending row by trigger) as one named
+statement sent by the owner, with no function, checks or NOTIFY check; \`rows\` the outbox insert alone, \`bare\` the same
+into a copy without the trigger; \`plain\` a bigserial INSERT of the same JSON. ${c.writers} writers, each transaction a business
+UPDATE and the events; ${c.trials} interleaved trials of ${c.seconds} s; medians.
+
+${table(
+  ['variant', 'tx/s', 'spread', 'CPU µs per tx', 'client / backend µs', 'CPU ÷ plain'],
+  variants.map((k) => [
+    k,
+    c.results?.[k]?.median,
+    spread(c.results?.[k]),
+    c.cpuMicrosPerTx[k]?.micros,
+    `${n(c.cpuMicrosPerTx[k]?.client)} / ${n(c.cpuMicrosPerTx[k]?.backend)}`,
+    x2(c.cpuRatios?.[k]),
+  ]),
+)}
+
+Publisher ÷ statement (budget ≤ 1.15×): \`publish\` ${x2(c.statementRatios?.publish)}, \`publishMany\` of 100 ${x2(c.statementRatios?.publishMany100)}.`;
+}
+
 function variantsTable(sw: Json, def: Json): string {
   if (!sw.variants?.length) return '';
   const rows = [
@@ -424,7 +448,7 @@ shared and small, so **the ratios are the claim, not the absolute rates**.
 Run **${latest.run.at}**${latest.run.quick ? ' (QUICK smoke run: sizes too small to quote)' : ''}, ${Math.round(latest.run.totalSeconds / 60)} minutes:
 ${machineText(latest.machine)}.
 
-Reproduce: \`npm run bench\` (full, ~25 minutes; run it on a quiet machine) or \`npm run bench -- --quick\` (smoke, about 2
+Reproduce: \`npm run bench\` (full, about an hour with the 30-minute soak; run it on a quiet machine) or \`npm run bench -- --quick\` (smoke, about 2
 minutes, writes to bench/results/quick/); some scenarios: \`npm run bench -- --only relay-drain,relay-latency\` (writes to
 bench/results/partial/); one scenario: \`npm run build && node bench/dist/scenarios/relay-drain.js --help\`.
 
@@ -442,6 +466,10 @@ ${chart('bench-growth.svg', 'Relay drain throughput and publish latency against 
 ## 1. Publisher overhead
 
 ${publisherSection(s.publisher, s['relay-latency'])}
+
+### Publisher CPU against the bare statement
+
+${publishCostSection(s['publish-function-cost'])}
 
 ## 2. Relay drain vs raw JetStream
 

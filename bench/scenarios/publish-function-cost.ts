@@ -20,8 +20,9 @@
  * statement100 (publish_events' short path without its checks), rows100 and bare100.
  *
  * Interleaved trials, medians; ratios against the plain variant of the same
- * size in the same run (issue 30's budgets: publish <= 1.25x, publishMany(100)
- * <= 2x). Not part of npm run bench.
+ * size in the same run, and the budgets (issue 46): the publisher's CPU per
+ * transaction <= 1.15x the statement's, for publish and for publishMany(100).
+ * Part of npm run bench (latest.json: publishCpuVsStatement1, ...100).
  *
  *   node bench/dist/scenarios/publish-function-cost.js [--trials 5] [--seconds 3] [--writers 8]
  */
@@ -36,7 +37,7 @@ import { printTable, summarize, writeResult } from '../lib/stats.js';
 import { type MeteredWriters, medianCpu, meteredNodePostgresWriters } from '../lib/writers.js';
 
 const flags = benchFlags(
-  'The publish against the writes it must make: publisher, publish_event called directly, the bare upsert + insert, and the insert alone, each with a business UPDATE, against a plain INSERT; the same for 100 events per transaction; CPU per transaction (not part of npm run bench).',
+  "The publish against the writes it must make: publisher, publish_event called directly, the bare upsert + insert, and the insert alone, each with a business UPDATE, against a plain INSERT; the same for 100 events per transaction; CPU per transaction; budget: publisher CPU <= 1.15x that statement's.",
   {
     trials: ['<n> interleaved trials', 5],
     seconds: ['<s> seconds per trial and variant', 3],
@@ -46,6 +47,8 @@ const flags = benchFlags(
 
 const ACCOUNTS = 10_000;
 const BATCH = 100;
+
+const ratioOf = (a: number | undefined, b: number | undefined) => Number(((a ?? Number.NaN) / (b ?? Number.NaN)).toFixed(3));
 
 async function main() {
   const db = await createTestDatabase({ prefix: 'bench_pubfn', max: flags.writers + 2 });
@@ -208,7 +211,7 @@ async function main() {
       Object.keys(samples).map((k) => [k, Number(((cpu[k]?.micros ?? Number.NaN) / (cpu[baseOf(k)]?.micros ?? Number.NaN)).toFixed(3))]),
     );
     printTable(
-      `Publish cost (${flags.writers} writers, ${flags.seconds}s x ${flags.trials} interleaved trials; tx ratio = plain tx/s / variant tx/s; CPU = this process + the writers' backends per transaction, ratio to the plain variant of the same size; budgets: publish <= 1.25x, publishMany100 <= 2x)`,
+      `Publish cost (${flags.writers} writers, ${flags.seconds}s x ${flags.trials} interleaved trials; tx ratio = plain tx/s / variant tx/s; CPU = this process + the writers' backends per transaction, ratio to the plain variant of the same size)`,
       ['variant', 'tx/s (median)', 'spread', 'tx ratio', 'CPU µs/tx', 'client / backend', 'CPU ratio'],
       Object.entries(results).map(([k, r]) => [
         k,
@@ -220,6 +223,13 @@ async function main() {
         `${cpuRatios[k]?.toFixed(2)}x`,
       ]),
     );
+    const statementRatios = {
+      publish: ratioOf(cpu.publish?.micros, cpu.statement?.micros),
+      publishMany100: ratioOf(cpu[`publishMany${BATCH}`]?.micros, cpu[`statement${BATCH}`]?.micros),
+    };
+    console.log(
+      `publisher CPU / the bare statement's (budget <= 1.15x): publish ${statementRatios.publish.toFixed(2)}x, publishMany${BATCH} ${statementRatios.publishMany100.toFixed(2)}x`,
+    );
     const file = writeResult('publish-function-cost', {
       scenario: 'publish-function-cost',
       writers: flags.writers,
@@ -230,6 +240,8 @@ async function main() {
       ratios,
       cpuMicrosPerTx: cpu,
       cpuRatios,
+      /** The publisher's CPU per transaction / the owner's bare statement of the same writes (budget <= 1.15 each). */
+      statementRatios,
     });
     console.log(`\nwrote ${file}`);
   } finally {
