@@ -155,7 +155,7 @@ async function main() {
       }
     }
     printTable(
-      `Publisher overhead (${seconds}s x ${trials} interleaved trials; overhead = baseline tx/s / publisher tx/s; CPU = this process + the writers' PostgreSQL backends per transaction; CPU budgets: publish <= 1.25x, publishMany100 <= 2x)`,
+      `Publisher overhead (${seconds}s x ${trials} interleaved trials; overhead = baseline tx/s / publisher tx/s; CPU = this process + the writers' PostgreSQL backends per transaction; issue 46 budgets the CPU against the bare statement: publish-function-cost)`,
       ['writers', 'scenario', 'tx/s (median)', 'spread', 'overhead', 'CPU µs/tx', 'client / backend', 'CPU ratio'],
       rows,
     );
