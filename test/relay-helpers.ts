@@ -275,3 +275,17 @@ export function checkStream(events: StreamEvent[], committed: string[]): Array<{
   }
   return again;
 }
+
+/**
+ * The ids a relay reported as maybe written after their lease ended (its `wire-late` log lines): what
+ * no client can fence, a pause between the wire fence's check and the socket write (wire-fence.ts).
+ */
+export function reportedLate(output: string): Set<string> {
+  const ids = new Set<string>();
+  for (const line of output.split('\n')) {
+    if (!line.includes('"wire-late"')) continue;
+    const entry = JSON.parse(line) as { event?: string; ids?: string[] };
+    if (entry.event === 'wire-late') for (const id of entry.ids ?? []) ids.add(id);
+  }
+  return ids;
+}

@@ -1,7 +1,7 @@
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 
 /** What the proxy does with the connections through it. */
-export type ProxyMode = 'pass' | 'blackhole';
+export type ProxyMode = 'pass' | 'blackhole' | 'stall';
 
 /**
  * A TCP proxy a test owns, in front of a real server (PostgreSQL, NATS), to
@@ -14,6 +14,9 @@ export type ProxyMode = 'pass' | 'blackhole';
  *   the server's side stays open and silent, as when a client's host
  *   vanished: the server keeps the orphaned session until its own timeouts
  *   notice. New connections pass again.
+ * - `stall()`: the proxy stops reading what the clients send, as a server
+ *   that stopped reading: nothing is dropped, the kernel's buffers fill,
+ *   and a client's writes are taken only in part, then not at all.
  * - `heal()`: new and surviving connections pass again.
  */
 export class TcpProxy {
@@ -61,13 +64,14 @@ export class TcpProxy {
         other.on('error', () => {});
       } else other.destroy();
     };
+    if (this.#mode === 'stall') client.pause();
     client.on('data', (b) => {
-      if (this.#mode !== 'pass') return;
+      if (this.#mode === 'blackhole') return;
       this.#tap?.(b);
       upstream.write(b);
     });
     upstream.on('data', (b) => {
-      if (this.#mode === 'pass') client.write(b);
+      if (this.#mode !== 'blackhole') client.write(b);
     });
     client.on('error', ended(client, upstream)).on('close', ended(client, upstream));
     upstream.on('error', ended(upstream, client)).on('close', ended(upstream, client));
@@ -95,9 +99,16 @@ export class TcpProxy {
     this.#mode = 'pass';
   }
 
-  /** Lets bytes through again. */
+  /** Stops reading from the clients (their bytes wait in the kernel's buffers); what the server sends still passes. */
+  stall(): void {
+    this.#mode = 'stall';
+    for (const { client } of this.#pairs) client.pause();
+  }
+
+  /** Lets bytes through again (and reads what a stall left waiting). */
   heal(): void {
     this.#mode = 'pass';
+    for (const { client } of this.#pairs) client.resume();
   }
 
   async close(): Promise<void> {

@@ -18,6 +18,7 @@ export class RelayMetrics {
   readonly commitToAck: Histogram;
   readonly lanesOwned: Gauge;
   readonly leaseTakeovers: Counter;
+  readonly lateWrites: Counter;
   readonly natsConnected: Gauge;
   readonly circuitState: Gauge;
 
@@ -50,6 +51,11 @@ export class RelayMetrics {
     this.leaseTakeovers = new Counter({
       name: 'ferry_relay_lease_takeovers_total',
       help: 'Lanes this instance took from an instance whose lease term ran out (frozen, cut off or stuck)',
+      registers,
+    });
+    this.lateWrites = new Counter({
+      name: 'ferry_relay_late_writes_total',
+      help: 'Messages whose bytes may have left after their lease ended: the process paused between the wire fence check and the socket write (logged with their ids)',
       registers,
     });
     this.lanesOwned = new Gauge({ name: 'ferry_lanes_owned', help: 'Lanes this instance leases', registers });

@@ -251,6 +251,7 @@ class RelayImpl implements Relay {
     const fence = new WireFence({
       holds: (lane, epoch) => this.#leaser.epoch(lane) === epoch,
       logger: childLogger(this.#log, { component: 'wire-fence' }),
+      onLate: (marks) => this.#metrics.lateWrites.inc(marks.length),
     });
     const acks = new PubAcks(nc, o.publishTimeoutMs, fence);
     this.#acks = acks;
