@@ -100,9 +100,9 @@ test('relay freeze rounds - three rounds of a relay SIGSTOPped 2.5 terms in the 
     // What the woken relay wrote in the microseconds between its last check and the write call, when the
     // freeze landed there, it reports by id (no client can take bytes back); nothing else may leave.
     const reported = reportedLate(frozen.output());
-    const unreported = late.filter((c) => !reported.has(c.id));
+    const unreported = late.filter((c) => !reported.ids.has(c.id));
     t.diagnostic(
-      `round ${round + 1}: ${again.length} ids stored twice (takeover re-sends during the freeze), ${late.length} after the wake, ${reported.size} reported late by the woken relay`,
+      `round ${round + 1}: ${again.length} ids stored twice (takeover re-sends during the freeze), ${late.length} after the wake, ${reported.ids.size} reported late by the woken relay${reported.reasons.length > 0 ? ` (${reported.reasons.join('; ')})` : ''}`,
     );
     assert.equal(
       unreported.length,

@@ -277,15 +277,18 @@ export function checkStream(events: StreamEvent[], committed: string[]): Array<{
 }
 
 /**
- * The ids a relay reported as maybe written after their lease ended (its `wire-late` log lines): what
- * no client can fence, a pause between the wire fence's check and the socket write (wire-fence.ts).
+ * What a relay reported as maybe written after its lease ended (its `wire-late` log lines): what no
+ * client can fence, a pause between the wire fence's check and the socket write (wire-fence.ts).
  */
-export function reportedLate(output: string): Set<string> {
+export function reportedLate(output: string): { ids: Set<string>; reasons: string[] } {
   const ids = new Set<string>();
+  const reasons: string[] = [];
   for (const line of output.split('\n')) {
     if (!line.includes('"wire-late"')) continue;
-    const entry = JSON.parse(line) as { event?: string; ids?: string[] };
-    if (entry.event === 'wire-late') for (const id of entry.ids ?? []) ids.add(id);
+    const entry = JSON.parse(line) as { event?: string; ids?: string[]; reason?: string };
+    if (entry.event !== 'wire-late') continue;
+    for (const id of entry.ids ?? []) ids.add(id);
+    reasons.push(`${entry.ids?.length ?? 0}: ${entry.reason}`);
   }
-  return ids;
+  return { ids, reasons };
 }
