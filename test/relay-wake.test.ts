@@ -95,14 +95,15 @@ describe('relay wake-up', () => {
     await relay.stop();
   });
 
-  test('relay - a relay that found rows clears its record: publishers of a busy relay send no NOTIFY', async () => {
+  test('relay - a relay with a backlog clears its record once it has found work for the keep time: publishers of a relay polling back to back send no NOTIFY', async () => {
     const relay = await start(true);
     await waitFor(async () => (await waitRecords()).some((r) => r.instance === relay.instanceId && r.current), {
       timeoutMs: 10_000,
       what: 'the idle relay to record its wait',
     });
-    // A backlog the relay drains over many claims: while it finds rows, no record is current.
-    const drained = publishEvents(db.pool, db.schema, stream.prefix, 3000, { keys: 300, perTx: 50 });
+    // A backlog the relay drains over many claims, back to back (its first transaction wakes it): once
+    // every poll has found work for WAIT_KEPT_WHILE_BUSY_MS, no record is current.
+    const drained = publishEvents(db.pool, db.schema, stream.prefix, 6000, { keys: 300, perTx: 3000, notify: true });
     let sawBusy = false;
     await waitFor(
       async () => {
@@ -110,9 +111,14 @@ describe('relay wake-up', () => {
         if (mine && !mine.current) sawBusy = true;
         return sawBusy;
       },
-      { timeoutMs: 20_000, intervalMs: 2, what: 'the busy relay to clear its wait record' },
+      { timeoutMs: 30_000, intervalMs: 2, what: 'the busy relay to clear its wait record' },
     );
     await drained;
+    // Drained: idle again, it records its wait again.
+    await waitFor(async () => (await waitRecords()).some((r) => r.instance === relay.instanceId && r.current), {
+      timeoutMs: 30_000,
+      what: 'the wait recorded again after the drain',
+    });
     await relay.stop();
   });
 });

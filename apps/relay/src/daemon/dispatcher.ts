@@ -182,7 +182,7 @@ export class Dispatcher {
       const coolingMs = state === CircuitState.Open ? this.#openedAt + o.breakerCooldownMs - Date.now() : 0;
       if (lanes.length === 0 || !this.#d.natsUp() || coolingMs > 0 || state === CircuitState.Isolated) {
         // Nothing would be claimed on a wake-up: publishers should not NOTIFY meanwhile (during an outage, every commit).
-        this.#d.waits?.record.busy();
+        this.#d.waits?.record.busy(true);
         await this.#pause(coolingMs > 0 ? Math.min(o.pollIntervalMs, coolingMs) : o.pollIntervalMs);
         continue;
       }
@@ -225,11 +225,13 @@ export class Dispatcher {
       // Found nothing and sends nothing: ask publishers for a NOTIFY at commit. A publish that ran
       // before the record was written sent none and may commit just after this poll, so a new record
       // is followed by a poll 5 ms later. Found rows, or chains still sending (an ending chain wakes
-      // the loop, or the 5 ms poll below finds its key): the next poll is near, no NOTIFY needed.
+      // the loop, or the 5 ms poll below finds its key): the next poll is near, and once that has
+      // lasted a while (a backlog) publishers stop notifying (WAIT_KEPT_WHILE_BUSY_MS).
       const waits = this.#d.waits;
       let recorded = false;
-      if (found === 0 && this.#budget.rows === 0 && waits?.listening()) recorded = await waits.record.idle();
-      else waits?.record.busy();
+      if (!waits?.listening()) waits?.record.busy(true);
+      else if (found === 0 && this.#budget.rows === 0) recorded = await waits.record.idle();
+      else waits.record.busy();
       this.#backlog = !probing && claimed.some((rows) => claimFoundBacklog(rows, limit, room));
       if (this.#backlog) {
         this.#idleDelayMs = 0;

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { type Logger, quoteIdentifier, SILENT_LOGGER } from '@ferry/core';
-import { createTestDatabase, type TestDatabase, uniqueName } from '@ferry/testkit';
+import { createTestDatabase, type TestDatabase, uniqueName, waitFor } from '@ferry/testkit';
 import pg from 'pg';
-import { WaitRecord } from './wait-record.js';
+import { WAIT_KEPT_WHILE_BUSY_MS, WaitRecord } from './wait-record.js';
 
 // idle() says "new record, poll again in 5 ms" only when the record was written: a write that
 // fails (here a lock timeout) must not make the dispatcher poll every 5 ms for as long as it fails.
@@ -35,6 +35,43 @@ describe('relay wait record', () => {
     } finally {
       locker.release();
       await pool.end();
+    }
+  });
+
+  test('relay - a relay that flips between busy and idle keeps its wait record unwritten; work on every poll for the keep time clears it, and busy(true) at once', async () => {
+    const record = new WaitRecord(db.pool, s, 'relay-flip', 500, SILENT_LOGGER);
+    const row = async () =>
+      (
+        await db.pool.query<{ version: string; current: boolean }>(
+          `SELECT xmin::text AS version, until > now() AS current FROM ${s}.relay_waiting WHERE instance = 'relay-flip'`,
+        )
+      ).rows[0];
+    try {
+      assert.equal(await record.idle(), true, 'the first wait is written');
+      const written = await row();
+      assert.equal(written?.current, true);
+      // A relay that catches up between commits: a poll finds rows, the next finds none, a thousand times.
+      for (let i = 0; i < 1000; i++) {
+        record.busy();
+        assert.equal(await record.idle(), false, 'still current: nothing new to poll for');
+      }
+      assert.deepEqual(await row(), written, 'the row was not rewritten by the flips, and publishers still notify');
+      // A backlog: every poll finds work for the keep time.
+      record.busy();
+      const busyFrom = performance.now();
+      await waitFor(
+        async () => {
+          record.busy();
+          return (await row())?.current === false;
+        },
+        { timeoutMs: 10_000, what: 'the record cleared after the keep time' },
+      );
+      assert.ok(performance.now() - busyFrom >= WAIT_KEPT_WHILE_BUSY_MS, 'not cleared before the keep time');
+      assert.equal(await record.idle(), true, 'the next wait is new again: the caller polls again soon');
+      record.busy(true);
+      await waitFor(async () => (await row())?.current === false, { timeoutMs: 10_000, what: 'busy(true) cleared the record' });
+    } finally {
+      await record.forget();
     }
   });
 

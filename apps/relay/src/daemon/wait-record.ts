@@ -16,12 +16,28 @@ export function waitRecordMs(pollIntervalMs: number): number {
 }
 
 /**
+ * How long a relay's polls must keep finding work, with no empty poll
+ * between, before its wait record is cleared. A relay that catches up
+ * between commits (1,000 events/s in transactions of 5 is a commit every
+ * 5 ms) flips between busy and idle hundreds of times a second: clearing
+ * and writing the record on each flip left its row with thousands of dead
+ * tuples (the 30-minute soak: 1,910 dead for 1 live), and each clear made
+ * the publishes that ran meanwhile skip their NOTIFY, so a transaction that
+ * committed after the relay's next empty poll waited for its back-off (p99
+ * 146 ms at 1,000 events/s, 13.6 ms with `notify: true`). Kept through the
+ * flips, the record costs a NOTIFY per commit only while the relay keeps
+ * up; a relay with a backlog polls back to back and clears it.
+ */
+export const WAIT_KEPT_WHILE_BUSY_MS = 250;
+
+/**
  * This relay instance's row in `relay_waiting` (outbox migration 000007): set
  * while its polls find nothing and its LISTEN connection is up, so the
- * publish functions NOTIFY at commit and it is woken at once; cleared when it
- * finds rows, so publishers of a busy relay (which polls again within
- * milliseconds) pay no NOTIFY. One statement at a time, in order; a failure
- * is only a lost hint (the relay polls anyway), logged at debug.
+ * publish functions NOTIFY at commit and it is woken at once; cleared once
+ * its polls have found work for `WAIT_KEPT_WHILE_BUSY_MS` on end, so
+ * publishers of a relay with a backlog (which polls back to back) pay no
+ * NOTIFY. One statement at a time, in order; a failure is only a lost hint
+ * (the relay polls anyway), logged at debug.
  */
 export class WaitRecord {
   readonly #pool: pg.Pool;
@@ -33,6 +49,8 @@ export class WaitRecord {
   readonly #holdMs: number;
   /** When the current record was written (0: none current). */
   #since = 0;
+  /** When the polls started finding work with no empty poll since (undefined: the last poll was empty). */
+  #busySince: number | undefined;
   #queue: Promise<void> = Promise.resolve();
   #unsupported = false;
 
@@ -55,6 +73,7 @@ export class WaitRecord {
    * it (it may commit just after the record).
    */
   async idle(): Promise<boolean> {
+    this.#busySince = undefined;
     const now = Date.now();
     if (this.#unsupported || now - this.#since < this.#holdMs / 2) return false;
     const fresh = this.#since === 0;
@@ -64,10 +83,22 @@ export class WaitRecord {
     return fresh && this.#since !== 0;
   }
 
-  /** Rows were found (or the LISTEN connection is down): publishers stop notifying. Not awaited by the loop. */
-  busy(): void {
+  /**
+   * A poll found rows, or rows are in flight: once that has lasted
+   * `WAIT_KEPT_WHILE_BUSY_MS` with no empty poll, publishers stop notifying.
+   * `atOnce`: nothing would be claimed on a wake-up (no lanes, NATS down, the
+   * circuit open) or no NOTIFY could arrive (the LISTEN connection is down).
+   * Not awaited by the loop.
+   */
+  busy(atOnce = false): void {
     if (this.#since === 0) return;
+    if (!atOnce) {
+      const now = performance.now();
+      this.#busySince ??= now;
+      if (now - this.#busySince < WAIT_KEPT_WHILE_BUSY_MS) return;
+    }
     this.#since = 0;
+    this.#busySince = undefined;
     void this.#run(this.#sql.stop, [this.#instance]);
   }
 

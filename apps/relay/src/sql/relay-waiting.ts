@@ -10,7 +10,7 @@ export function startWaitingSql(schemaSql: string): string {
  ON CONFLICT (instance) DO UPDATE SET until = excluded.until`;
 }
 
-/** The relay found rows: it polls again within milliseconds, so publishers stop notifying it. The row stays (the next wait renews it); `until` is indexed, so this is not a HOT update. */
+/** The relay has found work on every poll for a while (a backlog): it polls back to back, so publishers stop notifying it. The row stays (the next wait renews it); `until` is indexed, so this is not a HOT update. */
 export function stopWaitingSql(schemaSql: string): string {
   return `UPDATE ${schemaSql}.relay_waiting SET until = '-infinity' WHERE instance = $1 AND until > '-infinity'`;
 }
