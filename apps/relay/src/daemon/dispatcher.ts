@@ -262,6 +262,7 @@ export class Dispatcher {
     const afters = lanes.map((lane) => this.#cursors.get(lane) ?? '');
     // The epochs before the claim: a lane lost or taken again meanwhile has another one, and its rows are dropped below.
     const epochs = new Map(lanes.map((lane) => [lane, this.#d.leaser.epoch(lane)]));
+    this.#d.metrics.claims.inc();
     const { rows } = await this.#d.pool.query<LeasedRow>({
       ...this.#claimSql,
       values: [

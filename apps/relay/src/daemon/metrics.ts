@@ -19,6 +19,7 @@ export class RelayMetrics {
   readonly lanesOwned: Gauge;
   readonly leaseTakeovers: Counter;
   readonly lateWrites: Counter;
+  readonly claims: Counter;
   readonly natsConnected: Gauge;
   readonly circuitState: Gauge;
 
@@ -56,6 +57,11 @@ export class RelayMetrics {
     this.lateWrites = new Counter({
       name: 'ferry_relay_late_writes_total',
       help: 'Messages whose bytes may have left after their lease ended: the process paused between the wire fence check and the socket write (logged with their ids)',
+      registers,
+    });
+    this.claims = new Counter({
+      name: 'ferry_relay_claims_total',
+      help: 'Claim statements sent (each walks every pending key of its lanes): events published ÷ claims is the rows a claim found',
       registers,
     });
     this.lanesOwned = new Gauge({ name: 'ferry_lanes_owned', help: 'Lanes this instance leases', registers });
