@@ -26,6 +26,10 @@ export async function createTestDatabase(
   const url = databaseUrl();
   const schema = uniqueName(options.prefix ?? 't');
   const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10 });
+  // pool.end() resolves once its clients are removed, before their sockets have closed: a server stopped
+  // right after (a benchmark's own cluster, soak.ts) sends those idle clients FATAL 57P01, which pg-pool
+  // re-emits on the pool, and an unheard 'error' ended the process after its results were written.
+  pool.on('error', () => {});
   for (const set of options.migrate ?? ['outbox']) {
     await migrate({ pool, schema, set, ...(options.lanes === undefined ? {} : { lanes: options.lanes }) });
   }
