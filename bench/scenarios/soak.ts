@@ -44,6 +44,11 @@ const flags = benchFlags(
     'retention-minutes': ['<n> the outbox retention, pruned every minute', 5, 1],
     window: ['<n> minutes at each end whose p99 are compared', 5, 0.25],
     'size-span': ['<n> minutes over which the size growth is measured, up to the end', 10, 0.25],
+    'autovacuum-naptime': [
+      "<s> autovacuum_naptime of the soak's own cluster: a server setting, the most often autovacuum visits a table (PostgreSQL's default 60)",
+      60,
+      60,
+    ],
   },
 );
 const QUICK = flags.quick;
@@ -88,7 +93,7 @@ interface Minute {
 }
 
 // A cluster of its own, with PostgreSQL's defaults: the shared one runs with autovacuum off.
-const own = await startOwnPostgres();
+const own = await startOwnPostgres({ autovacuum_naptime: `${flags['autovacuum-naptime']}s` });
 process.env.FERRY_TEST_DATABASE_URL = own.url;
 const db = await createTestDatabase({ prefix: 'bench_soak', migrate: ['outbox', 'inbox'], lanes: 16, max: MAX_IN_FLIGHT + 24 });
 const s = quoteIdentifier(db.schema);
@@ -287,6 +292,7 @@ async function main() {
       scenario: 'soak',
       minutes: MINUTES,
       retentionMinutes: RETENTION_MS / 60_000,
+      autovacuumNaptimeSeconds: flags['autovacuum-naptime'],
       window: WINDOW,
       sizeSpan: SIZE_SPAN,
       capacityPerSec: capacity,
