@@ -67,6 +67,12 @@ const CAPACITY_WRITERS = 16;
 const KEYS = 10_000;
 /** Publish transactions in flight at most; the load generator counts what it could not start as behind. */
 const MAX_IN_FLIGHT = 64;
+const NAPTIME_S = flags['autovacuum-naptime'];
+// PostgreSQL's own range for the setting (1 s to 2,147,483 s), checked before a cluster is made for it.
+if (!Number.isInteger(NAPTIME_S) || NAPTIME_S < 1 || NAPTIME_S > 2_147_483) {
+  console.error(`--autovacuum-naptime must be whole seconds from 1 to 2147483 (PostgreSQL's range), got ${NAPTIME_S}`);
+  process.exit(2);
+}
 if (WINDOW_SAMPLES * 2 > SAMPLES || SPAN_SAMPLES >= SAMPLES)
   throw new Error(`--minutes ${MINUTES} is too short for --window ${WINDOW} and --size-span ${SIZE_SPAN}`);
 
@@ -93,7 +99,7 @@ interface Minute {
 }
 
 // A cluster of its own, with PostgreSQL's defaults: the shared one runs with autovacuum off.
-const own = await startOwnPostgres({ autovacuum_naptime: `${flags['autovacuum-naptime']}s` });
+const own = await startOwnPostgres({ autovacuum_naptime: `${NAPTIME_S}s` });
 process.env.FERRY_TEST_DATABASE_URL = own.url;
 const db = await createTestDatabase({ prefix: 'bench_soak', migrate: ['outbox', 'inbox'], lanes: 16, max: MAX_IN_FLIGHT + 24 });
 const s = quoteIdentifier(db.schema);
@@ -292,7 +298,7 @@ async function main() {
       scenario: 'soak',
       minutes: MINUTES,
       retentionMinutes: RETENTION_MS / 60_000,
-      autovacuumNaptimeSeconds: flags['autovacuum-naptime'],
+      autovacuumNaptimeSeconds: NAPTIME_S,
       window: WINDOW,
       sizeSpan: SIZE_SPAN,
       capacityPerSec: capacity,
